@@ -1,0 +1,271 @@
+//! The presence benchmark (README "Benchmarks"; issue 2's speed target).
+//!
+//! Starts a private redis-server on a loopback port, seeds 1 000, 10 000 and 100 000 benches
+//! through the real beat script, and prints, per size, measured in this one run: the median of
+//! the fleet read through the library, of a raw MGET of the same heartbeat keys on the same
+//! connection, and of a naive GET+PTTL loop (1 000 and 10 000 only), with the ratios. Then the
+//! round trips per beat (counted on the connection) and the agent's peak RSS.
+//!
+//! Run: `cargo bench --bench presence` (add `-- --quick` for one size and fewer runs).
+
+use std::time::{Duration, Instant};
+
+use fleet::domain::name::BenchName;
+use fleet::store::connect::Endpoint;
+use fleet::store::counting::Counting;
+use fleet::store::keys::Keys;
+use fleet::store::presence::{Beat, Presence};
+use fleet::testing::{Options, RedisServer};
+use redis::aio::MultiplexedConnection;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let server = RedisServer::with(Options {
+        tcp: true,
+        ..Options::default()
+    })?;
+    let port = server.port().expect("started with tcp");
+    let endpoint = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60));
+    let conn = endpoint.connect().await?;
+    let keys = Keys::default();
+    println!("fleet read benchmark: redis-server on 127.0.0.1:{port} (loopback TCP)");
+    println!(
+        "{:>8}  {:>12}  {:>12}  {:>14}  {:>10}  {:>12}",
+        "benches", "fleet read", "raw MGET", "GET+PTTL loop", "read/MGET", "loop/read"
+    );
+    let sizes: &[usize] = if quick {
+        &[1_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    let mut seeded = 0;
+    for &n in sizes {
+        seed(&conn, &keys, seeded, n).await?;
+        seeded = n;
+        let names: Vec<BenchName> = (0..n).map(bench_name).collect();
+        let heartbeat_keys: Vec<String> = names.iter().map(|b| keys.heartbeat(b)).collect();
+        let presence = Presence::new(conn.clone(), keys.clone());
+        let runs = match (quick, n) {
+            (true, _) => 5,
+            (_, 100_000) => 9,
+            _ => 31,
+        };
+        let read = median(runs, || async {
+            let snap = presence.read(&[]).await.expect("fleet read");
+            assert_eq!(snap.benches.len(), n);
+        })
+        .await;
+        let mget = median(runs, || async {
+            let mut c = conn.clone();
+            let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                .arg(&heartbeat_keys)
+                .query_async(&mut c)
+                .await
+                .expect("mget");
+            assert_eq!(values.len(), n);
+        })
+        .await;
+        let naive = if n <= 10_000 {
+            Some(
+                median(if n > 1_000 { 3 } else { 9 }, || async {
+                    let mut c = conn.clone();
+                    for key in &heartbeat_keys {
+                        let _: Option<Vec<u8>> = redis::cmd("GET")
+                            .arg(key)
+                            .query_async(&mut c)
+                            .await
+                            .expect("get");
+                        let _: i64 = redis::cmd("PTTL")
+                            .arg(key)
+                            .query_async(&mut c)
+                            .await
+                            .expect("pttl");
+                    }
+                })
+                .await,
+            )
+        } else {
+            None
+        };
+        println!(
+            "{:>8}  {:>12}  {:>12}  {:>14}  {:>9.2}x  {:>12}",
+            n,
+            ms(read),
+            ms(mget),
+            naive.map_or("-".to_owned(), ms),
+            read.as_secs_f64() / mget.as_secs_f64(),
+            naive.map_or("-".to_owned(), |l| format!(
+                "{:.1}x",
+                l.as_secs_f64() / read.as_secs_f64()
+            )),
+        );
+        if n == 10_000 {
+            let ratio = read.as_secs_f64() / mget.as_secs_f64();
+            println!(
+                "          target at 10 000: fleet read within 2x raw MGET -> {:.2}x {}",
+                ratio,
+                if ratio <= 2.0 { "MET" } else { "MISSED" }
+            );
+        }
+    }
+    round_trips(&conn, &keys).await?;
+    agent_rss(&endpoint).await?;
+    Ok(())
+}
+
+fn bench_name(i: usize) -> BenchName {
+    BenchName::parse(&format!("bench-{i:06}")).expect("valid name")
+}
+
+/// Seeds benches `from..to` through the real beat script, a thousand in flight at a time.
+async fn seed(
+    conn: &MultiplexedConnection,
+    keys: &Keys,
+    from: usize,
+    to: usize,
+) -> anyhow::Result<()> {
+    let presence = Presence::new(conn.clone(), keys.clone());
+    for chunk in (from..to).collect::<Vec<_>>().chunks(1000) {
+        let beats = chunk.iter().map(|&i| Beat {
+            name: bench_name(i),
+            ttl: Duration::from_secs(3600),
+            hold: None,
+            load: Some((i % 32) as f64),
+            cores: Some(16),
+        });
+        let writes = beats.map(|b| {
+            let presence = presence.clone();
+            async move { presence.beat(&b).await }
+        });
+        for result in futures_join(writes).await {
+            result?;
+        }
+    }
+    Ok(())
+}
+
+async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+async fn median<F, Fut>(runs: usize, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f().await; // warm-up: script cache, allocator, connection buffers
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        f().await;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Counts the round trips of 100 beats on a counting connection, and cross-checks on the
+/// server: the EVALSHA calls it received.
+async fn round_trips(conn: &MultiplexedConnection, keys: &Keys) -> anyhow::Result<()> {
+    let counting = Counting::new(conn.clone());
+    let presence = Presence::new(counting.clone(), keys.clone());
+    let beat = Beat {
+        name: bench_name(999_999),
+        ttl: Duration::from_secs(30),
+        hold: None,
+        load: Some(1.0),
+        cores: Some(4),
+    };
+    presence.beat(&beat).await?; // the script is already cached by the seeding
+    let before = counting.trips();
+    let evalsha_before = evalsha_calls(conn).await?;
+    let beats = 100;
+    let start = Instant::now();
+    for _ in 0..beats {
+        presence.beat(&beat).await?;
+    }
+    let elapsed = start.elapsed();
+    let trips = counting.trips() - before;
+    let evalsha = evalsha_calls(conn).await? - evalsha_before;
+    println!(
+        "beat: {:.2} round trips per beat ({trips} over {beats} beats; the server saw {evalsha} EVALSHA), {:.0} us median-free mean per beat",
+        trips as f64 / beats as f64,
+        elapsed.as_secs_f64() * 1e6 / beats as f64
+    );
+    Ok(())
+}
+
+async fn evalsha_calls(conn: &MultiplexedConnection) -> anyhow::Result<u64> {
+    let mut c = conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Runs the real `fleet agent` for a few beats at a short interval and reads its peak RSS.
+async fn agent_rss(endpoint: &Endpoint) -> anyhow::Result<()> {
+    let exe = env!("CARGO_BIN_EXE_fleet");
+    let mut child = tokio::process::Command::new(exe)
+        .args(["agent", "rss-probe", "--interval", "100ms"])
+        .env("FLEET_REDIS_URL", &endpoint.url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let pid = child.id().expect("running");
+    let stderr = child.stderr.take().expect("piped");
+    // The agent logs each beat; twenty beats is past start-up allocation.
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut beats = 0;
+    while let Some(line) =
+        tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??
+    {
+        if line.contains("beat written") {
+            beats += 1;
+            if beats == 20 {
+                break;
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .unwrap_or("VmHWM: ?")
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("?")
+        .to_owned();
+    nix_kill(pid);
+    child.wait().await?;
+    println!("agent: peak RSS {hwm} kB after {beats} beats (VmHWM of `fleet agent`)");
+    Ok(())
+}
+
+fn nix_kill(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+}

@@ -1,0 +1,61 @@
+//! `fleet agent NAME [--interval DUR] [--ttl DUR] [--final-ttl DUR] [--final-hold REASON]`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use crate::agent::{Agent, Config};
+use crate::domain::name::{BenchName, Reason};
+
+use super::beat::check_ttl;
+use super::{Ctx, Error, args};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub name: BenchName,
+    /// How often to beat (each wait jittered by up to a tenth).
+    #[arg(long, env = "FLEET_AGENT_INTERVAL", default_value = "10s", value_parser = args::positive_duration)]
+    pub interval: Duration,
+    /// How long each beat counts (default: three intervals). At least two intervals.
+    #[arg(long, env = "FLEET_AGENT_TTL", value_parser = args::positive_duration)]
+    pub ttl: Option<Duration>,
+    /// The TTL of the beat written on SIGTERM/SIGINT; 0 reads DOWN at once.
+    #[arg(long, env = "FLEET_AGENT_FINAL_TTL", default_value = "0", value_parser = args::duration)]
+    pub final_ttl: Duration,
+    /// A hold carried by the final beat (for a planned sleep: --final-ttl 1h --final-hold sleeping).
+    #[arg(long, env = "FLEET_AGENT_FINAL_HOLD")]
+    pub final_hold: Option<Reason>,
+}
+
+impl Args {
+    pub fn config(&self) -> Result<Config, Error> {
+        let ttl = self.ttl.unwrap_or(self.interval * 3);
+        if ttl < self.interval * 2 {
+            return Err(Error::usage(format!(
+                "--ttl {} is shorter than two intervals ({}): one late beat would read the bench DOWN; \
+                 use at least --ttl {}",
+                humantime::format_duration(ttl),
+                humantime::format_duration(self.interval),
+                humantime::format_duration(self.interval * 2)
+            )));
+        }
+        check_ttl("--ttl", ttl)?;
+        check_ttl("--final-ttl", self.final_ttl)?;
+        Ok(Config {
+            name: self.name.clone(),
+            interval: self.interval,
+            ttl,
+            final_ttl: self.final_ttl,
+            final_hold: self.final_hold.clone(),
+        })
+    }
+
+    pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        let config = self.config()?;
+        // The URL is checked before the loop: a typo is exit 2 now, not a retry forever.
+        ctx.endpoint.client()?;
+        Agent::new(config, ctx.endpoint.clone(), ctx.keys.clone())
+            .run(ctx.shutdown.clone())
+            .await;
+        Ok(())
+    }
+}

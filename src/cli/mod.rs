@@ -1,0 +1,229 @@
+//! The `fleet` command line: global flags, the verbs (one file each), output, exit codes
+//! (SPEC §2.6).
+//!
+//! Verbs are library functions `run(self, ctx, out)`, so tests call them with a `Vec<u8>` writer.
+//! Every flag a deployment sets also reads an environment variable (`FLEET_...`). Exit codes:
+//! 0 ok, 1 runtime failure, 2 usage or invalid input.
+
+pub mod agent;
+pub mod args;
+pub mod beat;
+pub mod forget;
+pub mod hold;
+pub mod live;
+pub mod output;
+pub mod release;
+pub mod state;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
+use crate::store::keys::Keys;
+use crate::store::presence::{Presence, PresenceError};
+
+/// fleet: bench presence from heartbeat keys in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "fleet", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every verb takes.
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss://... (TLS) or
+    /// redis+unix:///path/to/redis.sock.
+    #[arg(long = "redis", env = "FLEET_REDIS_URL", default_value = DEFAULT_URL, global = true)]
+    pub redis: String,
+    /// PEM file of the CA that signed the Redis server's certificate (for rediss://).
+    #[arg(long, env = "FLEET_REDIS_CA", global = true)]
+    pub redis_ca: Option<PathBuf>,
+    /// Prefix of every key fleet reads and writes.
+    #[arg(long, env = "FLEET_PREFIX", default_value = crate::store::keys::DEFAULT_PREFIX,
+          value_parser = args::prefix, global = true)]
+    pub prefix: Keys,
+    /// Bound on connecting to Redis and on every call (like 2s, 1500ms).
+    #[arg(long, env = "FLEET_TIMEOUT", default_value = "2s", value_parser = args::positive_duration,
+          global = true)]
+    pub timeout: Duration,
+    /// Log format on stderr.
+    #[arg(long, env = "FLEET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write one heartbeat for a bench (for scripts, and the beat before a planned sleep).
+    Beat(beat::Args),
+    /// Beat for a bench every interval until stopped; a final beat on SIGTERM or SIGINT.
+    Agent(agent::Args),
+    /// One row per bench: UP, HELD or DOWN, with its hold, load and TTL.
+    State(state::Args),
+    /// The benches that are there (UP or HELD), one per line.
+    Live(live::Args),
+    /// Ask a bench to hold; the bench carries the hold on its next beat.
+    Hold(hold::Args),
+    /// Withdraw a hold request; the bench drops the hold on its next beat.
+    Release(release::Args),
+    /// Remove benches from the registry.
+    Forget(forget::Args),
+}
+
+/// What a verb runs with: where Redis is, the key namer, and the shutdown signal.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    pub endpoint: Endpoint,
+    pub keys: Keys,
+    /// Cancelled on SIGINT or SIGTERM: the agent and `--watch` stop on it.
+    pub shutdown: CancellationToken,
+    /// Whether stdout is a terminal (a `--watch` table then redraws in place).
+    pub tty: bool,
+}
+
+impl Ctx {
+    pub fn new(global: &Global, shutdown: CancellationToken, tty: bool) -> Self {
+        let mut endpoint = Endpoint::new(global.redis.clone(), global.timeout);
+        endpoint.ca_file = global.redis_ca.clone();
+        Self {
+            endpoint,
+            keys: global.prefix.clone(),
+            shutdown,
+            tty,
+        }
+    }
+
+    /// Connects and returns the presence store, bounded by `--timeout`.
+    pub async fn presence(&self) -> Result<Presence<redis::aio::MultiplexedConnection>, Error> {
+        let conn = self.endpoint.connect().await?;
+        Ok(Presence::new(conn, self.keys.clone()))
+    }
+}
+
+/// A verb's failure, with the exit code it maps to.
+#[derive(Debug)]
+pub enum Error {
+    /// Bad input: a name, a duration, a flag, a URL. Exit 2.
+    Usage(anyhow::Error),
+    /// The world failed: Redis unreachable, a call timed out. Exit 1.
+    Runtime(anyhow::Error),
+}
+
+impl Error {
+    pub fn usage(message: impl std::fmt::Display) -> Self {
+        Error::Usage(anyhow::anyhow!("{message}"))
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Runtime(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Usage(e) | Error::Runtime(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl From<ConnectError> for Error {
+    fn from(e: ConnectError) -> Self {
+        if e.is_invalid_input() {
+            Error::Usage(e.into())
+        } else {
+            Error::Runtime(e.into())
+        }
+    }
+}
+
+impl From<PresenceError> for Error {
+    fn from(e: PresenceError) -> Self {
+        Error::Runtime(e.into())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Runtime(anyhow::Error::new(e).context("writing the output"))
+    }
+}
+
+impl Command {
+    pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        match self {
+            Command::Beat(args) => args.run(ctx, out).await,
+            Command::Agent(args) => args.run(ctx, out).await,
+            Command::State(args) => args.run(ctx, out).await,
+            Command::Live(args) => args.run(ctx, out).await,
+            Command::Hold(args) => args.run(ctx, out).await,
+            Command::Release(args) => args.run(ctx, out).await,
+            Command::Forget(args) => args.run(ctx, out).await,
+        }
+    }
+}
+
+/// Runs a parsed command line to its exit code: the binary's whole body after parsing.
+pub async fn main(cli: Cli) -> u8 {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let ctx = Ctx::new(&cli.global, shutdown, tty);
+    let mut out = std::io::stdout();
+    match cli.command.run(&ctx, &mut out).await {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("installing the signal handlers failed; stop with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    shutdown.cancel();
+}
+
+/// Sets up `tracing` on stderr: `FLEET_LOG` (an env-filter, default `info`), plain or JSON.
+pub fn init_telemetry(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("FLEET_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false);
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

@@ -1,0 +1,197 @@
+//! Rendering rows: a table for people, JSON and TSV for programs (SPEC §2.6).
+//!
+//! The TSV page is an output only: nothing in fleet reads it back (SPEC §2.8, held by
+//! `tests/hygiene.rs`).
+
+use std::io::{self, Write};
+
+use crate::domain::state::Row;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Tsv,
+}
+
+/// The TSV columns, in order; the header line names them.
+pub const TSV_COLUMNS: [&str; 9] = [
+    "name",
+    "state",
+    "hold",
+    "requested_hold",
+    "load",
+    "cores",
+    "ttl_ms",
+    "expires_in_ms",
+    "error",
+];
+
+/// Writes `rows` in `format`. JSON is one array: pretty when standalone, one line per frame
+/// under `--watch` (`compact`).
+pub fn rows(out: &mut dyn Write, format: Format, rows: &[Row], compact: bool) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            if compact {
+                serde_json::to_writer(&mut *out, rows)?;
+            } else {
+                serde_json::to_writer_pretty(&mut *out, rows)?;
+            }
+            writeln!(out)
+        }
+        Format::Tsv => tsv(out, rows),
+        Format::Table => table(out, rows),
+    }
+}
+
+fn tsv(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
+    writeln!(out, "{}", TSV_COLUMNS.join("\t"))?;
+    for r in rows {
+        let fields = [
+            r.name.clone(),
+            r.state.to_string(),
+            cell(&r.hold),
+            cell(&r.requested_hold),
+            cell(&r.load),
+            cell(&r.cores),
+            cell(&r.ttl_ms),
+            cell(&r.expires_in_ms),
+            cell(&r.error),
+        ];
+        writeln!(out, "{}", fields.join("\t"))?;
+    }
+    Ok(())
+}
+
+/// A TSV cell: empty for null; tabs and newlines folded so a cell never splits a row.
+fn cell<T: ToString>(value: &Option<T>) -> String {
+    value
+        .as_ref()
+        .map(|v| v.to_string().replace(['\t', '\n', '\r'], " "))
+        .unwrap_or_default()
+}
+
+fn table(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
+    let header = [
+        "NAME",
+        "STATE",
+        "HOLD",
+        "LOAD",
+        "CORES",
+        "TTL",
+        "EXPIRES IN",
+        "ERROR",
+    ];
+    let body: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            let hold = match (&r.hold, &r.requested_hold) {
+                (Some(h), _) => h.clone(),
+                (None, Some(asked)) => format!("(requested: {asked})"),
+                (None, None) => "-".to_owned(),
+            };
+            [
+                r.name.clone(),
+                r.state.to_string(),
+                hold,
+                r.load.map_or("-".to_owned(), |l| format!("{l:.2}")),
+                r.cores.map_or("-".to_owned(), |c| c.to_string()),
+                r.ttl_ms.map_or("-".to_owned(), human_ms),
+                r.expires_in_ms.map_or("-".to_owned(), human_ms),
+                r.error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &body {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(&header.map(str::to_owned)))?;
+    for row in &body {
+        writeln!(out, "{}", line(row))?;
+    }
+    Ok(())
+}
+
+/// Milliseconds as a short human duration, to the second above ten seconds.
+pub fn human_ms(ms: u64) -> String {
+    let d = if ms >= 10_000 {
+        std::time::Duration::from_secs(ms / 1000)
+    } else {
+        std::time::Duration::from_millis(ms)
+    };
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::state::State;
+
+    fn row() -> Row {
+        Row {
+            name: "bench-01".into(),
+            state: State::Held,
+            hold: Some("kernel upgrade".into()),
+            requested_hold: None,
+            load: Some(21.0),
+            cores: Some(16),
+            ttl_ms: Some(30_000),
+            expires_in_ms: Some(12_345),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn tsv_has_a_header_and_empty_cells_for_null() {
+        let mut out = Vec::new();
+        tsv(&mut out, &[row()]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "name\tstate\thold\trequested_hold\tload\tcores\tttl_ms\texpires_in_ms\terror\n\
+             bench-01\tHELD\tkernel upgrade\t\t21\t16\t30000\t12345\t\n"
+        );
+    }
+
+    #[test]
+    fn json_has_exactly_the_pinned_fields() {
+        let mut out = Vec::new();
+        rows(&mut out, Format::Json, &[row()], true).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let obj = value[0].as_object().unwrap();
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort();
+        let mut want = TSV_COLUMNS.to_vec();
+        want.sort();
+        assert_eq!(keys, want);
+        assert_eq!(obj["state"], "HELD");
+        assert_eq!(obj["requested_hold"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn table_aligns_columns_and_shows_requests() {
+        let mut r = row();
+        r.hold = None;
+        r.state = State::Up;
+        r.requested_hold = Some("drain".into());
+        let mut out = Vec::new();
+        table(&mut out, &[r]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("NAME      STATE  HOLD"), "{text}");
+        assert!(lines[1].contains("(requested: drain)"), "{text}");
+        assert!(lines[1].contains("  12s"), "{text}");
+        assert_eq!(human_ms(30_000), "30s");
+    }
+}

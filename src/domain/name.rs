@@ -1,0 +1,234 @@
+//! Names and free-text fields that cross the trust boundary: bench names and hold reasons.
+//!
+//! Pure: no I/O. Every value that becomes part of a Redis key or a row is validated here once,
+//! so a name that reached the store is known to be well-formed (SPEC §2.1).
+
+use std::fmt;
+
+/// The longest bench name: an RFC 1123 subdomain, as a Kubernetes node name is.
+pub const MAX_NAME_LEN: usize = 253;
+/// The longest label of a bench name (the part between dots).
+pub const MAX_LABEL_LEN: usize = 63;
+/// The longest hold reason, in characters. A reason is a note for a person, not a document.
+pub const MAX_REASON_LEN: usize = 256;
+
+/// A bench's name: an RFC 1123 subdomain (lowercase letters, digits, `-` and `.`, each
+/// dot-separated label starting and ending with a letter or digit, at most 253 characters).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BenchName(String);
+
+/// Why a name or a reason was refused; the message says what is valid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidName {
+    #[error("invalid bench name {0:?}: a name is empty")]
+    Empty(String),
+    #[error("invalid bench name {name:?}: {len} characters, at most {MAX_NAME_LEN} are allowed")]
+    TooLong { name: String, len: usize },
+    #[error(
+        "invalid bench name {name:?}: the label {label:?} is longer than {MAX_LABEL_LEN} characters"
+    )]
+    LabelTooLong { name: String, label: String },
+    #[error(
+        "invalid bench name {name:?}: {why}; a bench name is an RFC 1123 subdomain \
+         (lowercase letters, digits, '-' and '.', each label starting and ending with a letter or digit)"
+    )]
+    Syntax { name: String, why: &'static str },
+}
+
+impl BenchName {
+    /// Validates `name` as an RFC 1123 subdomain.
+    pub fn parse(name: &str) -> Result<Self, InvalidName> {
+        if name.is_empty() {
+            return Err(InvalidName::Empty(name.to_owned()));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(InvalidName::TooLong {
+                name: name.to_owned(),
+                len: name.len(),
+            });
+        }
+        let syntax = |why| InvalidName::Syntax {
+            name: name.to_owned(),
+            why,
+        };
+        for label in name.split('.') {
+            if label.is_empty() {
+                return Err(syntax(
+                    "it has an empty label (a leading, trailing or double dot)",
+                ));
+            }
+            if label.len() > MAX_LABEL_LEN {
+                return Err(InvalidName::LabelTooLong {
+                    name: name.to_owned(),
+                    label: label.to_owned(),
+                });
+            }
+            if let Some(c) = label
+                .chars()
+                .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+            {
+                return Err(if c.is_ascii_uppercase() {
+                    syntax("it has an uppercase letter")
+                } else {
+                    syntax("it has a character other than a-z, 0-9, '-' and '.'")
+                });
+            }
+            if label.starts_with('-') || label.ends_with('-') {
+                return Err(syntax("a label starts or ends with '-'"));
+            }
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BenchName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for BenchName {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// Why a bench holds: free text for a person, one line, printable.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reason(String);
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidReason {
+    #[error("invalid hold reason: it is empty; say why the bench holds")]
+    Empty,
+    #[error("invalid hold reason: {0} characters, at most {MAX_REASON_LEN} are allowed")]
+    TooLong(usize),
+    #[error(
+        "invalid hold reason {0:?}: it has a control character (tab, newline, ...); a reason is one printable line"
+    )]
+    Control(String),
+}
+
+impl Reason {
+    pub fn parse(text: &str) -> Result<Self, InvalidReason> {
+        if text.trim().is_empty() {
+            return Err(InvalidReason::Empty);
+        }
+        let len = text.chars().count();
+        if len > MAX_REASON_LEN {
+            return Err(InvalidReason::TooLong(len));
+        }
+        if text.chars().any(char::is_control) {
+            return Err(InvalidReason::Control(text.to_owned()));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for Reason {
+    type Err = InvalidReason;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_names_are_accepted() {
+        for name in [
+            "a",
+            "bench-01",
+            "0",
+            "rack1.bench-02",
+            "a.b.c",
+            &"a".repeat(63),
+            &format!(
+                "{}.{}.{}.{}",
+                "a".repeat(63),
+                "b".repeat(63),
+                "c".repeat(63),
+                "d".repeat(61)
+            ),
+        ] {
+            assert_eq!(
+                BenchName::parse(name).map(|n| n.0),
+                Ok(name.to_owned()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_names_say_what_is_wrong() {
+        let cases: &[(&str, &str)] = &[
+            ("", "empty"),
+            ("Bench", "uppercase"),
+            ("bench_01", "other than"),
+            ("bench 01", "other than"),
+            ("-bench", "starts or ends"),
+            ("bench-", "starts or ends"),
+            (".bench", "empty label"),
+            ("bench.", "empty label"),
+            ("a..b", "empty label"),
+            ("bénch", "other than"),
+            ("a/b", "other than"),
+            ("a:b", "other than"),
+            ("{a}", "other than"),
+        ];
+        for (name, want) in cases {
+            let err = BenchName::parse(name).expect_err(name).to_string();
+            assert!(err.contains(want), "{name:?}: {err}");
+        }
+        let long = "a".repeat(254);
+        assert!(matches!(
+            BenchName::parse(&long),
+            Err(InvalidName::TooLong { len: 254, .. })
+        ));
+        let label = "a".repeat(64);
+        assert!(matches!(
+            BenchName::parse(&label),
+            Err(InvalidName::LabelTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn reasons_are_one_printable_line() {
+        assert_eq!(
+            Reason::parse("kernel upgrade").unwrap().as_str(),
+            "kernel upgrade"
+        );
+        assert_eq!(Reason::parse(""), Err(InvalidReason::Empty));
+        assert_eq!(Reason::parse("   "), Err(InvalidReason::Empty));
+        assert!(matches!(
+            Reason::parse("a\tb"),
+            Err(InvalidReason::Control(_))
+        ));
+        assert!(matches!(
+            Reason::parse("a\nb"),
+            Err(InvalidReason::Control(_))
+        ));
+        assert!(Reason::parse(&"x".repeat(256)).is_ok());
+        assert_eq!(
+            Reason::parse(&"x".repeat(257)),
+            Err(InvalidReason::TooLong(257))
+        );
+    }
+}

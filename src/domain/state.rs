@@ -1,0 +1,405 @@
+//! The presence decision: a bench is UP, HELD or DOWN by its heartbeat key and that key's TTL
+//! alone (SPEC §2).
+//!
+//! The key is the bench's own word that it is there. It expires on its own and each beat renews
+//! it, with a TTL the bench chooses per write. Load and cores ride on the row beside the state and
+//! never have a say in it: a bench at load 21 on 16 cores that keeps writing its key is UP.
+//!
+//! Pure: no I/O, no clock, no environment, no async. `now` is the Redis server's time, read in
+//! the same round trip as the keys, so the reader's and the writer's clocks are never compared.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::name::{BenchName, Reason};
+
+/// What `fleet state` says of one bench.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum State {
+    /// The bench is there: its key is within its TTL and carries no hold.
+    #[serde(rename = "UP")]
+    Up,
+    /// The bench is there and taking no work: its key is within its TTL and carries a hold.
+    #[serde(rename = "HELD")]
+    Held,
+    /// No word from the bench within its key's TTL: expired, never written, or unreadable.
+    #[serde(rename = "DOWN")]
+    Down,
+}
+
+impl State {
+    pub const ALL: [State; 3] = [State::Up, State::Held, State::Down];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Up => "UP",
+            State::Held => "HELD",
+            State::Down => "DOWN",
+        }
+    }
+
+    /// Whether the bench is there (UP or HELD): the question `fleet live` answers.
+    pub fn is_present(self) -> bool {
+        match self {
+            State::Up | State::Held => true,
+            State::Down => false,
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One bench's heartbeat key as one read found it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Key {
+    /// The server's time when the beat was written (the beat script reads `TIME`).
+    pub written_at: DateTime<Utc>,
+    /// How long this one write promised to count. The bench chooses it per beat.
+    pub ttl: Duration,
+    /// The hold this write carried, if any. A hold rides the key and expires with it.
+    pub hold: Option<Reason>,
+    /// When the server expires the key, from its remaining TTL at the read. `None` means the key
+    /// has no TTL at all: a write that forgot `PX`, a defect that must never read as UP.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// What one read of a bench's heartbeat key found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reading {
+    /// No key. The bench never beat, or its key expired: Redis cannot tell the two apart, and the
+    /// decision does not need to.
+    Missing,
+    /// A key whose value is not a heartbeat; the text says why.
+    Unreadable(String),
+    /// A heartbeat key.
+    Beat(Key),
+}
+
+/// One machine as the rows carry it: its key, and its load facts beside the key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bench {
+    pub name: BenchName,
+    /// The bench's one-minute load average, as it last reported it. Never a say in the state.
+    pub load: Option<f64>,
+    /// The bench's core count, as it last reported it. Never a say in the state.
+    pub cores: Option<u32>,
+    pub reading: Reading,
+    /// An operator's request that the bench hold (SPEC §2.4). The bench carries it on its own
+    /// next beat, so HELD always means the bench itself said it.
+    pub requested_hold: Option<Reason>,
+}
+
+/// Why a key that exists still reads DOWN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Defect {
+    /// The value could not be decoded as a heartbeat.
+    Unreadable(String),
+    /// The key has no TTL, so it would never expire and the bench could never read DOWN.
+    NoExpiry,
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Defect::Unreadable(why) => write!(f, "heartbeat value is unreadable: {why}"),
+            Defect::NoExpiry => f.write_str(
+                "heartbeat key has no TTL (written without PX); it reads DOWN until the bench beats again",
+            ),
+        }
+    }
+}
+
+/// The decision for one key at one instant of the server's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub state: State,
+    /// The TTL the counted beat promised; `None` when nothing counts.
+    pub ttl: Option<Duration>,
+    /// How long the counted beat still counts; `None` when nothing counts.
+    pub expires_in: Option<Duration>,
+    /// The hold the counted beat carries.
+    pub hold: Option<Reason>,
+    pub defect: Option<Defect>,
+}
+
+impl Verdict {
+    fn down(defect: Option<Defect>) -> Self {
+        Verdict {
+            state: State::Down,
+            ttl: None,
+            expires_in: None,
+            hold: None,
+            defect,
+        }
+    }
+}
+
+/// Decides UP, HELD or DOWN from the key and its TTL alone, at the server time `now`.
+///
+/// The key counts while `now` is strictly before its expiry, so a bench reads DOWN at the
+/// instant its key expires (SPEC §2.2). A TTL of zero expires at once.
+pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
+    match reading {
+        Reading::Missing => Verdict::down(None),
+        Reading::Unreadable(why) => Verdict::down(Some(Defect::Unreadable(why.clone()))),
+        Reading::Beat(Key {
+            expires_at: None, ..
+        }) => Verdict::down(Some(Defect::NoExpiry)),
+        Reading::Beat(Key {
+            expires_at: Some(expires_at),
+            ..
+        }) if *expires_at <= now => Verdict::down(None),
+        Reading::Beat(Key {
+            ttl,
+            hold,
+            expires_at: Some(expires_at),
+            ..
+        }) => Verdict {
+            state: if hold.is_some() {
+                State::Held
+            } else {
+                State::Up
+            },
+            ttl: Some(*ttl),
+            // The guard above makes this positive; `to_std` only fails on a negative span.
+            expires_in: (*expires_at - now).to_std().ok(),
+            hold: hold.clone(),
+            defect: None,
+        },
+    }
+}
+
+/// The row `fleet state` prints for one bench: exactly the fields of SPEC §2.6.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    pub name: String,
+    pub state: State,
+    pub hold: Option<String>,
+    pub requested_hold: Option<String>,
+    pub load: Option<f64>,
+    pub cores: Option<u32>,
+    pub ttl_ms: Option<u64>,
+    pub expires_in_ms: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl Bench {
+    /// The decision for this bench at the server time `now`.
+    pub fn verdict(&self, now: DateTime<Utc>) -> Verdict {
+        decide(&self.reading, now)
+    }
+
+    /// The bench's row at the server time `now`.
+    ///
+    /// `requested_hold` shows a request the counted beat does not carry yet (the bench has not
+    /// beaten since it was asked, or is DOWN); once the bench carries it, it is the `hold`.
+    pub fn row(&self, now: DateTime<Utc>) -> Row {
+        let verdict = self.verdict(now);
+        let requested_hold = match (&self.requested_hold, &verdict.hold) {
+            (Some(asked), Some(carried)) if asked == carried => None,
+            (asked, _) => asked.as_ref().map(|r| r.as_str().to_owned()),
+        };
+        Row {
+            name: self.name.as_str().to_owned(),
+            state: verdict.state,
+            hold: verdict.hold.as_ref().map(|r| r.as_str().to_owned()),
+            requested_hold,
+            load: self.load,
+            cores: self.cores,
+            ttl_ms: verdict.ttl.map(millis),
+            expires_in_ms: verdict.expires_in.map(millis),
+            error: verdict.defect.as_ref().map(ToString::to_string),
+        }
+    }
+}
+
+/// What `fleet live` lists: the names whose heartbeat key still counts, in the order given.
+///
+/// It answers presence, not eligibility: a HELD bench is here (that is what held means). Whether
+/// a bench may take work is `State::Up`, and that is the caller's question, not this one.
+pub fn live(benches: &[Bench], now: DateTime<Utc>) -> Vec<&BenchName> {
+    benches
+        .iter()
+        .filter(|b| b.verdict(now).state.is_present())
+        .map(|b| &b.name)
+        .collect()
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn reason(s: &str) -> Reason {
+        Reason::parse(s).unwrap()
+    }
+
+    fn key(ttl_ms: u64, hold: Option<&str>, expires_at: Option<i64>) -> Reading {
+        Reading::Beat(Key {
+            written_at: t(0),
+            ttl: Duration::from_millis(ttl_ms),
+            hold: hold.map(reason),
+            expires_at: expires_at.map(t),
+        })
+    }
+
+    fn bench(reading: Reading, load: Option<f64>, requested: Option<&str>) -> Bench {
+        Bench {
+            name: BenchName::parse("bench-01").unwrap(),
+            load,
+            cores: Some(16),
+            reading,
+            requested_hold: requested.map(reason),
+        }
+    }
+
+    // SPEC §2.2, the decision table, row by row over the whole input space: the kind of reading,
+    // where `now` stands against the expiry, the hold, the load, and the operator's request.
+    #[test]
+    fn decision_table_over_the_whole_input_space() {
+        // (now relative to expiry in ms, counted?)
+        let instants = [
+            (-10_000, true),
+            (-1, true),
+            (0, false),
+            (1, false),
+            (3_600_000, false),
+        ];
+        let holds = [None, Some("maintenance")];
+        let loads = [None, Some(0.0), Some(21.0), Some(1e9)];
+        let requests = [None, Some("maintenance"), Some("other")];
+        for load in loads {
+            for request in requests {
+                // §2.2 row 1: no key.
+                let row = bench(Reading::Missing, load, request).row(t(0));
+                assert_eq!(row.state, State::Down, "row 1");
+                assert_eq!(
+                    (row.ttl_ms, row.expires_in_ms, row.error),
+                    (None, None, None)
+                );
+                assert_eq!(
+                    row.requested_hold.as_deref(),
+                    request,
+                    "row 1: request not carried"
+                );
+                // §2.2 row 2: an unreadable value.
+                let row = bench(Reading::Unreadable("not json".into()), load, request).row(t(0));
+                assert_eq!(row.state, State::Down, "row 2");
+                assert!(row.error.unwrap().contains("not json"), "row 2");
+                for hold in holds {
+                    // §2.2 row 3: a key with no TTL, at any instant.
+                    for (offset, _) in instants {
+                        let row = bench(key(30_000, hold, None), load, request).row(t(offset));
+                        assert_eq!(row.state, State::Down, "row 3");
+                        assert!(row.error.unwrap().contains("no TTL"), "row 3");
+                        assert_eq!(row.hold, None, "row 3: a hold on an uncounted key is gone");
+                    }
+                    for (offset, counted) in instants {
+                        let expiry = 30_000;
+                        let row = bench(key(30_000, hold, Some(expiry)), load, request)
+                            .row(t(expiry + offset));
+                        let want = match (counted, hold) {
+                            (false, _) => State::Down,      // row 4: expired
+                            (true, None) => State::Up,      // row 5
+                            (true, Some(_)) => State::Held, // row 6
+                        };
+                        assert_eq!(
+                            row.state, want,
+                            "offset {offset} hold {hold:?} load {load:?}"
+                        );
+                        assert_eq!(row.error, None);
+                        assert_eq!(row.load, load, "load rides beside the state");
+                        if counted {
+                            assert_eq!(row.ttl_ms, Some(30_000));
+                            assert_eq!(row.expires_in_ms, Some((-offset) as u64));
+                            assert_eq!(row.hold.as_deref(), hold);
+                        } else {
+                            assert_eq!(
+                                (row.ttl_ms, row.expires_in_ms, row.hold.as_deref()),
+                                (None, None, None)
+                            );
+                        }
+                        let carried = counted && hold.is_some() && hold == request;
+                        assert_eq!(
+                            row.requested_hold.as_deref(),
+                            if carried { None } else { request },
+                            "requested_hold shows only a request not yet carried"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bench_at_load_21_on_16_cores_that_keeps_beating_is_up() {
+        let b = bench(key(10_000, None, Some(10_000)), Some(21.0), None);
+        assert_eq!(b.row(t(5_000)).state, State::Up);
+    }
+
+    #[test]
+    fn expired_key_with_hold_reads_down() {
+        let b = bench(key(10_000, Some("maintenance"), Some(10_000)), None, None);
+        assert_eq!(b.row(t(9_999)).state, State::Held);
+        assert_eq!(b.row(t(10_000)).state, State::Down);
+    }
+
+    #[test]
+    fn zero_ttl_write_expires_at_once() {
+        let b = bench(key(0, None, Some(0)), None, None);
+        assert_eq!(b.row(t(0)).state, State::Down);
+    }
+
+    #[test]
+    fn an_hour_long_promise_counts_for_the_hour() {
+        let b = bench(
+            key(3_600_000, Some("sleeping"), Some(3_600_000)),
+            None,
+            None,
+        );
+        assert_eq!(b.row(t(3_599_999)).state, State::Held);
+        assert_eq!(b.row(t(3_599_999)).expires_in_ms, Some(1));
+        assert_eq!(b.row(t(3_600_000)).state, State::Down);
+    }
+
+    #[test]
+    fn live_lists_up_and_held_in_the_order_given() {
+        let named = |n: &str, reading| Bench {
+            name: BenchName::parse(n).unwrap(),
+            ..bench(reading, None, None)
+        };
+        let benches = [
+            named("c", key(1000, None, Some(1000))),
+            named("a", Reading::Missing),
+            named("b", key(1000, Some("x"), Some(1000))),
+            named("d", key(1000, None, None)),
+            named("e", Reading::Unreadable("x".into())),
+            named("f", key(1000, None, Some(0))),
+        ];
+        let names: Vec<&str> = live(&benches, t(0)).iter().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["c", "b"]);
+    }
+
+    #[test]
+    fn state_strings_and_presence() {
+        assert_eq!(
+            State::ALL.map(|s| (s.as_str(), s.is_present())),
+            [("UP", true), ("HELD", true), ("DOWN", false)]
+        );
+        assert_eq!(serde_json::to_string(&State::Held).unwrap(), "\"HELD\"");
+    }
+}

@@ -1,0 +1,8 @@
+//! Redis: connecting, the key schema, and the presence store (SPEC §2.3 to §2.7).
+//!
+//! Every key is named in [`keys`]; every store method is one round trip.
+
+pub mod connect;
+pub mod counting;
+pub mod keys;
+pub mod presence;

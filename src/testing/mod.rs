@@ -1,0 +1,212 @@
+//! A real `redis-server`, started privately: for the tests, the benchmarks and the local stack.
+//!
+//! Each server lives in its own temporary directory and listens on a unix socket there (or on a
+//! free loopback port); it is killed, and its directory removed, when the handle drops. A missing
+//! binary is an error with an install hint: tests fail on it, never skip.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::store::connect::Endpoint;
+
+/// How long a fresh server may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The environment variable that names another `redis-server` binary.
+pub const SERVER_ENV: &str = "FLEET_REDIS_SERVER";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "redis-server was not found ({binary}): install it (apt-get install redis-server) \
+         or name the binary in {SERVER_ENV}"
+    )]
+    Missing {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating the server's temporary directory")]
+    TempDir(#[source] std::io::Error),
+    #[error("redis-server did not become ready within {READY_TIMEOUT:?}; its output:\n{log}")]
+    NotReady { log: String },
+}
+
+/// How to start a server.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Listen on a free loopback TCP port as well as the unix socket.
+    pub tcp: bool,
+    /// Keep an append-only file (`appendonly yes`, `appendfsync everysec`).
+    pub aof: bool,
+    /// Extra `--name value` arguments.
+    pub args: Vec<String>,
+}
+
+/// A running private `redis-server`.
+pub struct RedisServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: Option<u16>,
+    options: Options,
+}
+
+impl RedisServer {
+    /// Starts a server on a unix socket in a fresh temporary directory.
+    pub fn start() -> Result<Self, ServerError> {
+        Self::with(Options::default())
+    }
+
+    /// Starts a server with the given options.
+    pub fn with(options: Options) -> Result<Self, ServerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("fleet-redis-")
+            .tempdir()
+            .map_err(ServerError::TempDir)?;
+        let (child, port) = spawn(dir.path(), &options)?;
+        Ok(Self {
+            child,
+            dir,
+            port,
+            options,
+        })
+    }
+
+    /// The unix socket the server listens on.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// The server's directory (its AOF lives here).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The loopback TCP port, when started with `tcp`.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// A URL for the unix socket.
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    /// An endpoint for the unix socket, with a generous timeout for slow CI machines.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.url(), Duration::from_secs(10))
+    }
+
+    /// Stops the server at once (SIGKILL) and starts it again on the same directory, socket and
+    /// port: with `aof`, what it had is read back.
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill();
+        let mut options = self.options.clone();
+        if let Some(port) = self.port {
+            options.args.extend(["--port".into(), port.to_string()]);
+            options.tcp = false;
+        }
+        let (child, _) = spawn(self.dir.path(), &options)?;
+        self.child = child;
+        Ok(())
+    }
+
+    /// Kills the server (SIGKILL) and waits for it; the directory stays until drop.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn binary() -> String {
+    std::env::var(SERVER_ENV).unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerError> {
+    // A port picked by binding port 0 can be taken again before redis-server binds it; the
+    // server then exits before it is ready, and another port is tried.
+    let mut last_log = String::new();
+    for _ in 0..5 {
+        let port = if options.tcp { free_port() } else { None };
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir)
+            .arg("--unixsocket")
+            .arg(dir.join("redis.sock"))
+            .args(["--unixsocketperm", "700", "--save", "", "--daemonize", "no"])
+            .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--port")
+            .arg(port.map_or("0".to_owned(), |p| p.to_string()));
+        if options.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        cmd.args(&options.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().map_err(|source| ServerError::Missing {
+            binary: binary(),
+            source,
+        })?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        match wait_ready(stdout) {
+            Ok(()) => return Ok((child, port)),
+            Err(log) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                last_log = log;
+            }
+        }
+    }
+    Err(ServerError::NotReady { log: last_log })
+}
+
+/// Reads the server's log until it says it is ready; the lines after that are drained by the
+/// same thread so the server never blocks on a full pipe.
+fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = String::new();
+        let mut told = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if !told {
+                log.push_str(&line);
+                log.push('\n');
+                if line.contains("Ready to accept connections") {
+                    told = true;
+                    let _ = tx.send(Ok(()));
+                }
+            }
+        }
+        if !told {
+            let _ = tx.send(Err(log));
+        }
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(result) => result,
+        Err(_) => Err("(no readiness line)".to_owned()),
+    }
+}
+
+fn free_port() -> Option<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+    listener.local_addr().ok().map(|a| a.port())
+}
