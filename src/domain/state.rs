@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use super::name::{BenchName, Reason};
@@ -55,18 +55,47 @@ impl std::fmt::Display for State {
     }
 }
 
+/// How long past its promised expiry a key may still be seen before it is a defect. Redis hides
+/// an expired key from every read, so a key written with `PX` is never seen more than a
+/// millisecond or so past its deadline; one seen a second past it has no TTL, or a longer one than
+/// its value promised (SPEC §2.2 row 4).
+pub const OUTLIVED_GRACE: Duration = Duration::from_secs(1);
+
 /// One bench's heartbeat key as one read found it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Key {
     /// The server's time when the beat was written (the beat script reads `TIME`).
     pub written_at: DateTime<Utc>,
-    /// How long this one write promised to count. The bench chooses it per beat.
+    /// How long this one write promised to count, and the `PX` it was written with. The bench
+    /// chooses it per beat.
     pub ttl: Duration,
     /// The hold this write carried, if any. A hold rides the key and expires with it.
     pub hold: Option<Reason>,
-    /// When the server expires the key, from its remaining TTL at the read. `None` means the key
-    /// has no TTL at all: a write that forgot `PX`, a defect that must never read as UP.
-    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl Key {
+    /// When the key expires: the server's write time plus the TTL, both on the server's clock.
+    pub fn deadline(&self) -> DateTime<Utc> {
+        TimeDelta::from_std(self.ttl)
+            .ok()
+            .and_then(|ttl| self.written_at.checked_add_signed(ttl))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+/// An operator's request that a bench hold (SPEC §2.4).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HoldRequest {
+    pub reason: Reason,
+    /// When the request lapses by itself, on the server's clock; `None` lasts until released.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl HoldRequest {
+    /// Whether the request still stands at the server time `now`.
+    pub fn stands(&self, now: DateTime<Utc>) -> bool {
+        self.until.is_none_or(|until| now < until)
+    }
 }
 
 /// What one read of a bench's heartbeat key found.
@@ -92,7 +121,7 @@ pub struct Bench {
     pub reading: Reading,
     /// An operator's request that the bench hold (SPEC §2.4). The bench carries it on its own
     /// next beat, so HELD always means the bench itself said it.
-    pub requested_hold: Option<Reason>,
+    pub requested_hold: Option<HoldRequest>,
 }
 
 /// Why a key that exists still reads DOWN.
@@ -100,16 +129,18 @@ pub struct Bench {
 pub enum Defect {
     /// The value could not be decoded as a heartbeat.
     Unreadable(String),
-    /// The key has no TTL, so it would never expire and the bench could never read DOWN.
-    NoExpiry,
+    /// The key is still there past its promised expiry: it was written or changed without `PX`
+    /// (or with a longer TTL than its value promises), and would keep the bench from ever
+    /// reading DOWN.
+    Outlived,
 }
 
 impl std::fmt::Display for Defect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Defect::Unreadable(why) => write!(f, "heartbeat value is unreadable: {why}"),
-            Defect::NoExpiry => f.write_str(
-                "heartbeat key has no TTL (written without PX); it reads DOWN until the bench beats again",
+            Defect::Outlived => f.write_str(
+                "heartbeat key outlived its TTL (written without PX?); it reads DOWN until the bench beats again",
             ),
         }
     }
@@ -142,36 +173,36 @@ impl Verdict {
 
 /// Decides UP, HELD or DOWN from the key and its TTL alone, at the server time `now`.
 ///
-/// The key counts while `now` is strictly before its expiry, so a bench reads DOWN at the
-/// instant its key expires (SPEC §2.2). A TTL of zero expires at once.
+/// The key counts while `now` is strictly before its deadline (the server's write time plus the
+/// TTL, which is when Redis expires a key written with `PX`), so a bench reads DOWN at the instant
+/// its key expires (SPEC §2.2). A TTL of zero expires at once.
 pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
     match reading {
         Reading::Missing => Verdict::down(None),
         Reading::Unreadable(why) => Verdict::down(Some(Defect::Unreadable(why.clone()))),
-        Reading::Beat(Key {
-            expires_at: None, ..
-        }) => Verdict::down(Some(Defect::NoExpiry)),
-        Reading::Beat(Key {
-            expires_at: Some(expires_at),
-            ..
-        }) if *expires_at <= now => Verdict::down(None),
-        Reading::Beat(Key {
-            ttl,
-            hold,
-            expires_at: Some(expires_at),
-            ..
-        }) => Verdict {
-            state: if hold.is_some() {
-                State::Held
+        Reading::Beat(key) => {
+            let deadline = key.deadline();
+            if now < deadline {
+                Verdict {
+                    state: if key.hold.is_some() {
+                        State::Held
+                    } else {
+                        State::Up
+                    },
+                    ttl: Some(key.ttl),
+                    // `now < deadline`, so the span is positive and `to_std` succeeds.
+                    expires_in: (deadline - now).to_std().ok(),
+                    hold: key.hold.clone(),
+                    defect: None,
+                }
+            } else if now - deadline
+                >= TimeDelta::from_std(OUTLIVED_GRACE).unwrap_or(TimeDelta::MAX)
+            {
+                Verdict::down(Some(Defect::Outlived))
             } else {
-                State::Up
-            },
-            ttl: Some(*ttl),
-            // The guard above makes this positive; `to_std` only fails on a negative span.
-            expires_in: (*expires_at - now).to_std().ok(),
-            hold: hold.clone(),
-            defect: None,
-        },
+                Verdict::down(None)
+            }
+        }
     }
 }
 
@@ -201,9 +232,10 @@ impl Bench {
     /// beaten since it was asked, or is DOWN); once the bench carries it, it is the `hold`.
     pub fn row(&self, now: DateTime<Utc>) -> Row {
         let verdict = self.verdict(now);
-        let requested_hold = match (&self.requested_hold, &verdict.hold) {
-            (Some(asked), Some(carried)) if asked == carried => None,
-            (asked, _) => asked.as_ref().map(|r| r.as_str().to_owned()),
+        let standing = self.requested_hold.as_ref().filter(|r| r.stands(now));
+        let requested_hold = match (standing, &verdict.hold) {
+            (Some(asked), Some(carried)) if asked.reason == *carried => None,
+            (asked, _) => asked.map(|r| r.reason.as_str().to_owned()),
         };
         Row {
             name: self.name.as_str().to_owned(),
@@ -248,81 +280,105 @@ mod tests {
         Reason::parse(s).unwrap()
     }
 
-    fn key(ttl_ms: u64, hold: Option<&str>, expires_at: Option<i64>) -> Reading {
+    /// A beat written at t(0) with the given TTL: its deadline is t(ttl_ms).
+    fn key(ttl_ms: u64, hold: Option<&str>) -> Reading {
         Reading::Beat(Key {
             written_at: t(0),
             ttl: Duration::from_millis(ttl_ms),
             hold: hold.map(reason),
-            expires_at: expires_at.map(t),
         })
     }
 
-    fn bench(reading: Reading, load: Option<f64>, requested: Option<&str>) -> Bench {
+    fn request(text: &str, until: Option<i64>) -> HoldRequest {
+        HoldRequest {
+            reason: reason(text),
+            until: until.map(t),
+        }
+    }
+
+    fn bench(reading: Reading, load: Option<f64>, requested: Option<HoldRequest>) -> Bench {
         Bench {
             name: BenchName::parse("bench-01").unwrap(),
             load,
             cores: Some(16),
             reading,
-            requested_hold: requested.map(reason),
+            requested_hold: requested,
         }
     }
 
     // SPEC §2.2, the decision table, row by row over the whole input space: the kind of reading,
-    // where `now` stands against the expiry, the hold, the load, and the operator's request.
+    // where `now` stands against the deadline, the hold, the load, and the operator's request.
     #[test]
     fn decision_table_over_the_whole_input_space() {
-        // (now relative to expiry in ms, counted?)
+        // (now relative to the deadline in ms, counted?, a defect?)
         let instants = [
-            (-10_000, true),
-            (-1, true),
-            (0, false),
-            (1, false),
-            (3_600_000, false),
+            (-10_000, true, false),
+            (-1, true, false),
+            (0, false, false),
+            (1, false, false),
+            (999, false, false),
+            (1_000, false, true),
+            (3_600_000, false, true),
         ];
         let holds = [None, Some("maintenance")];
         let loads = [None, Some(0.0), Some(21.0), Some(1e9)];
-        let requests = [None, Some("maintenance"), Some("other")];
+        let ttl: i64 = 30_000;
+        // The request, and whether it still stands when read at `deadline + offset` for any
+        // offset in `instants` (a lapsed one lapsed before all of them).
+        let requests = [
+            (None, false),
+            (Some(request("maintenance", None)), true),
+            (Some(request("other", None)), true),
+            (Some(request("maintenance", Some(ttl - 20_000))), false),
+        ];
         for load in loads {
-            for request in requests {
+            for (asked, stands) in &requests {
+                let asked_text = asked
+                    .as_ref()
+                    .filter(|_| *stands)
+                    .map(|r| r.reason.as_str());
                 // §2.2 row 1: no key.
-                let row = bench(Reading::Missing, load, request).row(t(0));
+                let row = bench(Reading::Missing, load, asked.clone()).row(t(0));
                 assert_eq!(row.state, State::Down, "row 1");
                 assert_eq!(
-                    (row.ttl_ms, row.expires_in_ms, row.error),
-                    (None, None, None)
+                    (row.ttl_ms, row.expires_in_ms, &row.error),
+                    (None, None, &None)
                 );
+                let standing_at_0 = asked
+                    .as_ref()
+                    .filter(|r| r.stands(t(0)))
+                    .map(|r| r.reason.as_str());
                 assert_eq!(
                     row.requested_hold.as_deref(),
-                    request,
+                    standing_at_0,
                     "row 1: request not carried"
                 );
                 // §2.2 row 2: an unreadable value.
-                let row = bench(Reading::Unreadable("not json".into()), load, request).row(t(0));
+                let row =
+                    bench(Reading::Unreadable("not json".into()), load, asked.clone()).row(t(0));
                 assert_eq!(row.state, State::Down, "row 2");
                 assert!(row.error.unwrap().contains("not json"), "row 2");
                 for hold in holds {
-                    // §2.2 row 3: a key with no TTL, at any instant.
-                    for (offset, _) in instants {
-                        let row = bench(key(30_000, hold, None), load, request).row(t(offset));
-                        assert_eq!(row.state, State::Down, "row 3");
-                        assert!(row.error.unwrap().contains("no TTL"), "row 3");
-                        assert_eq!(row.hold, None, "row 3: a hold on an uncounted key is gone");
-                    }
-                    for (offset, counted) in instants {
-                        let expiry = 30_000;
-                        let row = bench(key(30_000, hold, Some(expiry)), load, request)
-                            .row(t(expiry + offset));
+                    for (offset, counted, defect) in instants {
+                        let now = t(ttl + offset);
+                        let row = bench(key(ttl as u64, hold), load, asked.clone()).row(now);
                         let want = match (counted, hold) {
-                            (false, _) => State::Down,      // row 4: expired
+                            (false, _) => State::Down,      // rows 3 and 4: expired, outlived
                             (true, None) => State::Up,      // row 5
                             (true, Some(_)) => State::Held, // row 6
                         };
-                        assert_eq!(
-                            row.state, want,
-                            "offset {offset} hold {hold:?} load {load:?}"
-                        );
-                        assert_eq!(row.error, None);
+                        let case =
+                            format!("offset {offset} hold {hold:?} load {load:?} asked {asked:?}");
+                        assert_eq!(row.state, want, "{case}");
+                        assert_eq!(row.error.is_some(), defect, "{case}");
+                        if defect {
+                            assert!(
+                                row.error.as_ref().unwrap().contains("outlived its TTL"),
+                                "row 4"
+                            );
+                        }
                         assert_eq!(row.load, load, "load rides beside the state");
+                        assert_eq!(row.cores, Some(16));
                         if counted {
                             assert_eq!(row.ttl_ms, Some(30_000));
                             assert_eq!(row.expires_in_ms, Some((-offset) as u64));
@@ -333,11 +389,11 @@ mod tests {
                                 (None, None, None)
                             );
                         }
-                        let carried = counted && hold.is_some() && hold == request;
+                        let carried = counted && hold.is_some() && hold == asked_text;
                         assert_eq!(
                             row.requested_hold.as_deref(),
-                            if carried { None } else { request },
-                            "requested_hold shows only a request not yet carried"
+                            if carried { None } else { asked_text },
+                            "{case}: requested_hold shows only a standing request not yet carried"
                         );
                     }
                 }
@@ -347,33 +403,48 @@ mod tests {
 
     #[test]
     fn bench_at_load_21_on_16_cores_that_keeps_beating_is_up() {
-        let b = bench(key(10_000, None, Some(10_000)), Some(21.0), None);
+        let b = bench(key(10_000, None), Some(21.0), None);
         assert_eq!(b.row(t(5_000)).state, State::Up);
+        assert_eq!(b.row(t(5_000)).load, Some(21.0));
     }
 
     #[test]
     fn expired_key_with_hold_reads_down() {
-        let b = bench(key(10_000, Some("maintenance"), Some(10_000)), None, None);
+        let b = bench(key(10_000, Some("maintenance")), None, None);
         assert_eq!(b.row(t(9_999)).state, State::Held);
         assert_eq!(b.row(t(10_000)).state, State::Down);
     }
 
     #[test]
     fn zero_ttl_write_expires_at_once() {
-        let b = bench(key(0, None, Some(0)), None, None);
+        let b = bench(key(0, None), None, None);
         assert_eq!(b.row(t(0)).state, State::Down);
     }
 
     #[test]
     fn an_hour_long_promise_counts_for_the_hour() {
-        let b = bench(
-            key(3_600_000, Some("sleeping"), Some(3_600_000)),
-            None,
-            None,
-        );
+        let b = bench(key(3_600_000, Some("sleeping")), None, None);
         assert_eq!(b.row(t(3_599_999)).state, State::Held);
         assert_eq!(b.row(t(3_599_999)).expires_in_ms, Some(1));
         assert_eq!(b.row(t(3_600_000)).state, State::Down);
+    }
+
+    #[test]
+    fn an_absurd_ttl_saturates_instead_of_overflowing() {
+        let k = Key {
+            written_at: t(0),
+            ttl: Duration::MAX,
+            hold: None,
+        };
+        assert_eq!(k.deadline(), DateTime::<Utc>::MAX_UTC);
+    }
+
+    #[test]
+    fn a_hold_request_stands_until_it_lapses() {
+        let r = request("x", Some(100));
+        assert!(r.stands(t(99)));
+        assert!(!r.stands(t(100)));
+        assert!(request("x", None).stands(DateTime::<Utc>::MAX_UTC));
     }
 
     #[test]
@@ -383,14 +454,14 @@ mod tests {
             ..bench(reading, None, None)
         };
         let benches = [
-            named("c", key(1000, None, Some(1000))),
+            named("c", key(1000, None)),
             named("a", Reading::Missing),
-            named("b", key(1000, Some("x"), Some(1000))),
-            named("d", key(1000, None, None)),
+            named("b", key(1000, Some("x"))),
+            named("d", key(10, None)),
             named("e", Reading::Unreadable("x".into())),
-            named("f", key(1000, None, Some(0))),
+            named("f", key(0, None)),
         ];
-        let names: Vec<&str> = live(&benches, t(0)).iter().map(|n| n.as_str()).collect();
+        let names: Vec<&str> = live(&benches, t(500)).iter().map(|n| n.as_str()).collect();
         assert_eq!(names, ["c", "b"]);
     }
 

@@ -52,15 +52,19 @@ impl Keys {
         format!("{}:bench:", self.tag)
     }
 
-    /// The hold request of one bench (the seed's DesiredKey): an operator's ask, carried by the
-    /// bench on its next beat. TTL only when the request was made `--for` a while.
-    pub fn hold_request(&self, name: &BenchName) -> String {
-        format!("{}{}", self.hold_request_prefix(), name)
+    /// The hold requests (the seed's DesiredKey): a hash from bench name to the operator's ask,
+    /// `{"reason": ..., "until": <server ms>}`, carried by the bench on its next beat. A request
+    /// made `--for` a while lapses on the server's clock; a field lives until released, lapsed
+    /// and beaten over, or forgotten, so the hash is bounded by the registry.
+    pub fn hold_requests(&self) -> String {
+        format!("{}:holds", self.tag)
     }
 
-    /// The part of every hold-request key before the bench name.
-    pub fn hold_request_prefix(&self) -> String {
-        format!("{}:hold:", self.tag)
+    /// The registry's version: changed by every write that adds or removes a member, so a
+    /// reader holding a copy of the registry knows, in its one round trip, that the copy is
+    /// current. Starts from the server's time, so it never repeats after a wipe.
+    pub fn registry_version(&self) -> String {
+        format!("{}:benches:version", self.tag)
     }
 
     /// The registry: a set of every bench that ever beat or was registered. No TTL; members
@@ -85,13 +89,10 @@ mod tests {
         let keys = Keys::new("fleet").unwrap();
         let name = BenchName::parse("bench-01").unwrap();
         assert_eq!(keys.heartbeat(&name), "{fleet}:bench:bench-01");
-        assert_eq!(keys.hold_request(&name), "{fleet}:hold:bench-01");
+        assert_eq!(keys.hold_requests(), "{fleet}:holds");
         assert_eq!(keys.registry(), "{fleet}:benches");
+        assert_eq!(keys.registry_version(), "{fleet}:benches:version");
         assert!(keys.heartbeat(&name).starts_with(&keys.heartbeat_prefix()));
-        assert!(
-            keys.hold_request(&name)
-                .starts_with(&keys.hold_request_prefix())
-        );
     }
 
     #[test]

@@ -1,18 +1,24 @@
-//! The presence store: beats, the one-round-trip fleet read, hold requests and the registry
-//! (SPEC §2.3 to §2.5).
+//! The presence store: beats, the fleet read, hold requests and the registry (SPEC §2.3 to §2.5).
 //!
-//! Every method is one round trip: a script, or one atomic pipeline. The store never decides a
-//! state; it turns what Redis holds into `domain::state` readings, judged later on the server's
-//! clock that the same round trip read.
+//! Every method is one round trip: a script, or one pipeline. The store never decides a state;
+//! it turns what Redis holds into `domain::state` readings, judged later on the server's clock
+//! that the same round trip read.
+//!
+//! The fleet read has two plans (SPEC §2.5). A reader that holds a current copy of the registry
+//! sends one pipeline: the registry's version and size, `TIME`, `MGET` of every heartbeat key,
+//! and `HGETALL` of the hold requests. A reader without one, or whose copy the version shows out
+//! of date, runs the read script, which resolves the registry on the server and returns it with
+//! its version. Both are one round trip; the pipeline costs Redis a fraction of the script.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use redis::aio::ConnectionLike;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::domain::name::{BenchName, Reason};
-use crate::domain::state::{Bench, Key, Reading};
+use crate::domain::state::{Bench, HoldRequest, Key, Reading};
 
 use super::keys::Keys;
 
@@ -20,12 +26,25 @@ use super::keys::Keys;
 /// (reference §1.7), and a month is already far past the longest planned sleep.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-static BEAT: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/beat.lua")));
-static READ: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/read.lua")));
+const BEAT: &str = include_str!("lua/beat.lua");
+const READ: &str = include_str!("lua/read.lua");
+const HOLD: &str = include_str!("lua/hold.lua");
+const FORGET: &str = include_str!("lua/forget.lua");
 
-/// A failed store operation; each variant names the operation and the bench or key it was for.
+/// The most keys one MGET of the warm read asks for. A larger fleet is read with several MGETs in
+/// the same pipeline, still one round trip, so that no single command holds Redis for long.
+const MGET_BATCH: usize = 50_000;
+
+/// `EVAL` of a script over its keys. EVAL rather than EVALSHA: every call is then exactly one
+/// round trip, with no NOSCRIPT retry after a Redis restart; the server still caches the compiled
+/// script by its hash, and the scripts are small next to what they carry.
+fn eval(source: &str, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(source).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// A failed store operation; each variant names the operation and the bench it was for.
 #[derive(Debug, thiserror::Error)]
 pub enum PresenceError {
     #[error("writing the beat of {name}")]
@@ -92,7 +111,7 @@ pub struct Snapshot {
 }
 
 /// The heartbeat value as it lies in Redis (SPEC §2.3). The beat script writes it with cjson.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Wire {
     v: u32,
     at: i64,
@@ -105,16 +124,38 @@ struct Wire {
     cores: Option<u32>,
 }
 
+/// A hold request as it lies in the hold-request hash (SPEC §2.3).
+#[derive(Debug, Deserialize)]
+struct WireRequest {
+    reason: String,
+    #[serde(default)]
+    until: Option<i64>,
+}
+
+/// A reader's copy of the registry, valid while the registry's version and size are unchanged.
+#[derive(Debug)]
+struct Registry {
+    version: String,
+    size: usize,
+    /// Every member, as stored (the MGET keys are built from these, in this order).
+    members: Vec<String>,
+}
+
 /// The presence store over one connection (a multiplexed connection or a connection manager).
 #[derive(Clone)]
 pub struct Presence<C> {
     conn: C,
     keys: Keys,
+    registry: Arc<Mutex<Option<Arc<Registry>>>>,
 }
 
 impl<C: ConnectionLike + Clone + Send> Presence<C> {
     pub fn new(conn: C, keys: Keys) -> Self {
-        Self { conn, keys }
+        Self {
+            conn,
+            keys,
+            registry: Arc::default(),
+        }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -124,17 +165,20 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// Writes one beat and registers the bench, in one round trip (the beat script).
     pub async fn beat(&self, beat: &Beat) -> Result<Receipt, PresenceError> {
         let ttl_ms = u64::try_from(beat.ttl.min(MAX_TTL).as_millis()).unwrap_or(u64::MAX);
+        let keys = [
+            self.keys.heartbeat(&beat.name),
+            self.keys.hold_requests(),
+            self.keys.registry(),
+            self.keys.registry_version(),
+        ];
         let mut conn = self.conn.clone();
-        let (at_ms, hold): (i64, Option<String>) = BEAT
-            .key(self.keys.heartbeat(&beat.name))
-            .key(self.keys.hold_request(&beat.name))
-            .key(self.keys.registry())
+        let (at_ms, hold): (i64, Option<String>) = eval(BEAT, &keys)
             .arg(beat.name.as_str())
             .arg(ttl_ms)
             .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
             .arg(beat.load.map_or(String::new(), |l| l.to_string()))
             .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
-            .invoke_async(&mut conn)
+            .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Beat {
                 name: beat.name.clone(),
@@ -146,46 +190,135 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         })
     }
 
-    /// Reads every registered bench, or the named ones, in one round trip whatever the fleet's
-    /// size. Named benches that never beat come back as `Reading::Missing`.
+    /// Reads every registered bench (with `names` empty), or the named ones, in one round trip
+    /// whatever the fleet's size. A named bench that never beat comes back `Reading::Missing`.
     pub async fn read(&self, names: &[BenchName]) -> Result<Snapshot, PresenceError> {
-        let mut conn = self.conn.clone();
-        let mut invocation = READ.key(self.keys.registry());
-        invocation
-            .arg(self.keys.heartbeat_prefix())
-            .arg(self.keys.hold_request_prefix());
-        for name in names {
-            invocation.arg(name.as_str());
+        if !names.is_empty() {
+            let members: Vec<String> = names.iter().map(|n| n.as_str().to_owned()).collect();
+            let (_, _, snapshot) = self.read_members(&members).await?;
+            return Ok(snapshot);
         }
-        let reply: ReadReply = invocation
-            .invoke_async(&mut conn)
+        let cached = self.registry.lock().expect("registry lock").clone();
+        if let Some(registry) = cached {
+            let (version, size, snapshot) = self.read_members(&registry.members).await?;
+            if version == registry.version && size == registry.size {
+                return Ok(snapshot);
+            }
+        }
+        self.read_cold().await
+    }
+
+    /// The warm plan: one pipeline over members the caller knows. Returns the registry's version
+    /// and size alongside, so the caller can tell whether its copy was current.
+    async fn read_members(
+        &self,
+        members: &[String],
+    ) -> Result<(String, usize, Snapshot), PresenceError> {
+        let mut pipe = redis::pipe();
+        pipe.get(self.keys.registry_version())
+            .scard(self.keys.registry())
+            .cmd("TIME")
+            .hgetall(self.keys.hold_requests());
+        let prefix = self.keys.heartbeat_prefix();
+        for batch in members.chunks(MGET_BATCH) {
+            let keys: Vec<String> = batch.iter().map(|m| format!("{prefix}{m}")).collect();
+            pipe.cmd("MGET").arg(keys);
+        }
+        let mut conn = self.conn.clone();
+        let mut replies: Vec<redis::Value> = pipe
+            .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
-        decode_read(reply)
+        if replies.len() < 4 {
+            return Err(PresenceError::ReadReply(format!(
+                "{} replies to the read pipeline",
+                replies.len()
+            )));
+        }
+        let batches = replies.split_off(4);
+        let mut head = replies.into_iter();
+        let version: Option<String> = parse(head.next())?;
+        let size: usize = parse(head.next())?;
+        let time: (String, String) = parse(head.next())?;
+        let holds: Vec<(Vec<u8>, Vec<u8>)> = parse(head.next())?;
+        let mut values = Vec::with_capacity(members.len());
+        for batch in batches {
+            let part: Vec<Option<Vec<u8>>> = parse(Some(batch))?;
+            values.extend(part);
+        }
+        let snapshot = decode(
+            time,
+            members.iter().map(|m| m.as_bytes().to_vec()).collect(),
+            values,
+            holds,
+        )?;
+        Ok((version.unwrap_or_default(), size, snapshot))
+    }
+
+    /// The cold plan: the read script resolves the registry on the server. The registry it
+    /// returns is kept for the next read.
+    async fn read_cold(&self) -> Result<Snapshot, PresenceError> {
+        let keys = [
+            self.keys.registry(),
+            self.keys.registry_version(),
+            self.keys.hold_requests(),
+        ];
+        type ColdReply = (
+            String,
+            (String, String),
+            Vec<Vec<u8>>,
+            Vec<Option<Vec<u8>>>,
+            Vec<(Vec<u8>, Vec<u8>)>,
+        );
+        let mut conn = self.conn.clone();
+        let (version, time, members, values, holds): ColdReply = eval(READ, &keys)
+            .arg(self.keys.heartbeat_prefix())
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| PresenceError::Read { source })?;
+        // A member that is not UTF-8 is foreign and cannot be asked for by name: with one in the
+        // registry nothing is kept, and every read is cold, so it is still reported.
+        let utf8: Option<Vec<String>> = members
+            .iter()
+            .map(|m| String::from_utf8(m.clone()).ok())
+            .collect();
+        let registry = utf8.map(|names| {
+            Arc::new(Registry {
+                version,
+                size: members.len(),
+                members: names,
+            })
+        });
+        let snapshot = decode(time, members, values, holds)?;
+        *self.registry.lock().expect("registry lock") = registry;
+        Ok(snapshot)
     }
 
     /// Asks a bench to hold: the bench carries the request on its own next beat. With `ttl`, the
-    /// request lapses by itself. Registers the bench, so it shows in `fleet state`.
+    /// request lapses by itself on the server's clock. Registers the bench, so it shows in
+    /// `fleet state` before its first beat.
     pub async fn request_hold(
         &self,
         name: &BenchName,
         reason: &Reason,
         ttl: Option<Duration>,
     ) -> Result<(), PresenceError> {
+        let keys = [
+            self.keys.hold_requests(),
+            self.keys.registry(),
+            self.keys.registry_version(),
+        ];
+        let ms = ttl.map_or(0, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
         let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        let set = pipe
-            .cmd("SET")
-            .arg(self.keys.hold_request(name))
-            .arg(reason.as_str());
-        if let Some(ttl) = ttl {
-            set.arg("PX").arg(ttl.as_millis().max(1) as u64);
-        }
-        set.ignore();
-        pipe.sadd(self.keys.registry(), name.as_str()).ignore();
-        pipe.query_async::<()>(&mut conn)
+        eval(HOLD, &keys)
+            .arg(name.as_str())
+            .arg(reason.as_str())
+            .arg(ms)
+            .query_async::<i64>(&mut conn)
             .await
+            .map(drop)
             .map_err(|source| PresenceError::RequestHold {
                 name: name.clone(),
                 source,
@@ -196,8 +329,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// request was there.
     pub async fn release(&self, name: &BenchName) -> Result<bool, PresenceError> {
         let mut conn = self.conn.clone();
-        let removed: i64 = redis::cmd("DEL")
-            .arg(self.keys.hold_request(name))
+        let removed: i64 = redis::cmd("HDEL")
+            .arg(self.keys.hold_requests())
+            .arg(name.as_str())
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Release {
@@ -210,14 +344,17 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// Removes benches from the registry, with their hold requests. Returns, per name, whether
     /// it was registered. A bench that beats again registers itself again.
     pub async fn forget(&self, names: &[BenchName]) -> Result<Vec<bool>, PresenceError> {
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
+        let keys = [
+            self.keys.registry(),
+            self.keys.registry_version(),
+            self.keys.hold_requests(),
+        ];
+        let mut cmd = eval(FORGET, &keys);
         for name in names {
-            pipe.srem(self.keys.registry(), name.as_str());
-            pipe.del(self.keys.hold_request(name)).ignore();
+            cmd.arg(name.as_str());
         }
-        let removed: Vec<i64> = pipe
+        let mut conn = self.conn.clone();
+        let removed: Vec<i64> = cmd
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Forget { source })?;
@@ -225,32 +362,31 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 }
 
-type ReadReply = (
-    String,
-    String,
-    Vec<Vec<u8>>,
-    Vec<Option<Vec<u8>>>,
-    Vec<i64>,
-    Vec<Option<Vec<u8>>>,
-);
+fn parse<T: redis::FromRedisValue>(value: Option<redis::Value>) -> Result<T, PresenceError> {
+    let value = value.ok_or_else(|| PresenceError::ReadReply("a reply is missing".into()))?;
+    redis::from_redis_value(value).map_err(|e| PresenceError::ReadReply(e.to_string()))
+}
 
-fn decode_read(reply: ReadReply) -> Result<Snapshot, PresenceError> {
-    let (secs, micros, names, beats, pttls, holds) = reply;
-    let now = server_time(&secs, &micros)
-        .ok_or_else(|| PresenceError::ReadReply(format!("TIME was {secs:?} {micros:?}")))?;
-    if beats.len() != names.len() || pttls.len() != names.len() || holds.len() != names.len() {
+/// Turns one read's raw replies into a snapshot: members and values are in the same order.
+fn decode(
+    time: (String, String),
+    members: Vec<Vec<u8>>,
+    values: Vec<Option<Vec<u8>>>,
+    holds: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Snapshot, PresenceError> {
+    let now = server_time(&time.0, &time.1)
+        .ok_or_else(|| PresenceError::ReadReply(format!("TIME was {time:?}")))?;
+    if values.len() != members.len() {
         return Err(PresenceError::ReadReply(format!(
-            "{} names but {} values, {} TTLs and {} hold requests",
-            names.len(),
-            beats.len(),
-            pttls.len(),
-            holds.len()
+            "{} members but {} values",
+            members.len(),
+            values.len()
         )));
     }
-    let mut benches = Vec::with_capacity(names.len());
+    let requests: std::collections::HashMap<Vec<u8>, Vec<u8>> = holds.into_iter().collect();
+    let mut benches = Vec::with_capacity(members.len());
     let mut foreign = Vec::new();
-    let rows = names.into_iter().zip(beats).zip(pttls).zip(holds);
-    for (((raw, beat), pttl), hold) in rows {
+    for (raw, value) in members.into_iter().zip(values) {
         let Some(name) = std::str::from_utf8(&raw)
             .ok()
             .and_then(|s| BenchName::parse(s).ok())
@@ -258,15 +394,11 @@ fn decode_read(reply: ReadReply) -> Result<Snapshot, PresenceError> {
             foreign.push(String::from_utf8_lossy(&raw).into_owned());
             continue;
         };
-        let (reading, load, cores) = match beat {
+        let (reading, load, cores) = match value {
             None => (Reading::Missing, None, None),
-            Some(bytes) => decode_beat(&bytes, pttl, now),
+            Some(bytes) => decode_beat(&bytes),
         };
-        // A request that is not a valid reason (a foreign write) is shown as nothing rather
-        // than trusted: it is an operator's ask, not the bench's word.
-        let requested_hold = hold
-            .and_then(|h| String::from_utf8(h).ok())
-            .and_then(|h| Reason::parse(&h).ok());
+        let requested_hold = requests.get(&raw).and_then(|r| decode_request(r));
         benches.push(Bench {
             name,
             load,
@@ -285,80 +417,73 @@ fn decode_read(reply: ReadReply) -> Result<Snapshot, PresenceError> {
     })
 }
 
-/// Decodes one heartbeat value and its remaining TTL into a reading and the load facts.
-fn decode_beat(bytes: &[u8], pttl: i64, now: DateTime<Utc>) -> (Reading, Option<f64>, Option<u32>) {
+/// Decodes one heartbeat value into a reading and the load facts. Garbage is a reading
+/// (unreadable, so DOWN with the reason), never an error of the read.
+fn decode_beat(bytes: &[u8]) -> (Reading, Option<f64>, Option<u32>) {
+    let unreadable = |why: String| (Reading::Unreadable(why), None, None);
     let wire: Wire = match serde_json::from_slice(bytes) {
         Ok(wire) => wire,
-        Err(e) => {
-            return (
-                Reading::Unreadable(format!("not a heartbeat ({e})")),
-                None,
-                None,
-            );
-        }
+        Err(e) => return unreadable(format!("not a heartbeat ({e})")),
     };
     if wire.v != 1 {
-        return (
-            Reading::Unreadable(format!(
-                "heartbeat version {} is not known to this fleet",
-                wire.v
-            )),
-            None,
-            None,
-        );
+        return unreadable(format!(
+            "heartbeat version {} is not known to this fleet",
+            wire.v
+        ));
     }
     let hold = match wire.hold.as_deref().map(Reason::parse).transpose() {
         Ok(hold) => hold,
-        Err(e) => return (Reading::Unreadable(format!("bad hold ({e})")), None, None),
+        Err(e) => return unreadable(format!("bad hold ({e})")),
     };
     let Some(written_at) = DateTime::from_timestamp_millis(wire.at) else {
-        return (
-            Reading::Unreadable(format!("bad write time {}", wire.at)),
-            None,
-            None,
-        );
+        return unreadable(format!("bad write time {}", wire.at));
     };
+    let ttl = Duration::from_millis(wire.ttl);
+    if ttl > MAX_TTL {
+        return unreadable(format!("ttl {} ms is past the longest promise", wire.ttl));
+    }
     let load = wire.load.filter(|l| l.is_finite() && *l >= 0.0);
-    let expires_at = match pttl {
-        // -1: the key exists and has no TTL. The read saw the key, so -2 cannot follow a value;
-        // if it did, the key expired and the reading is as missing.
-        -1 => None,
-        ms if ms < 0 => return (Reading::Missing, None, None),
-        ms => Some(now + TimeDelta::milliseconds(ms)),
-    };
     let key = Key {
         written_at,
-        ttl: Duration::from_millis(wire.ttl),
+        ttl,
         hold,
-        expires_at,
     };
     (Reading::Beat(key), load, wire.cores)
 }
 
+/// Decodes one hold request; one that is not a valid request (a foreign write) is no request:
+/// it is an operator's ask, never the bench's word, and trusting garbage would hold a bench.
+fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
+    let wire: WireRequest = serde_json::from_slice(bytes).ok()?;
+    Some(HoldRequest {
+        reason: Reason::parse(&wire.reason).ok()?,
+        until: match wire.until {
+            None => None,
+            Some(ms) => Some(DateTime::from_timestamp_millis(ms)?),
+        },
+    })
+}
+
 fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
     let secs: i64 = secs.parse().ok()?;
-    let micros: u32 = micros.parse().ok()?;
-    DateTime::from_timestamp(secs, micros.checked_mul(1000)?)
+    let micros: i64 = micros.parse().ok()?;
+    DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp_millis(1_800_000_000_000).unwrap()
-    }
-
     #[test]
-    fn a_well_formed_value_decodes_with_its_expiry_from_pttl() {
+    fn a_well_formed_value_decodes() {
         let v = br#"{"v":1,"at":1799999990000,"ttl":30000,"hold":"upgrade","load":21,"cores":16}"#;
-        let (reading, load, cores) = decode_beat(v, 20_000, now());
+        let (reading, load, cores) = decode_beat(v);
         let Reading::Beat(key) = reading else {
             panic!("{reading:?}")
         };
         assert_eq!(key.ttl, Duration::from_secs(30));
         assert_eq!(key.hold.unwrap().as_str(), "upgrade");
-        assert_eq!(key.expires_at, Some(now() + TimeDelta::seconds(20)));
+        assert_eq!(key.written_at.timestamp_millis(), 1_799_999_990_000);
         assert_eq!((load, cores), (Some(21.0), Some(16)));
     }
 
@@ -369,12 +494,16 @@ mod tests {
             (br#"{"v":2,"at":1,"ttl":1}"#, "version 2"),
             (br#"{"v":1,"ttl":1}"#, "not a heartbeat"),
             (br#"{"v":1,"at":1,"ttl":-5}"#, "not a heartbeat"),
+            (br#"{"v":1,"at":1,"ttl":99999999999999}"#, "longest promise"),
             (br#"{"v":1,"at":1,"ttl":1,"hold":"a\tb"}"#, "bad hold"),
             (br#"{"v":1,"at":1,"ttl":1,"hold":""}"#, "bad hold"),
+            (
+                br#"{"v":1,"at":9999999999999999,"ttl":1}"#,
+                "bad write time",
+            ),
             (&[0xff, 0xfe][..], "not a heartbeat"),
         ] {
-            let (reading, _, _) = decode_beat(value, 1000, now());
-            match reading {
+            match decode_beat(value).0 {
                 Reading::Unreadable(why) => assert!(why.contains(want), "{why}"),
                 other => panic!("{value:?} read as {other:?}"),
             }
@@ -382,17 +511,27 @@ mod tests {
     }
 
     #[test]
-    fn a_key_without_ttl_has_no_expiry() {
-        let v = br#"{"v":1,"at":1,"ttl":30000}"#;
-        let (Reading::Beat(key), _, _) = decode_beat(v, -1, now()) else {
-            panic!()
-        };
-        assert_eq!(key.expires_at, None);
+    fn a_bad_load_is_dropped_not_trusted() {
+        let v = br#"{"v":1,"at":1,"ttl":30000,"load":-1}"#;
+        assert_eq!(decode_beat(v).1, None);
     }
 
     #[test]
-    fn a_bad_load_is_dropped_not_trusted() {
-        let v = br#"{"v":1,"at":1,"ttl":30000,"load":-1}"#;
-        assert_eq!(decode_beat(v, 5, now()).1, None);
+    fn garbage_hold_requests_are_no_requests() {
+        assert_eq!(decode_request(b"nonsense"), None);
+        assert_eq!(decode_request(br#"{"reason":""}"#), None);
+        assert_eq!(decode_request(br#"{"until":5}"#), None);
+        let r = decode_request(br#"{"reason":"x","until":5}"#).unwrap();
+        assert_eq!(
+            (r.reason.as_str(), r.until.map(|u| u.timestamp_millis())),
+            ("x", Some(5))
+        );
+    }
+
+    #[test]
+    fn server_time_keeps_microseconds() {
+        let t = server_time("1800000000", "123456").unwrap();
+        assert_eq!(t.timestamp_micros(), 1_800_000_000_123_456);
+        assert_eq!(server_time("x", "1"), None);
     }
 }

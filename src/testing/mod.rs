@@ -190,7 +190,10 @@ fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
             if !told {
                 log.push_str(&line);
                 log.push('\n');
-                if line.contains("Ready to accept connections") {
+                if line
+                    .to_ascii_lowercase()
+                    .contains("ready to accept connections")
+                {
                     told = true;
                     let _ = tx.send(Ok(()));
                 }

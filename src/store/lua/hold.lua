@@ -1,0 +1,16 @@
+-- An operator's hold request (SPEC §2.4). One round trip.
+--
+-- KEYS[1] the hold-request hash, KEYS[2] the registry, KEYS[3] the registry version.
+-- ARGV[1] the bench name, ARGV[2] the reason, ARGV[3] how long it lasts in ms (0: until released).
+--
+-- The lapse is stamped on the server's clock, like every deadline fleet keeps.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local request = { reason = ARGV[2] }
+local ms = tonumber(ARGV[3])
+if ms > 0 then request['until'] = now + ms end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(request))
+if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
+  if redis.call('INCR', KEYS[3]) == 1 then redis.call('SET', KEYS[3], string.format('%d', now * 1000)) end
+end
+return now

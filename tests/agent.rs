@@ -1,0 +1,222 @@
+//! The heartbeat agent against a real redis-server: beats, carried holds, outages, the final
+//! beat, and the binary's signal handling (SPEC §2.9).
+
+mod support;
+
+use std::time::Duration;
+
+use fleet::agent::{Agent, Config, Event};
+use fleet::domain::state::State;
+use fleet::store::keys::Keys;
+use fleet::testing::RedisServer;
+use support::*;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn config(final_ttl: Duration, final_hold: Option<&str>) -> Config {
+    Config {
+        name: name("bench-01"),
+        interval: Duration::from_millis(20),
+        ttl: Duration::from_secs(30),
+        final_ttl,
+        final_hold: final_hold.map(reason),
+    }
+}
+
+struct Running {
+    events: mpsc::UnboundedReceiver<Event>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(server: &RedisServer, config: Config) -> Running {
+    let (tx, events) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let mut endpoint = server.endpoint();
+    endpoint.timeout = Duration::from_millis(500);
+    let agent = Agent::new(config, endpoint, Keys::default()).with_events(tx);
+    let task = tokio::spawn(agent.run(shutdown.clone()));
+    Running {
+        events,
+        shutdown,
+        task,
+    }
+}
+
+impl Running {
+    /// Waits for the next event that `want` accepts, failing on a long wait.
+    async fn until(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+        bounded(what, async {
+            loop {
+                let e = self.events.recv().await.expect("agent stopped");
+                if want(&e) {
+                    return e;
+                }
+            }
+        })
+        .await
+    }
+
+    async fn stop(mut self) -> Event {
+        self.shutdown.cancel();
+        let last = self
+            .until("the final beat", |e| matches!(e, Event::Final(_)))
+            .await;
+        bounded("agent exit", self.task).await.unwrap();
+        last
+    }
+}
+
+async fn state(server: &RedisServer) -> (State, Option<String>, Option<f64>, Option<u32>) {
+    let p = presence(server).await;
+    let snap = p.read(&[name("bench-01")]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    (row.state, row.hold, row.load, row.cores)
+}
+
+#[tokio::test]
+async fn the_agent_beats_with_the_hosts_load_and_cores_and_carries_a_hold_request() {
+    let server = server();
+    let mut agent = start(&server, config(Duration::ZERO, None));
+    agent.until("a beat", |e| matches!(e, Event::Beat(_))).await;
+    let (st, hold, load, cores) = state(&server).await;
+    assert_eq!((st, hold), (State::Up, None));
+    assert!(
+        load.is_some() && cores.unwrap() >= 1,
+        "load {load:?} cores {cores:?}"
+    );
+
+    presence(&server)
+        .await
+        .request_hold(&name("bench-01"), &reason("upgrade"), None)
+        .await
+        .unwrap();
+    agent
+        .until(
+            "the hold carried",
+            |e| matches!(e, Event::Beat(r) if r.hold.as_deref() == Some("upgrade")),
+        )
+        .await;
+    assert_eq!(state(&server).await.0, State::Held);
+
+    presence(&server)
+        .await
+        .release(&name("bench-01"))
+        .await
+        .unwrap();
+    agent
+        .until(
+            "the hold dropped",
+            |e| matches!(e, Event::Beat(r) if r.hold.is_none()),
+        )
+        .await;
+    assert_eq!(state(&server).await.0, State::Up);
+
+    let last = agent.stop().await;
+    assert!(matches!(last, Event::Final(Ok(_))), "{last:?}");
+    assert_eq!(
+        state(&server).await.0,
+        State::Down,
+        "final TTL 0 reads DOWN at once"
+    );
+}
+
+#[tokio::test]
+async fn the_agent_keeps_beating_through_a_redis_outage() {
+    let mut server = server();
+    let mut agent = start(&server, config(Duration::ZERO, None));
+    agent.until("a beat", |e| matches!(e, Event::Beat(_))).await;
+    server.kill();
+    let failed = agent
+        .until("a failure", |e| matches!(e, Event::Failed { .. }))
+        .await;
+    let Event::Failed { error, .. } = failed else {
+        unreachable!()
+    };
+    assert!(!error.is_empty());
+    agent
+        .until("a second failure", |e| {
+            matches!(e, Event::Failed { failures: 2, .. })
+        })
+        .await;
+    server.restart().unwrap();
+    agent
+        .until("a beat after the outage", |e| matches!(e, Event::Beat(_)))
+        .await;
+    assert_eq!(state(&server).await.0, State::Up);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_started_while_redis_is_down_beats_once_it_is_up() {
+    let mut server = server();
+    server.kill();
+    let mut agent = start(&server, config(Duration::ZERO, None));
+    agent
+        .until("a failure", |e| matches!(e, Event::Failed { .. }))
+        .await;
+    server.restart().unwrap();
+    agent.until("a beat", |e| matches!(e, Event::Beat(_))).await;
+    assert_eq!(state(&server).await.0, State::Up);
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn a_final_beat_with_a_hold_promises_a_planned_sleep() {
+    let server = server();
+    let mut agent = start(&server, config(Duration::from_secs(3600), Some("sleeping")));
+    agent.until("a beat", |e| matches!(e, Event::Beat(_))).await;
+    agent.stop().await;
+    let p = presence(&server).await;
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(
+        (row.state, row.hold.as_deref(), row.ttl_ms),
+        (State::Held, Some("sleeping"), Some(3_600_000))
+    );
+}
+
+#[tokio::test]
+async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
+    let server = server();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args([
+            "--redis",
+            &server.url(),
+            "agent",
+            "bench-01",
+            "--interval",
+            "50ms",
+        ])
+        .env("FLEET_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    bounded("a beat logged", async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("beat written") {
+                return;
+            }
+        }
+        panic!("the agent ended before beating");
+    })
+    .await;
+    assert_eq!(state(&server).await.0, State::Up);
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = bounded("agent exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        state(&server).await.0,
+        State::Down,
+        "the final beat had TTL 0"
+    );
+}

@@ -1,0 +1,424 @@
+//! The command line: verbs called as library functions with a `Vec<u8>` writer, and the binary
+//! for exit codes and messages (SPEC §2.6).
+
+mod support;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use fleet::cli::{Cli, Ctx};
+use fleet::testing::RedisServer;
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+/// Runs a command line through the library against `server`; returns its output and exit code.
+async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
+    let url = server.url();
+    let mut argv = vec!["fleet", "--redis", &url];
+    argv.extend_from_slice(args);
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let ctx = Ctx::new(&cli.global, CancellationToken::new(), false);
+    let mut out = Vec::new();
+    let code = match bounded("verb", cli.command.run(&ctx, &mut out)).await {
+        Ok(()) => 0,
+        Err(e) => e.exit_code(),
+    };
+    (String::from_utf8(out).unwrap(), code)
+}
+
+fn fleet(args: &[&str], env: &[(&str, &str)]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("FLEET_REDIS_URL")
+        .output()
+        .expect("running fleet")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn state_json_has_exactly_the_pinned_fields_sorted_by_name() {
+    let server = server();
+    assert_eq!(
+        run(
+            &server,
+            &["beat", "bench-b", "--load", "21", "--cores", "16"]
+        )
+        .await
+        .1,
+        0
+    );
+    assert_eq!(
+        run(
+            &server,
+            &["beat", "bench-a", "--ttl", "1h", "--hold", "sleeping"]
+        )
+        .await
+        .1,
+        0
+    );
+    let (out, code) = run(
+        &server,
+        &["state", "-o", "json", "bench-b", "bench-a", "never"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bench-a", "bench-b", "never"]);
+    for r in rows {
+        let mut fields: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                "cores",
+                "error",
+                "expires_in_ms",
+                "hold",
+                "load",
+                "name",
+                "requested_hold",
+                "state",
+                "ttl_ms"
+            ]
+        );
+    }
+    assert_eq!(rows[0]["state"], "HELD");
+    assert_eq!(rows[0]["hold"], "sleeping");
+    assert_eq!(rows[0]["ttl_ms"], 3_600_000);
+    assert_eq!(rows[1]["state"], "UP");
+    assert_eq!(rows[1]["load"], 21.0);
+    assert_eq!(rows[1]["cores"], 16);
+    assert_eq!(rows[2]["state"], "DOWN");
+    assert_eq!(rows[2]["expires_in_ms"], serde_json::Value::Null);
+}
+
+#[tokio::test]
+async fn live_lists_up_and_held_benches_sorted_and_down_ones_not_at_all() {
+    let server = server();
+    for args in [
+        &["beat", "c"][..],
+        &["beat", "a", "--hold", "x"],
+        &["beat", "b", "--ttl", "0"],
+        &["hold", "d", "--reason", "asked"],
+    ] {
+        assert_eq!(run(&server, args).await.1, 0, "{args:?}");
+    }
+    assert_eq!(run(&server, &["live"]).await, ("a\nc\n".to_owned(), 0));
+    assert_eq!(
+        run(&server, &["live", "b", "c"]).await,
+        ("c\n".to_owned(), 0)
+    );
+}
+
+#[tokio::test]
+async fn state_tsv_and_table_show_every_row() {
+    let server = server();
+    run(&server, &["beat", "bench-01", "--load", "3.5"]).await;
+    run(
+        &server,
+        &["hold", "bench-01", "--reason", "drain me", "--for", "10m"],
+    )
+    .await;
+    let (tsv, _) = run(&server, &["state", "-o", "tsv"]).await;
+    let lines: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines[0][..3], ["name", "state", "hold"]);
+    assert_eq!(lines[1][..5], ["bench-01", "UP", "", "drain me", "3.5"]);
+    let (table, _) = run(&server, &["state"]).await;
+    assert!(table.contains("(requested: drain me)"), "{table}");
+}
+
+#[tokio::test]
+async fn hold_release_and_forget_say_what_they_did() {
+    let server = server();
+    let (out, code) = run(
+        &server,
+        &["hold", "bench-01", "--reason", "upgrade", "--for", "1h"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(out.contains("hold requested for 1h (upgrade)"), "{out}");
+    assert!(
+        run(&server, &["release", "bench-01"])
+            .await
+            .0
+            .contains("withdrawn")
+    );
+    assert!(
+        run(&server, &["release", "bench-01"])
+            .await
+            .0
+            .contains("no hold was requested")
+    );
+    let (out, _) = run(&server, &["forget", "bench-01", "bench-02"]).await;
+    assert_eq!(out, "bench-01: forgotten\nbench-02: was not registered\n");
+}
+
+#[tokio::test]
+async fn watch_redraws_until_shutdown() {
+    let server = server();
+    run(&server, &["beat", "bench-01"]).await;
+    let url = server.url();
+    let cli = Cli::try_parse_from([
+        "fleet",
+        "--redis",
+        &url,
+        "state",
+        "--watch",
+        "-o",
+        "json",
+        "--interval",
+        "10ms",
+    ])
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+    // A writer that cancels the watch once it has written three frames (one JSON array a line).
+    struct Frames {
+        buf: Vec<u8>,
+        shutdown: CancellationToken,
+    }
+    impl std::io::Write for Frames {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(data);
+            if self.buf.iter().filter(|&&b| b == b'\n').count() >= 3 {
+                self.shutdown.cancel();
+            }
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Frames {
+        buf: Vec::new(),
+        shutdown,
+    };
+    bounded("watch", cli.command.run(&ctx, &mut out))
+        .await
+        .unwrap();
+    let text = String::from_utf8(out.buf).unwrap();
+    let frames: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(frames.len() >= 3);
+    assert!(frames.iter().all(|f| f[0]["state"] == "UP"));
+}
+
+#[test]
+fn bad_input_exits_2_with_what_is_valid() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["state", "Bench_01"], "RFC 1123"),
+        (&["beat", "-x"], "unexpected argument"),
+        (&["beat", "ok", "--ttl", "ten"], "like 30s"),
+        (&["beat", "ok", "--ttl", "31d"], "longest promise"),
+        (&["beat", "ok", "--load=-1"], "invalid load"),
+        (&["beat", "ok", "--cores", "0"], "invalid core count"),
+        (&["beat", "ok", "--hold", ""], "say why"),
+        (&["hold", "ok"], "--reason"),
+        (&["hold", "ok", "--reason", "a\tb"], "control character"),
+        (
+            &["hold", "ok", "--reason", "x", "--for", "0s"],
+            "longer than zero",
+        ),
+        (
+            &["agent", "ok", "--interval", "10s", "--ttl", "15s"],
+            "shorter than two intervals",
+        ),
+        (&["--prefix", "a{b}", "state"], "invalid prefix"),
+        (&["--timeout", "0", "state"], "longer than zero"),
+        (
+            &["--redis", "http://localhost", "state"],
+            "invalid Redis URL",
+        ),
+        (&["forget"], "required"),
+        (&["nonsense"], "unrecognized subcommand"),
+    ];
+    for (args, want) in cases {
+        let o = fleet(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn an_unreachable_redis_exits_1_naming_the_url_within_the_timeout() {
+    // Refused at once.
+    let o = fleet(&["--redis", "redis://127.0.0.1:1", "state"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("cannot reach Redis at redis://127.0.0.1:1"),
+        "{}",
+        stderr(&o)
+    );
+    // A peer that accepts and never answers: the timeout bounds the wait.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://:hunter2@127.0.0.1:{}",
+        silent.local_addr().unwrap().port()
+    );
+    let start = Instant::now();
+    let o = fleet(&["--redis", &url, "--timeout", "300ms", "live"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        !stderr(&o).contains("hunter2"),
+        "the password never reaches a message"
+    );
+    assert!(stderr(&o).contains(":***@127.0.0.1"), "{}", stderr(&o));
+}
+
+#[test]
+fn flags_also_come_from_the_environment() {
+    let server = server();
+    let url = server.url();
+    let env = [
+        ("FLEET_REDIS_URL", url.as_str()),
+        ("FLEET_PREFIX", "envtest"),
+    ];
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["beat", "bench-01"])
+        .envs(env)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("live")
+        .envs(env)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bench-01\n");
+    let o = fleet(&["--redis", &url, "live"], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "",
+        "another prefix is another fleet"
+    );
+}
+
+#[tokio::test]
+async fn acl_users_with_passwords_connect_and_a_wrong_password_is_a_runtime_error() {
+    let server = RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        args: [
+            "--user", "bench", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port().unwrap();
+    let good = format!("redis://bench:s3cret@127.0.0.1:{port}");
+    let o = fleet(&["--redis", &good, "beat", "bench-01"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = fleet(&["--redis", &good, "live"], &[]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bench-01\n");
+    let bad = format!("redis://bench:wrong@127.0.0.1:{port}");
+    let o = fleet(&["--redis", &bad, "live"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!stderr(&o).contains("wrong"), "{}", stderr(&o));
+}
+
+#[test]
+fn tls_redis_with_a_ca_file_connects() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sh = |script: &str| {
+        let ok = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    // A CA, and a server certificate for 127.0.0.1 signed by it.
+    sh(
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=fleet-test-ca 2>/dev/null",
+    );
+    sh(
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null",
+    );
+    sh(
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null",
+    );
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let path = |f: &str| d.join(f).display().to_string();
+    let server = RedisServer::with(fleet::testing::Options {
+        args: vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.pem"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.pem"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    let url = format!("rediss://127.0.0.1:{port}");
+    let ca = path("ca.pem");
+    let o = fleet(
+        &["--redis", &url, "--redis-ca", &ca, "beat", "bench-01"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = fleet(&["--redis", &url, "--redis-ca", &ca, "live"], &[]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bench-01\n");
+    // Without the CA the server's certificate is not trusted: a runtime failure, not a hang.
+    let o = fleet(&["--redis", &url, "live"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    drop(server);
+}
+
+// SPEC §2.2: the bench's clock is never compared with the reader's. A bench whose clock runs an
+// hour fast (libfaketime) writes a beat that reads UP with its full TTL on the server's clock.
+#[test]
+fn a_bench_whose_clock_is_an_hour_off_still_reads_correctly() {
+    let server = server();
+    let url = server.url();
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libfaketime is missing: install it (apt-get install faketime)");
+    for offset in ["+1h", "-1h"] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(["--redis", &url, "beat", "skewed", "--ttl", "30s"])
+            .env("LD_PRELOAD", lib)
+            .env("FAKETIME", offset)
+            .env("FAKETIME_DONT_RESET", "1")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let o = fleet(&["--redis", &url, "state", "-o", "json", "skewed"], &[]);
+        let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(rows[0]["state"], "UP", "clock {offset}");
+        let left = rows[0]["expires_in_ms"].as_u64().unwrap();
+        assert!((25_000..=30_000).contains(&left), "clock {offset}: {left}");
+    }
+}

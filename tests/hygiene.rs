@@ -1,0 +1,114 @@
+//! Tests on the source itself: the rules that a reviewer would otherwise have to remember.
+
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &str) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "lua") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut out);
+    out
+}
+
+/// The source without its `#[cfg(test)]` module (tests may do what the code may not).
+fn code(text: &str) -> &str {
+    text.split("#[cfg(test)]").next().unwrap_or(text)
+}
+
+// SPEC §1: `src/domain/` has no I/O, no clock, no environment, no async.
+#[test]
+fn the_domain_is_pure() {
+    let forbidden = [
+        "std::fs",
+        "std::net",
+        "std::env",
+        "std::process",
+        "std::io",
+        "tokio",
+        "redis",
+        "tonic",
+        "kube",
+        "Utc::now",
+        "Local::now",
+        "SystemTime",
+        "Instant",
+        "async ",
+        ".await",
+        "tracing",
+        "println!",
+        "eprintln!",
+    ];
+    let files = sources("src/domain");
+    assert!(!files.is_empty());
+    for (path, text) in files {
+        for word in forbidden {
+            assert!(
+                !code(&text).contains(word),
+                "{} uses {word}: the domain must stay pure",
+                path.display()
+            );
+        }
+    }
+}
+
+// SPEC §2.8: the page is never authority. Nothing reads a `fleet state -o tsv` page back: no code
+// opens a .tsv file or splits rows on tabs to recover states.
+#[test]
+fn no_code_reads_the_tsv_page_back() {
+    for dir in ["src", "cmd"] {
+        for (path, text) in sources(dir) {
+            let code = code(&text);
+            for word in [".tsv", "split('\\t')", "split(\"\\t\")", "fleet-state"] {
+                assert!(
+                    !code.contains(word),
+                    "{} reads a page back ({word}): the keys are the present",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+// SPEC §2.3: every Redis key is named in the key module; no other file spells a key.
+#[test]
+fn every_key_is_named_in_the_key_module() {
+    for (path, text) in sources("src") {
+        if path.ends_with("store/keys.rs") {
+            continue;
+        }
+        let code = code(&text);
+        for word in [":bench:", ":benches", ":holds", "{fleet}"] {
+            assert!(
+                !code.contains(word),
+                "{} names a key ({word}): use store::keys",
+                path.display()
+            );
+        }
+    }
+}
+
+// STYLE: no unwrap() outside tests.
+#[test]
+fn no_unwrap_outside_tests() {
+    for dir in ["src", "cmd"] {
+        for (path, text) in sources(dir) {
+            if path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing")) {
+                continue;
+            }
+            assert!(
+                !code(&text).contains(".unwrap()"),
+                "{} calls unwrap() outside tests",
+                path.display()
+            );
+        }
+    }
+}

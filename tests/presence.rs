@@ -1,0 +1,531 @@
+//! The presence store against a real redis-server (SPEC §2.3 to §2.5).
+
+mod support;
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use fleet::domain::state::{Reading, State};
+use fleet::store::counting::Counting;
+use fleet::store::keys::Keys;
+use fleet::store::presence::{Beat, Presence};
+use support::*;
+
+fn state_of(snapshot: &fleet::store::presence::Snapshot, n: &str) -> State {
+    snapshot
+        .benches
+        .iter()
+        .find(|b| b.name.as_str() == n)
+        .unwrap_or_else(|| panic!("{n} not in snapshot"))
+        .verdict(snapshot.now)
+        .state
+}
+
+#[tokio::test]
+async fn a_beat_reads_up_with_its_promise_and_the_servers_expiry() {
+    let server = server();
+    let p = presence(&server).await;
+    let mut b = beat("bench-01", Duration::from_secs(30));
+    b.load = Some(21.0);
+    b.cores = Some(16);
+    let receipt = p.beat(&b).await.unwrap();
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(row.name, "bench-01");
+    assert_eq!(row.state, State::Up);
+    assert_eq!(row.ttl_ms, Some(30_000));
+    let left = row.expires_in_ms.unwrap();
+    assert!((29_000..=30_000).contains(&left), "{left}");
+    assert_eq!((row.load, row.cores), (Some(21.0), Some(16)));
+    // The write time is the server's: the read's TIME is not before it.
+    assert!(snap.now >= receipt.at && snap.now - receipt.at < TimeDelta::seconds(5));
+}
+
+#[tokio::test]
+async fn a_zero_ttl_beat_reads_down_at_once_and_still_registers() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    p.beat(&beat("bench-01", Duration::ZERO)).await.unwrap();
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(snap.benches.len(), 1);
+    assert_eq!(snap.benches[0].reading, Reading::Missing);
+    assert_eq!(state_of(&snap, "bench-01"), State::Down);
+}
+
+#[tokio::test]
+async fn a_hold_rides_the_key_and_reads_held() {
+    let server = server();
+    let p = presence(&server).await;
+    let mut b = beat("bench-01", Duration::from_secs(3600));
+    b.hold = Some(reason("sleeping"));
+    let receipt = p.beat(&b).await.unwrap();
+    assert_eq!(receipt.hold.as_deref(), Some("sleeping"));
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(
+        (row.state, row.hold.as_deref()),
+        (State::Held, Some("sleeping"))
+    );
+    assert_eq!(row.ttl_ms, Some(3_600_000));
+}
+
+// SPEC §2.2: the bench reads DOWN at its key's expiry, judged by the server's clock. Every read
+// carries the server's time; each must agree with the deadline the server stamped on the beat.
+#[tokio::test]
+async fn a_bench_reads_down_exactly_at_its_keys_expiry_on_the_servers_clock() {
+    let server = server();
+    let p = presence(&server).await;
+    let ttl = Duration::from_millis(300);
+    let receipt = p.beat(&beat("bench-01", ttl)).await.unwrap();
+    let deadline = receipt.at + TimeDelta::from_std(ttl).unwrap();
+    let slack = TimeDelta::milliseconds(2);
+    let (mut ups, mut downs) = (0, 0);
+    bounded("the key to expire", async {
+        loop {
+            let snap = p.read(&[]).await.unwrap();
+            let state = state_of(&snap, "bench-01");
+            if snap.now < deadline - slack {
+                assert_eq!(
+                    state,
+                    State::Up,
+                    "read at {} before the deadline {deadline}",
+                    snap.now
+                );
+                ups += 1;
+            } else if snap.now >= deadline + slack {
+                assert_eq!(
+                    state,
+                    State::Down,
+                    "read at {} after the deadline {deadline}",
+                    snap.now
+                );
+                downs += 1;
+                if downs == 3 {
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(ups > 0, "no read landed before the deadline");
+}
+
+// SPEC §2.2 row 4: a key that is still there a second past the TTL it promised was written
+// without PX; it reads DOWN with an error, never UP.
+#[tokio::test]
+async fn a_key_without_ttl_reads_down_with_an_error_never_up() {
+    let server = server();
+    let p = presence(&server).await;
+    let keys = Keys::default();
+    // A foreign writer sets a heartbeat-shaped value whose promise ended, with no TTL at all.
+    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
+    let stale = format!(r#"{{"v":1,"at":{},"ttl":5000}}"#, (secs - 60) * 1000);
+    let _: () = raw(
+        &server,
+        &["SET", &keys.heartbeat(&name("bench-01")), &stale],
+    )
+    .await;
+    let _: () = raw(&server, &["SADD", &keys.registry(), "bench-01"]).await;
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(row.state, State::Down);
+    assert!(row.error.unwrap().contains("outlived its TTL"));
+}
+
+// A tool that rewrites a live beat without PX (the reference's immortal-key bug) gets exactly
+// the life the beat promised, then DOWN with the error: the copy never extends the promise.
+#[tokio::test]
+async fn a_beat_rewritten_without_px_reads_down_at_its_promise_with_an_error() {
+    let server = server();
+    let p = presence(&server).await;
+    let receipt = p
+        .beat(&beat("bench-01", Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let key = Keys::default().heartbeat(&name("bench-01"));
+    let value: String = raw(&server, &["GET", &key]).await;
+    let _: () = raw(&server, &["SET", &key, &value]).await;
+    assert_eq!(
+        raw::<i64>(&server, &["PTTL", &key]).await,
+        -1,
+        "the key is now immortal"
+    );
+    let deadline = receipt.at + TimeDelta::milliseconds(200);
+    bounded("the promise and the grace to pass", async {
+        loop {
+            let snap = p.read(&[]).await.unwrap();
+            let row = snap.benches[0].row(snap.now);
+            if snap.now < deadline - TimeDelta::milliseconds(2) {
+                assert_eq!(row.state, State::Up);
+            } else if snap.now >= deadline {
+                assert_eq!(row.state, State::Down, "at {}", snap.now);
+            }
+            if snap.now >= deadline + TimeDelta::milliseconds(1000) {
+                assert!(row.error.unwrap().contains("outlived its TTL"));
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn garbage_values_read_down_with_an_error_and_lose_nothing() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let keys = Keys::default();
+    for (n, value) in [
+        ("bench-02", "garbage"),
+        ("bench-03", "{\"v\":1}"),
+        ("bench-04", "\u{1}\u{2}"),
+    ] {
+        let _: () = raw(
+            &server,
+            &["SET", &keys.heartbeat(&name(n)), value, "PX", "60000"],
+        )
+        .await;
+        let _: () = raw(&server, &["SADD", &keys.registry(), n]).await;
+    }
+    let _: () = raw(&server, &["SADD", &keys.registry(), "Not A Name"]).await;
+    let snap = p.read(&[]).await.unwrap();
+    let names: Vec<&str> = snap.benches.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["bench-01", "bench-02", "bench-03", "bench-04"]);
+    assert_eq!(snap.foreign, ["Not A Name"]);
+    assert_eq!(
+        state_of(&snap, "bench-01"),
+        State::Up,
+        "one bad key spoils no other row"
+    );
+    for b in &snap.benches[1..] {
+        let row = b.row(snap.now);
+        assert_eq!(row.state, State::Down, "{}", row.name);
+        assert!(row.error.unwrap().contains("unreadable"), "{}", row.name);
+    }
+}
+
+#[tokio::test]
+async fn named_benches_that_never_beat_are_down_rows() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let snap = p
+        .read(&[name("zz"), name("bench-01"), name("aa")])
+        .await
+        .unwrap();
+    let rows: Vec<(String, State)> = snap
+        .benches
+        .iter()
+        .map(|b| (b.name.to_string(), b.verdict(snap.now).state))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("aa".into(), State::Down),
+            ("bench-01".into(), State::Up),
+            ("zz".into(), State::Down)
+        ]
+    );
+}
+
+// SPEC §2.4: the operator asks, the bench carries it on its own next beat, and HELD always
+// means the bench itself said it.
+#[tokio::test]
+async fn a_hold_request_is_carried_by_the_next_beat_and_released_by_the_one_after() {
+    let server = server();
+    let p = presence(&server).await;
+    let b = beat("bench-01", Duration::from_secs(30));
+    p.beat(&b).await.unwrap();
+    p.request_hold(&name("bench-01"), &reason("kernel upgrade"), None)
+        .await
+        .unwrap();
+
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(
+        row.state,
+        State::Up,
+        "the request alone does not hold the bench"
+    );
+    assert_eq!(row.requested_hold.as_deref(), Some("kernel upgrade"));
+
+    assert_eq!(
+        p.beat(&b).await.unwrap().hold.as_deref(),
+        Some("kernel upgrade")
+    );
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(
+        (row.state, row.hold.as_deref()),
+        (State::Held, Some("kernel upgrade"))
+    );
+    assert_eq!(row.requested_hold, None, "a carried request is the hold");
+
+    assert!(p.release(&name("bench-01")).await.unwrap());
+    assert!(
+        !p.release(&name("bench-01")).await.unwrap(),
+        "releasing twice finds nothing"
+    );
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(
+        state_of(&snap, "bench-01"),
+        State::Held,
+        "held until the bench beats again"
+    );
+    assert_eq!(p.beat(&b).await.unwrap().hold, None);
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(state_of(&snap, "bench-01"), State::Up);
+}
+
+#[tokio::test]
+async fn an_explicit_hold_outranks_the_request_and_a_timed_request_lapses_on_the_server() {
+    let server = server();
+    let p = presence(&server).await;
+    p.request_hold(
+        &name("bench-01"),
+        &reason("asked"),
+        Some(Duration::from_secs(90)),
+    )
+    .await
+    .unwrap();
+    let mut b = beat("bench-01", Duration::from_secs(30));
+    b.hold = Some(reason("mine"));
+    assert_eq!(p.beat(&b).await.unwrap().hold.as_deref(), Some("mine"));
+    let stored: String = raw(
+        &server,
+        &["HGET", &Keys::default().hold_requests(), "bench-01"],
+    )
+    .await;
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    let until = stored["until"].as_i64().unwrap();
+    let lapse = until - receipt_ms(&server).await;
+    assert!(
+        (85_000..=90_000).contains(&lapse),
+        "the request lapses on the server's clock: {lapse}"
+    );
+    // A request also registers the bench, so it shows in `fleet state` before its first beat.
+    p.request_hold(&name("bench-02"), &reason("asked"), None)
+        .await
+        .unwrap();
+    let snap = p.read(&[]).await.unwrap();
+    let row = snap
+        .benches
+        .iter()
+        .find(|b| b.name.as_str() == "bench-02")
+        .unwrap()
+        .row(snap.now);
+    assert_eq!(
+        (row.state, row.requested_hold.as_deref()),
+        (State::Down, Some("asked"))
+    );
+}
+
+#[tokio::test]
+async fn forget_removes_benches_from_the_registry_and_a_beat_registers_again() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    p.beat(&beat("bench-02", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    p.request_hold(&name("bench-02"), &reason("x"), None)
+        .await
+        .unwrap();
+    let removed = p.forget(&[name("bench-02"), name("nobody")]).await.unwrap();
+    assert_eq!(removed, [true, false]);
+    let snap = p.read(&[]).await.unwrap();
+    let names: Vec<&str> = snap.benches.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["bench-01"]);
+    let request: Option<String> = raw(
+        &server,
+        &["HGET", &Keys::default().hold_requests(), "bench-02"],
+    )
+    .await;
+    assert_eq!(request, None, "a forgotten bench's request goes with it");
+    p.beat(&beat("bench-02", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(p.read(&[]).await.unwrap().benches.len(), 2);
+}
+
+// Every store call is one round trip, and the fleet read one whatever the fleet's size: the
+// read script when the reader holds no registry, one pipeline when it does (SPEC §2.5).
+#[tokio::test]
+async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let p = Presence::new(counting.clone(), Keys::default());
+    let mut trips = counting.trips();
+    let mut expect = |n: u64, what: &str| {
+        let now = counting.trips();
+        assert_eq!(now - trips, n, "{what}");
+        trips = now;
+    };
+    p.read(&[]).await.unwrap();
+    expect(1, "read of an empty fleet");
+    p.beat(&beat("bench-00000", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    expect(1, "the first beat after the server started");
+    p.request_hold(
+        &name("bench-00000"),
+        &reason("x"),
+        Some(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    expect(1, "hold request");
+    p.release(&name("bench-00000")).await.unwrap();
+    expect(1, "release");
+    p.forget(&[name("bench-00000"), name("bench-00001")])
+        .await
+        .unwrap();
+    expect(1, "forget of two");
+    // 9 000 benches: beyond one MGET chunk of the read script (4 000) and the Lua stack (8 000).
+    let n = 9_000;
+    let seeding = Presence::new(conn(&server).await, Keys::default());
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let s = seeding.clone();
+        pending.push(tokio::spawn(async move {
+            s.beat(&beat(&format!("bench-{i:05}"), Duration::from_secs(600)))
+                .await
+        }));
+    }
+    for task in pending {
+        task.await.unwrap().unwrap();
+    }
+    // The reader's registry is out of date: the pipeline sees the version move, the script reads.
+    let snap = p.read(&[]).await.unwrap();
+    expect(2, "read after the registry changed");
+    assert_eq!(snap.benches.len(), n);
+    assert!(
+        snap.benches
+            .iter()
+            .all(|b| b.verdict(snap.now).state == State::Up)
+    );
+    let warm = p.read(&[]).await.unwrap();
+    expect(1, "read of 9 000 benches with the registry held");
+    assert_eq!(warm.benches, snap.benches, "both plans read the same fleet");
+    let cold = Presence::new(counting.clone(), Keys::default())
+        .read(&[])
+        .await
+        .unwrap();
+    expect(1, "a fresh reader's read of 9 000 benches");
+    assert_eq!(cold.benches, snap.benches);
+    let named: Vec<_> = (0..n)
+        .step_by(3)
+        .map(|i| name(&format!("bench-{i:05}")))
+        .collect();
+    assert_eq!(p.read(&named).await.unwrap().benches.len(), named.len());
+    expect(1, "read of 3 000 named benches");
+    // A beat from a known bench does not move the version; a forget does.
+    seeding
+        .beat(&beat("bench-00001", Duration::from_secs(600)))
+        .await
+        .unwrap();
+    p.read(&[]).await.unwrap();
+    expect(1, "read after a known bench beat");
+    seeding.forget(&[name("bench-00002")]).await.unwrap();
+    assert_eq!(p.read(&[]).await.unwrap().benches.len(), n - 1);
+    expect(2, "read after a forget");
+}
+
+// A writer other than fleet that adds to the registry changes its size; the reader notices.
+#[tokio::test]
+async fn a_foreign_registry_member_is_noticed_by_a_reader_holding_the_registry() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(p.read(&[]).await.unwrap().benches.len(), 1);
+    let _: () = raw(
+        &server,
+        &["SADD", &Keys::default().registry(), "bench-02", "Bad Name"],
+    )
+    .await;
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(snap.benches.len(), 2);
+    assert_eq!(snap.foreign, ["Bad Name"]);
+}
+
+/// The server's time in ms.
+async fn receipt_ms(server: &fleet::testing::RedisServer) -> i64 {
+    let (secs, micros): (i64, i64) = raw(server, &["TIME"]).await;
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test]
+async fn keys_live_under_the_prefix_and_one_hash_tag() {
+    let server = server();
+    let c = conn(&server).await;
+    let p = Presence::new(c, Keys::new("team-a").unwrap());
+    let mut b: Beat = beat("bench-01", Duration::from_secs(30));
+    b.hold = None;
+    p.beat(&b).await.unwrap();
+    p.request_hold(&name("bench-01"), &reason("x"), None)
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = raw(&server, &["KEYS", "*"]).await;
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "{team-a}:bench:bench-01",
+            "{team-a}:benches",
+            "{team-a}:benches:version",
+            "{team-a}:holds"
+        ]
+    );
+    // Another prefix sees another fleet.
+    let other = Presence::new(conn(&server).await, Keys::default());
+    assert!(other.read(&[]).await.unwrap().benches.is_empty());
+}
+
+// SPEC §2.4: a request made `--for` a while lapses on the server's clock; the next beat carries
+// no hold and clears the lapsed request.
+#[tokio::test]
+async fn a_timed_hold_request_lapses_and_the_next_beat_carries_no_hold() {
+    let server = server();
+    let p = presence(&server).await;
+    let b = beat("bench-01", Duration::from_secs(30));
+    p.beat(&b).await.unwrap();
+    p.request_hold(
+        &name("bench-01"),
+        &reason("short"),
+        Some(Duration::from_millis(150)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(p.beat(&b).await.unwrap().hold.as_deref(), Some("short"));
+    bounded("the request to lapse", async {
+        loop {
+            let snap = p.read(&[]).await.unwrap();
+            let request = snap.benches[0].requested_hold.clone().unwrap();
+            if !request.stands(snap.now) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(p.beat(&b).await.unwrap().hold, None);
+    let left: Option<String> = raw(
+        &server,
+        &["HGET", &Keys::default().hold_requests(), "bench-01"],
+    )
+    .await;
+    assert_eq!(left, None, "the beat cleared the lapsed request");
+}
