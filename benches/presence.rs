@@ -243,6 +243,7 @@ async fn agent_rss(endpoint: &Endpoint) -> anyhow::Result<()> {
     let mut child = tokio::process::Command::new(exe)
         .args(["agent", "rss-probe", "--interval", "100ms"])
         .env("FLEET_REDIS_URL", &endpoint.url)
+        .env("FLEET_LOG", "debug")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?;

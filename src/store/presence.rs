@@ -112,12 +112,12 @@ pub struct Snapshot {
 
 /// The heartbeat value as it lies in Redis (SPEC §2.3). The beat script writes it with cjson.
 #[derive(Debug, Deserialize)]
-struct Wire {
+struct Wire<'a> {
     v: u32,
     at: i64,
     ttl: u64,
-    #[serde(default)]
-    hold: Option<String>,
+    #[serde(default, borrow)]
+    hold: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     load: Option<f64>,
     #[serde(default)]
@@ -132,13 +132,31 @@ struct WireRequest {
     until: Option<i64>,
 }
 
-/// A reader's copy of the registry, valid while the registry's version and size are unchanged.
-#[derive(Debug)]
+/// A reader's copy of the registry, valid while the registry's version and size are unchanged:
+/// the benches sorted by name, each with its heartbeat key, so a warm read builds nothing.
+#[derive(Debug, Default)]
 struct Registry {
     version: String,
     size: usize,
-    /// Every member, as stored (the MGET keys are built from these, in this order).
-    members: Vec<String>,
+    names: Vec<BenchName>,
+    /// The heartbeat key of each name, in the same order.
+    keys: Vec<String>,
+    /// Members that are not bench names, reported with every snapshot.
+    foreign: Vec<String>,
+}
+
+impl Registry {
+    /// A registry of `names` alone (a named read), sorted and without repeats.
+    fn of(names: &[BenchName], keys: &Keys) -> Self {
+        let mut names = names.to_vec();
+        names.sort();
+        names.dedup();
+        Registry {
+            keys: names.iter().map(|n| keys.heartbeat(n)).collect(),
+            names,
+            ..Registry::default()
+        }
+    }
 }
 
 /// The presence store over one connection (a multiplexed connection or a connection manager).
@@ -194,13 +212,12 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// whatever the fleet's size. A named bench that never beat comes back `Reading::Missing`.
     pub async fn read(&self, names: &[BenchName]) -> Result<Snapshot, PresenceError> {
         if !names.is_empty() {
-            let members: Vec<String> = names.iter().map(|n| n.as_str().to_owned()).collect();
-            let (_, _, snapshot) = self.read_members(&members).await?;
+            let (_, _, snapshot) = self.read_registered(&Registry::of(names, &self.keys)).await?;
             return Ok(snapshot);
         }
-        let cached = self.registry.lock().expect("registry lock").clone();
-        if let Some(registry) = cached {
-            let (version, size, snapshot) = self.read_members(&registry.members).await?;
+        let held = self.registry.lock().expect("registry lock").clone();
+        if let Some(registry) = held {
+            let (version, size, snapshot) = self.read_registered(&registry).await?;
             if version == registry.version && size == registry.size {
                 return Ok(snapshot);
             }
@@ -208,21 +225,19 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         self.read_cold().await
     }
 
-    /// The warm plan: one pipeline over members the caller knows. Returns the registry's version
-    /// and size alongside, so the caller can tell whether its copy was current.
-    async fn read_members(
+    /// The warm plan: one pipeline over a registry the reader holds. Returns the registry's
+    /// version and size alongside, so the caller can tell whether its copy was current.
+    async fn read_registered(
         &self,
-        members: &[String],
+        registry: &Registry,
     ) -> Result<(String, usize, Snapshot), PresenceError> {
         let mut pipe = redis::pipe();
         pipe.get(self.keys.registry_version())
             .scard(self.keys.registry())
             .cmd("TIME")
             .hgetall(self.keys.hold_requests());
-        let prefix = self.keys.heartbeat_prefix();
-        for batch in members.chunks(MGET_BATCH) {
-            let keys: Vec<String> = batch.iter().map(|m| format!("{prefix}{m}")).collect();
-            pipe.cmd("MGET").arg(keys);
+        for batch in registry.keys.chunks(MGET_BATCH) {
+            pipe.cmd("MGET").arg(batch);
         }
         let mut conn = self.conn.clone();
         let mut replies: Vec<redis::Value> = pipe
@@ -241,17 +256,12 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         let size: usize = parse(head.next())?;
         let time: (String, String) = parse(head.next())?;
         let holds: Vec<(Vec<u8>, Vec<u8>)> = parse(head.next())?;
-        let mut values = Vec::with_capacity(members.len());
+        let mut values = Vec::with_capacity(registry.names.len());
         for batch in batches {
             let part: Vec<Option<Vec<u8>>> = parse(Some(batch))?;
             values.extend(part);
         }
-        let snapshot = decode(
-            time,
-            members.iter().map(|m| m.as_bytes().to_vec()).collect(),
-            values,
-            holds,
-        )?;
+        let snapshot = assemble(time, &registry.names, values, holds, registry.foreign.clone())?;
         Ok((version.unwrap_or_default(), size, snapshot))
     }
 
@@ -276,20 +286,44 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
-        // A member that is not UTF-8 is foreign and cannot be asked for by name: with one in the
-        // registry nothing is kept, and every read is cold, so it is still reported.
-        let utf8: Option<Vec<String>> = members
-            .iter()
-            .map(|m| String::from_utf8(m.clone()).ok())
-            .collect();
-        let registry = utf8.map(|names| {
+        if values.len() != members.len() {
+            return Err(PresenceError::ReadReply(format!(
+                "{} members but {} values",
+                members.len(),
+                values.len()
+            )));
+        }
+        let size = members.len();
+        let mut benches = Vec::with_capacity(size);
+        let mut foreign = Vec::new();
+        let mut utf8 = true;
+        for (raw, value) in members.into_iter().zip(values) {
+            match String::from_utf8(raw) {
+                Ok(text) => match BenchName::parse(&text) {
+                    Ok(name) => benches.push((name, value)),
+                    Err(_) => foreign.push(text),
+                },
+                Err(e) => {
+                    utf8 = false;
+                    foreign.push(String::from_utf8_lossy(e.as_bytes()).into_owned());
+                }
+            }
+        }
+        benches.sort_by(|a, b| a.0.cmp(&b.0));
+        foreign.sort();
+        let (names, values): (Vec<BenchName>, Vec<Option<Vec<u8>>>) = benches.into_iter().unzip();
+        let snapshot = assemble(time, &names, values, holds, foreign.clone())?;
+        // A member that is not UTF-8 has no name to build a key from: with one in the registry
+        // nothing is kept, and every read is cold, so it is still reported.
+        let registry = utf8.then(|| {
             Arc::new(Registry {
                 version,
-                size: members.len(),
-                members: names,
+                size,
+                keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
+                names,
+                foreign,
             })
         });
-        let snapshot = decode(time, members, values, holds)?;
         *self.registry.lock().expect("registry lock") = registry;
         Ok(snapshot)
     }
@@ -367,49 +401,48 @@ fn parse<T: redis::FromRedisValue>(value: Option<redis::Value>) -> Result<T, Pre
     redis::from_redis_value(value).map_err(|e| PresenceError::ReadReply(e.to_string()))
 }
 
-/// Turns one read's raw replies into a snapshot: members and values are in the same order.
-fn decode(
+/// Turns one read's replies into a snapshot. `names` are sorted and `values` are in their order.
+fn assemble(
     time: (String, String),
-    members: Vec<Vec<u8>>,
+    names: &[BenchName],
     values: Vec<Option<Vec<u8>>>,
     holds: Vec<(Vec<u8>, Vec<u8>)>,
+    foreign: Vec<String>,
 ) -> Result<Snapshot, PresenceError> {
     let now = server_time(&time.0, &time.1)
         .ok_or_else(|| PresenceError::ReadReply(format!("TIME was {time:?}")))?;
-    if values.len() != members.len() {
+    if values.len() != names.len() {
         return Err(PresenceError::ReadReply(format!(
-            "{} members but {} values",
-            members.len(),
+            "{} benches but {} values",
+            names.len(),
             values.len()
         )));
     }
     let requests: std::collections::HashMap<Vec<u8>, Vec<u8>> = holds.into_iter().collect();
-    let mut benches = Vec::with_capacity(members.len());
-    let mut foreign = Vec::new();
-    for (raw, value) in members.into_iter().zip(values) {
-        let Some(name) = std::str::from_utf8(&raw)
-            .ok()
-            .and_then(|s| BenchName::parse(s).ok())
-        else {
-            foreign.push(String::from_utf8_lossy(&raw).into_owned());
-            continue;
-        };
-        let (reading, load, cores) = match value {
-            None => (Reading::Missing, None, None),
-            Some(bytes) => decode_beat(&bytes),
-        };
-        let requested_hold = requests.get(&raw).and_then(|r| decode_request(r));
-        benches.push(Bench {
-            name,
-            load,
-            cores,
-            reading,
-            requested_hold,
-        });
-    }
-    benches.sort_by(|a, b| a.name.cmp(&b.name));
-    benches.dedup_by(|a, b| a.name == b.name);
-    foreign.sort();
+    let benches = names
+        .iter()
+        .zip(values)
+        .map(|(name, value)| {
+            let (reading, load, cores) = match value {
+                None => (Reading::Missing, None, None),
+                Some(bytes) => decode_beat(&bytes),
+            };
+            let requested_hold = if requests.is_empty() {
+                None
+            } else {
+                requests
+                    .get(name.as_str().as_bytes())
+                    .and_then(|r| decode_request(r))
+            };
+            Bench {
+                name: name.clone(),
+                load,
+                cores,
+                reading,
+                requested_hold,
+            }
+        })
+        .collect();
     Ok(Snapshot {
         now,
         benches,

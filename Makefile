@@ -1,0 +1,18 @@
+# The two commands of the quick start: `make up` runs the local stack, `make test` runs the tests.
+.PHONY: up test lint bench deps
+
+up:
+	scripts/up.sh
+
+deps:
+	scripts/ensure-deps.sh
+
+test: deps
+	cargo test --all-features --no-fail-fast
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+bench: deps
+	cargo bench --bench presence

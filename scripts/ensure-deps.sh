@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what fleet's tests and local stack need from the OS packages, when it is missing:
+# redis-server (the store), libfaketime (the skewed-clock test) and openssl (the TLS test).
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo="sudo"
+  else
+    echo "fleet needs ${need[*]}: install them with your package manager (not root, and no sudo here)" >&2
+    exit 1
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "fleet needs ${need[*]}: install them with your package manager (apt-get not found)" >&2
+  exit 1
+fi
+echo "installing ${need[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
