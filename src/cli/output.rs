@@ -123,14 +123,15 @@ fn table(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
     Ok(())
 }
 
-/// Milliseconds as a short human duration, to the second above ten seconds.
+/// Milliseconds as a short human duration: `850ms`, `4.7s`, then whole units (`12s`, `59m59s`).
 pub fn human_ms(ms: u64) -> String {
-    let d = if ms >= 10_000 {
-        std::time::Duration::from_secs(ms / 1000)
-    } else {
-        std::time::Duration::from_millis(ms)
-    };
-    humantime::format_duration(d).to_string().replace(' ', "")
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..10_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => humantime::format_duration(std::time::Duration::from_secs(ms / 1000))
+            .to_string()
+            .replace(' ', ""),
+    }
 }
 
 #[cfg(test)]
@@ -193,5 +194,8 @@ mod tests {
         assert!(lines[1].contains("(requested: drain)"), "{text}");
         assert!(lines[1].contains("  12s"), "{text}");
         assert_eq!(human_ms(30_000), "30s");
+        assert_eq!(human_ms(4_689), "4.7s");
+        assert_eq!(human_ms(850), "850ms");
+        assert_eq!(human_ms(3_599_000), "59m59s");
     }
 }

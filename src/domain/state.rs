@@ -401,6 +401,36 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        // The whole rule in one line, over random write times, TTLs, instants, holds and loads:
+        // counted exactly while `now < at + ttl`; load never changes the state.
+        #[test]
+        fn the_state_is_the_key_against_its_deadline_and_nothing_else(
+            at in -1_000_000i64..1_000_000,
+            ttl in 0u64..10_000_000,
+            now in -2_000_000i64..12_000_000,
+            held: bool,
+            load in proptest::option::of(0.0f64..1e6),
+        ) {
+            let reading = Reading::Beat(Key {
+                written_at: t(at),
+                ttl: Duration::from_millis(ttl),
+                hold: held.then(|| reason("h")),
+            });
+            let b = bench(reading, load, None);
+            let verdict = b.verdict(t(now));
+            let counted = now < at + ttl as i64;
+            let want = match (counted, held) {
+                (false, _) => State::Down,
+                (true, false) => State::Up,
+                (true, true) => State::Held,
+            };
+            proptest::prop_assert_eq!(verdict.state, want);
+            proptest::prop_assert_eq!(verdict.defect.is_some(), now >= at + ttl as i64 + 1_000);
+            proptest::prop_assert_eq!(bench(b.reading.clone(), None, None).verdict(t(now)), verdict);
+        }
+    }
+
     #[test]
     fn bench_at_load_21_on_16_cores_that_keeps_beating_is_up() {
         let b = bench(key(10_000, None), Some(21.0), None);

@@ -212,7 +212,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// whatever the fleet's size. A named bench that never beat comes back `Reading::Missing`.
     pub async fn read(&self, names: &[BenchName]) -> Result<Snapshot, PresenceError> {
         if !names.is_empty() {
-            let (_, _, snapshot) = self.read_registered(&Registry::of(names, &self.keys)).await?;
+            let (_, _, snapshot) = self
+                .read_registered(&Registry::of(names, &self.keys))
+                .await?;
             return Ok(snapshot);
         }
         let held = self.registry.lock().expect("registry lock").clone();
@@ -261,7 +263,13 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             let part: Vec<Option<Vec<u8>>> = parse(Some(batch))?;
             values.extend(part);
         }
-        let snapshot = assemble(time, &registry.names, values, holds, registry.foreign.clone())?;
+        let snapshot = assemble(
+            time,
+            &registry.names,
+            values,
+            holds,
+            registry.foreign.clone(),
+        )?;
         Ok((version.unwrap_or_default(), size, snapshot))
     }
 
