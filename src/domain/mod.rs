@@ -2,6 +2,18 @@
 //!
 //! Nothing here does I/O, reads a clock or the environment, or is async. The caller passes `now`
 //! and logs the decisions these functions return.
+//!
+//! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).
+//! - [`law`]: the input law, the triple to the report, the state and what fires (SPEC §3.1).
+//! - [`claim`]: claim phases, legal moves, deadlines, attempts, machine-gone (SPEC §3.2–§3.8).
+//! - [`fsm`]: the node state machine (SPEC §3.4).
+//! - [`node`]: the usability predicate (SPEC §3.1).
+//! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
 
+pub mod claim;
+pub mod fsm;
+pub mod history;
+pub mod law;
 pub mod name;
+pub mod node;
 pub mod state;

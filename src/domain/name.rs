@@ -14,7 +14,10 @@ pub const MAX_REASON_LEN: usize = 256;
 
 /// A bench's name: an RFC 1123 subdomain (lowercase letters, digits, `-` and `.`, each
 /// dot-separated label starting and ending with a letter or digit, at most 253 characters).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct BenchName(String);
 
 /// Why a name or a reason was refused; the message says what is valid.
@@ -91,7 +94,119 @@ impl fmt::Display for BenchName {
     }
 }
 
+impl TryFrom<String> for BenchName {
+    type Error = InvalidName;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<BenchName> for String {
+    fn from(n: BenchName) -> String {
+        n.0
+    }
+}
+
 impl std::str::FromStr for BenchName {
+    type Err = InvalidName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A group's name: an RFC 1123 label (a bench name without dots, at most 63 characters).
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
+pub struct GroupName(String);
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid group name {0:?}: a group name is an RFC 1123 label (1 to 63 lowercase letters, digits \
+     and '-', starting and ending with a letter or digit)"
+)]
+pub struct InvalidGroupName(pub String);
+
+impl GroupName {
+    pub fn parse(name: &str) -> Result<Self, InvalidGroupName> {
+        match BenchName::parse(name) {
+            Ok(_) if !name.contains('.') && name.len() <= MAX_LABEL_LEN => {
+                Ok(Self(name.to_owned()))
+            }
+            _ => Err(InvalidGroupName(name.to_owned())),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for GroupName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for GroupName {
+    type Error = InvalidGroupName;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<GroupName> for String {
+    fn from(n: GroupName) -> String {
+        n.0
+    }
+}
+
+impl std::str::FromStr for GroupName {
+    type Err = InvalidGroupName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A claim's name: an RFC 1123 subdomain, like a bench name (`<slot>-<attempt>-<suffix>` when
+/// fleet makes one).
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
+pub struct ClaimName(String);
+
+impl ClaimName {
+    pub fn parse(name: &str) -> Result<Self, InvalidName> {
+        BenchName::parse(name).map(|n| Self(n.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ClaimName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for ClaimName {
+    type Error = InvalidName;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<ClaimName> for String {
+    fn from(n: ClaimName) -> String {
+        n.0
+    }
+}
+
+impl std::str::FromStr for ClaimName {
     type Err = InvalidName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
@@ -207,6 +322,16 @@ mod tests {
             BenchName::parse(&label),
             Err(InvalidName::LabelTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn group_names_are_labels() {
+        assert_eq!(GroupName::parse("pool-a").unwrap().as_str(), "pool-a");
+        for bad in ["", "pool.a", "Pool", "-a", &"a".repeat(64)] {
+            assert!(GroupName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(ClaimName::parse("bench-01-3-x7k2").is_ok());
+        assert!(ClaimName::parse("Bad").is_err());
     }
 
     #[test]

@@ -1,0 +1,580 @@
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::*;
+use crate::domain::law::{self, ClaimInput, Fires, Input, Report};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
+
+fn t(secs: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap()
+}
+
+fn mins(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+fn claim_with(attempt_of_last: Option<LastClaim>, at: i64) -> Claim {
+    Claim::new(
+        ClaimName::parse("bench-01-1").unwrap(),
+        BenchName::parse("bench-01").unwrap(),
+        GroupName::parse("pool-a").unwrap(),
+        attempt_of_last.as_ref(),
+        t(at),
+        &Timings::default(),
+        None,
+    )
+}
+
+fn claim() -> Claim {
+    claim_with(None, 0)
+}
+
+fn ctx(now: i64, power: Option<Power>, timings: &Timings) -> Context<'_> {
+    Context {
+        now: t(now),
+        power,
+        slot_exists: true,
+        superseded: false,
+        timings,
+    }
+}
+
+// SPEC §3.2, the legal-move table over all 25 (from, to) pairs.
+#[test]
+fn the_legal_move_table_over_every_pair() {
+    use Phase::*;
+    let legal = [
+        (Pending, Booting),
+        (Pending, Ready),
+        (Pending, Completed),
+        (Pending, Failed),
+        (Booting, Ready),
+        (Booting, Completed),
+        (Booting, Failed),
+        (Ready, Completed),
+        (Ready, Failed),
+    ];
+    for from in Phase::ALL {
+        for to in Phase::ALL {
+            let want = legal.contains(&(from, to));
+            assert_eq!(check_move(from, to).is_ok(), want, "{from} -> {to}");
+            if !want {
+                assert_eq!(check_move(from, to), Err(IllegalMove { from, to }));
+            }
+        }
+    }
+}
+
+#[test]
+fn phase_predicates_over_every_phase() {
+    use Phase::*;
+    let rows = [
+        // phase, live, terminal, cancelable, boot window
+        (Pending, true, false, true, true),
+        (Booting, true, false, false, true),
+        (Ready, true, false, false, false),
+        (Failed, false, true, false, false),
+        (Completed, false, true, false, false),
+    ];
+    for (p, live, terminal, cancelable, window) in rows {
+        assert_eq!(
+            (
+                p.is_live(),
+                p.is_terminal(),
+                p.is_cancelable(),
+                p.in_boot_window()
+            ),
+            (live, terminal, cancelable, window),
+            "{p}"
+        );
+        assert_eq!(
+            p.legal_next().is_empty(),
+            terminal,
+            "{p}: a terminal phase has no next"
+        );
+    }
+    assert_eq!(cancellation(Pending), Cancellation::Delete);
+    assert_eq!(cancellation(Booting), Cancellation::Reverse);
+    assert_eq!(cancellation(Ready), Cancellation::Reverse);
+    assert_eq!(cancellation(Failed), Cancellation::Nothing);
+    assert_eq!(cancellation(Completed), Cancellation::Nothing);
+}
+
+#[test]
+fn an_illegal_move_writes_nothing() {
+    let c = claim();
+    let before = c.clone();
+    assert_eq!(
+        c.apply(Move::to(Phase::Pending), t(1)),
+        Err(IllegalMove {
+            from: Phase::Pending,
+            to: Phase::Pending
+        }),
+        "re-applying the current phase is refused"
+    );
+    let failed = c
+        .apply(Move::because(Phase::Failed, Reason::DeadlineExceeded), t(1))
+        .unwrap();
+    for to in Phase::ALL {
+        assert!(
+            failed.apply(Move::to(to), t(2)).is_err(),
+            "terminal -> {to}"
+        );
+    }
+    assert_eq!(c, before, "apply never changes the claim it is given");
+}
+
+#[test]
+fn moves_record_conditions_finish_times_and_versions() {
+    let c = claim();
+    assert_eq!((c.phase, c.attempt, c.version), (Phase::Pending, 1, 1));
+    let booting = c.apply(Move::to(Phase::Booting), t(10)).unwrap();
+    assert!(booting.is(ConditionKind::MachineCommitted));
+    assert_eq!(booting.version, 2);
+    assert!(booting.deadline_at.is_some());
+    let ready = booting.apply(Move::to(Phase::Ready), t(20)).unwrap();
+    assert!(ready.is(ConditionKind::Ready));
+    assert_eq!(
+        ready.deadline_at, None,
+        "the move to ready clears the deadline"
+    );
+    assert_eq!(
+        ready
+            .condition(ConditionKind::Ready)
+            .unwrap()
+            .last_transition_time,
+        t(20)
+    );
+    let done = ready
+        .apply(Move::because(Phase::Completed, Reason::NodeDeleted), t(30))
+        .unwrap();
+    assert_eq!(
+        (done.finished_at, done.reason),
+        (Some(t(30)), Some(Reason::NodeDeleted))
+    );
+    assert!(!done.is(ConditionKind::Ready));
+    assert!(done.digest().reached_ready);
+    assert_eq!(done.version, 4);
+}
+
+// The seed's worked example: the attempt budget with the default constants is 12m10s.
+#[test]
+fn the_attempt_budget_is_12m10s_with_the_default_constants() {
+    let t = Timings::default();
+    assert_eq!(t.attempt_budget(), Duration::from_secs(12 * 60 + 10));
+    assert_eq!(t.machine_gone_grace, t.attempt_budget(), "one boot window");
+    assert_eq!(t.max_attempts, 3);
+    assert_eq!(t.shutdown_attempt_reset_grace, mins(30));
+    assert_eq!(t.ttl_after_finished, mins(60));
+}
+
+#[test]
+fn the_deadline_is_the_budget_floored_by_the_groups_max_provision_time() {
+    let timings = Timings::default();
+    assert_eq!(timings.deadline_at(t(0), None), t(730));
+    assert_eq!(timings.deadline_at(t(0), Some(mins(5))), t(730));
+    assert_eq!(timings.deadline_at(t(0), Some(mins(20))), t(1200));
+    let mut short = timings.clone();
+    short.job_timeout = mins(1);
+    assert_eq!(
+        short.attempt_budget(),
+        Duration::from_secs(8 * 60 + 10),
+        "every constant counts"
+    );
+}
+
+// The seed's worked example: a budget without the operation's own timeout (7m10s) fails a claim
+// in the middle of the machine it is still buying; the real budget does not.
+#[test]
+fn a_7m10s_budget_would_fail_a_claim_mid_boot_and_the_real_budget_does_not() {
+    let real = Timings::default();
+    // The first sketch left the operation's own timeout out of the sum.
+    let mut sketch = real.clone();
+    sketch.job_timeout = Duration::ZERO;
+    assert_eq!(sketch.attempt_budget(), Duration::from_secs(7 * 60 + 10));
+    // One real boot, each stage inside its own budget: the operation runs 4m50s, the node takes
+    // 85s to register, the gate takes 3m50s. The machine is usable at 10m05s.
+    let boot_done: i64 = 290 + 85 + 230;
+    for (timings, survives) in [(&real, true), (&sketch, false)] {
+        let requested = claim_with(None, 0);
+        let booting = Claim {
+            deadline_at: Some(timings.deadline_at(t(0), None)),
+            ..requested.apply(Move::to(Phase::Booting), t(1)).unwrap()
+        };
+        // A pass every 10 s through the boot: does the controller fail it before it is usable?
+        let failed_at = (0..boot_done).step_by(10).find(|now| {
+            judge(&booting, &ctx(*now, Some(Power::On), timings))
+                == Judgment::Fail(Reason::DeadlineExceeded)
+        });
+        assert_eq!(
+            failed_at.is_none(),
+            survives,
+            "budget {:?}: failed at {failed_at:?}",
+            timings.attempt_budget()
+        );
+        if !survives {
+            assert_eq!(
+                failed_at,
+                Some(430),
+                "the sketch fails the claim at 7m10s, mid-boot"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_ready_claim_is_never_overdue() {
+    let timings = Timings::default();
+    let ready = claim()
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(60))
+        .unwrap();
+    assert!(!ready.overdue(t(100_000)));
+    assert_eq!(
+        judge(&ready, &ctx(100_000, Some(Power::On), &timings)),
+        Judgment::Keep
+    );
+    let pending = claim();
+    assert!(!pending.overdue(t(729)));
+    assert!(pending.overdue(t(730)));
+}
+
+#[test]
+fn attempts_are_seeded_once_from_the_slots_last_claim() {
+    let last = |phase, attempt, reached_ready| LastClaim {
+        name: ClaimName::parse("x").unwrap(),
+        phase,
+        attempt,
+        group: GroupName::parse("g").unwrap(),
+        reason: None,
+        requested_at: t(0),
+        deadline_at: None,
+        finished_at: None,
+        reached_ready,
+    };
+    assert_eq!(seed_attempt(None), 1);
+    assert_eq!(seed_attempt(Some(&last(Phase::Failed, 1, false))), 2);
+    assert_eq!(seed_attempt(Some(&last(Phase::Failed, 2, false))), 3);
+    assert_eq!(
+        seed_attempt(Some(&last(Phase::Failed, 3, false))),
+        4,
+        "past the bound: failed before buying"
+    );
+    assert_eq!(seed_attempt(Some(&last(Phase::Completed, 2, false))), 1);
+    assert_eq!(seed_attempt(Some(&last(Phase::Completed, 2, true))), 1);
+    assert_eq!(
+        seed_attempt(Some(&last(Phase::Failed, 2, true))),
+        1,
+        "a machine was produced"
+    );
+    assert_eq!(
+        seed_attempt(Some(&last(Phase::Failed, u32::MAX, false))),
+        u32::MAX
+    );
+    // Nothing rewrites the attempt after the seed.
+    let c = claim_with(Some(last(Phase::Failed, 2, false)), 0);
+    let ready = c
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    assert_eq!((c.attempt, ready.attempt), (3, 3));
+}
+
+// Past the bound the claim fails before a machine is bought; a ready claim with attempt 4 is a
+// success, not a fifth attempt (the window bounds the check).
+#[test]
+fn the_attempt_bound_fails_a_claim_before_a_machine_is_bought() {
+    let timings = Timings::default();
+    let mut c = claim();
+    for (attempt, want) in [
+        (1, Judgment::Keep),
+        (3, Judgment::Keep),
+        (4, Judgment::Fail(Reason::AttemptLimitExceeded)),
+    ] {
+        c.attempt = attempt;
+        assert_eq!(
+            judge(&c, &ctx(1, Some(Power::Off), &timings)),
+            want,
+            "attempt {attempt}"
+        );
+        // The law would boot a pending claim; the judgment comes first in a pass.
+        assert_eq!(
+            law::decide(Input {
+                claim: ClaimInput::of(Some(&c)),
+                power: Power::Off,
+                usable: false
+            })
+            .fires,
+            Fires::StartNode
+        );
+    }
+    c.attempt = 4;
+    let ready = c
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    assert_eq!(
+        judge(&ready, &ctx(3, Some(Power::On), &timings)),
+        Judgment::Keep
+    );
+}
+
+#[test]
+fn shutdown_attempts_are_counted_per_operation_bounded_and_reset_after_the_grace() {
+    let timings = Timings::default();
+    let ready = claim()
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    let mut c = ready.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    for n in 1..=3 {
+        assert_eq!(
+            c.shutdown_gate(t(n * 60), &timings),
+            ShutdownGate::Fire,
+            "attempt {n}"
+        );
+        c = c.record_shutdown_attempt(t(n * 60), &timings);
+        assert_eq!(c.shutdown_attempts, n as u32);
+    }
+    // The streak is spent: paused until 30m after the last attempt.
+    assert_eq!(
+        c.shutdown_gate(t(200), &timings),
+        ShutdownGate::Paused {
+            until: t(180 + 1800)
+        }
+    );
+    assert_eq!(
+        c.shutdown_gate(t(180 + 1799), &timings),
+        ShutdownGate::Paused {
+            until: t(180 + 1800)
+        }
+    );
+    assert_eq!(c.shutdown_streak(t(180 + 1800), &timings), 0);
+    assert_eq!(c.shutdown_gate(t(180 + 1800), &timings), ShutdownGate::Fire);
+    let again = c.record_shutdown_attempt(t(180 + 1800), &timings);
+    assert_eq!(
+        again.shutdown_attempts, 1,
+        "the count restarts after the grace"
+    );
+    let reset = c.reset_shutdown_attempts();
+    assert_eq!(
+        (reset.shutdown_attempts, reset.last_shutdown_attempt_at),
+        (0, None)
+    );
+    assert_eq!(reset.shutdown_gate(t(200), &timings), ShutdownGate::Fire);
+    // The boot attempt is untouched by the shutdown streak.
+    assert_eq!(again.attempt, ready.attempt);
+}
+
+// The seed's worked example: a ready claim with its machine observed off reports booting and
+// fires nothing until the MachineGone grace; a machine back inside it clears the clock.
+#[test]
+fn machine_gone_is_bounded_by_the_observation_not_by_a_pass() {
+    let timings = Timings::default();
+    let grace = timings.machine_gone_grace.as_secs() as i64;
+    let ready = claim()
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    let off = Input {
+        claim: ClaimInput::of(Some(&ready)),
+        power: Power::Off,
+        usable: false,
+    };
+    assert_eq!(
+        (law::report(off), law::transition(off)),
+        (Report::Booting, None)
+    );
+
+    let j = judge(&ready, &ctx(100, Some(Power::Off), &timings));
+    assert_eq!(j, Judgment::Watch(Watch::MarkObservedOff));
+    let watched = ready.watched(Watch::MarkObservedOff, t(100)).unwrap();
+    assert!(watched.is(ConditionKind::MachineObservedOff));
+    assert_eq!(
+        judge(&watched, &ctx(100 + grace - 1, Some(Power::Off), &timings)),
+        Judgment::Keep
+    );
+    assert_eq!(
+        judge(&watched, &ctx(100 + grace, Some(Power::Off), &timings)),
+        Judgment::Fail(Reason::MachineGone)
+    );
+    // Back inside the grace: the condition flips off, the claim stays ready.
+    assert_eq!(
+        judge(&watched, &ctx(200, Some(Power::On), &timings)),
+        Judgment::Watch(Watch::ClearObservedOff)
+    );
+    let back = watched.watched(Watch::ClearObservedOff, t(200)).unwrap();
+    assert_eq!(back.phase, Phase::Ready);
+    assert!(!back.is(ConditionKind::MachineObservedOff));
+    // Off again: the clock starts again from the new observation.
+    let again = back.watched(Watch::MarkObservedOff, t(300)).unwrap();
+    assert_eq!(
+        judge(&again, &ctx(100 + grace, Some(Power::Off), &timings)),
+        Judgment::Keep
+    );
+    let gone = again.watched(Watch::Gone, t(300 + grace)).unwrap();
+    assert_eq!(
+        (gone.phase, gone.reason),
+        (Phase::Failed, Some(Reason::MachineGone))
+    );
+    assert_eq!(
+        watch_machine(&claim(), Power::Off, t(0), &timings),
+        Watch::Unchanged,
+        "only a ready claim is watched"
+    );
+}
+
+#[test]
+fn the_claim_controller_judges_in_order_and_nothing_it_cannot_see() {
+    let timings = Timings::default();
+    let c = claim();
+    let mut x = ctx(10_000, Some(Power::Off), &timings);
+    assert_eq!(judge(&c, &x), Judgment::Fail(Reason::DeadlineExceeded));
+    x.superseded = true;
+    assert_eq!(judge(&c, &x), Judgment::Fail(Reason::Superseded));
+    x.slot_exists = false;
+    assert_eq!(judge(&c, &x), Judgment::Fail(Reason::SlotDeleted));
+    // Blind: no deadline, no machine-gone, no completion for a machine it cannot see.
+    let blind = ctx(10_000, None, &timings);
+    assert_eq!(judge(&c, &blind), Judgment::Keep);
+    let ready = c
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    let marked = ready
+        .mark_for_deletion(Reason::CancelledByDecreaseTargetSize)
+        .unwrap();
+    assert_eq!(judge(&marked, &blind), Judgment::Keep);
+    assert_eq!(
+        judge(&marked, &ctx(50, Some(Power::On), &timings)),
+        Judgment::Keep
+    );
+    assert_eq!(
+        judge(&marked, &ctx(50, Some(Power::Off), &timings)),
+        Judgment::Complete(Reason::CancelledByDecreaseTargetSize)
+    );
+}
+
+#[test]
+fn terminal_claims_are_collected_a_ttl_after_they_finish() {
+    let timings = Timings::default();
+    let failed = claim()
+        .apply(
+            Move::because(Phase::Failed, Reason::StartupJobFailed),
+            t(100),
+        )
+        .unwrap();
+    assert_eq!(
+        judge(&failed, &ctx(100 + 3599, Some(Power::Off), &timings)),
+        Judgment::Keep
+    );
+    assert_eq!(
+        judge(&failed, &ctx(100 + 3600, None, &timings)),
+        Judgment::Collect
+    );
+    let mut foreign = failed.clone();
+    foreign.finished_at = None;
+    assert_eq!(
+        judge(&foreign, &ctx(3600, None, &timings)),
+        Judgment::Collect
+    );
+}
+
+#[test]
+fn marking_and_cancelling_follow_the_phase() {
+    let c = claim();
+    assert_eq!(
+        c.mark_for_deletion(Reason::NodeDeleted),
+        Err(NotMarkable::Pending)
+    );
+    let booting = c.apply(Move::to(Phase::Booting), t(1)).unwrap();
+    let marked = booting.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(marked.phase.is_live() && !marked.wants_machine());
+    assert_eq!(
+        marked.mark_for_deletion(Reason::DeletedByHand),
+        Err(NotMarkable::AlreadyMarked)
+    );
+    let done = booting.apply(Move::to(Phase::Failed), t(2)).unwrap();
+    assert_eq!(
+        done.mark_for_deletion(Reason::NodeDeleted),
+        Err(NotMarkable::Terminal)
+    );
+}
+
+#[test]
+fn the_newest_live_claim_owns_the_slot() {
+    let a = claim_with(None, 0);
+    let b = Claim {
+        name: ClaimName::parse("bench-01-2").unwrap(),
+        ..claim_with(None, 5)
+    };
+    let c = Claim {
+        name: ClaimName::parse("bench-01-3").unwrap(),
+        ..claim_with(None, 5)
+    };
+    let old_failed = Claim {
+        phase: Phase::Failed,
+        ..claim_with(None, 9)
+    };
+    let losers: Vec<&str> = superseded(&[&a, &b, &c, &old_failed])
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        losers,
+        ["bench-01-1", "bench-01-2"],
+        "ties go to the greater name; terminal claims are not live"
+    );
+    assert!(superseded(&[&a]).is_empty());
+    assert!(superseded(&[]).is_empty());
+}
+
+#[test]
+fn every_reason_has_its_name() {
+    let names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "DeadlineExceeded",
+            "AttemptLimitExceeded",
+            "Superseded",
+            "SlotDeleted",
+            "StartupJobFailed",
+            "StartupJobTimeout",
+            "ShutdownJobTimeout",
+            "ReadinessGateTimeout",
+            "MachineGone",
+            "StuckTransition",
+            "NodeDeleted",
+            "CancelledByDecreaseTargetSize",
+            "DeletedByHand",
+        ]
+    );
+    let deletions: Vec<Reason> = Reason::ALL
+        .into_iter()
+        .filter(|r| r.is_deletion())
+        .collect();
+    assert_eq!(
+        deletions,
+        [
+            Reason::NodeDeleted,
+            Reason::CancelledByDecreaseTargetSize,
+            Reason::DeletedByHand
+        ]
+    );
+    for r in Reason::ALL {
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            format!("\"{}\"", r.as_str())
+        );
+    }
+}
+
+mod model;
