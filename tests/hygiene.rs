@@ -24,6 +24,12 @@ fn code(text: &str) -> &str {
     text.split("#[cfg(test)]").next().unwrap_or(text)
 }
 
+/// A file that is itself a test module (`mod tests;` and what it includes).
+fn is_test_file(path: &Path) -> bool {
+    let inner = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(path);
+    inner.file_name().is_some_and(|n| n == "tests.rs") || inner.components().any(|c| c.as_os_str() == "tests")
+}
+
 // SPEC §1: `src/domain/` has no I/O, no clock, no environment, no async.
 #[test]
 fn the_domain_is_pure() {
@@ -101,7 +107,7 @@ fn every_key_is_named_in_the_key_module() {
 fn no_unwrap_outside_tests() {
     for dir in ["src", "cmd"] {
         for (path, text) in sources(dir) {
-            if path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing")) {
+            if path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing")) || is_test_file(&path) {
                 continue;
             }
             assert!(
@@ -110,5 +116,38 @@ fn no_unwrap_outside_tests() {
                 path.display()
             );
         }
+    }
+}
+
+// SPEC §3.10: the slot's history has one writer. Its fields are private to
+// src/domain/history.rs, so the compiler already refuses a write elsewhere; this holds the same
+// on the source, so that a future "just to know what happened last" accessor is caught in review.
+#[test]
+fn nothing_outside_the_history_writer_touches_the_history() {
+    let writes = [
+        ".previous_phase =",
+        ".activations_total =",
+        ".activations_last_24h =",
+        ".recent_transitions.",
+        ".recent_activations.",
+        "history.last_transition_time =",
+    ];
+    for (path, text) in sources("src") {
+        if path.ends_with("domain/history.rs") {
+            continue;
+        }
+        for word in writes {
+            assert!(!text.contains(word), "{} writes the history ({word}): only History::record may", path.display());
+        }
+    }
+}
+
+// SPEC §3.1: the law is one match with no wildcard arm, so a new input does not compile until
+// the table is extended.
+#[test]
+fn the_law_and_the_state_machine_have_no_wildcard_arm() {
+    for file in ["src/domain/law.rs", "src/domain/fsm.rs"] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        assert!(!code(&text).contains("_ =>"), "{file} has a wildcard arm");
     }
 }
