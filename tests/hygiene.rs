@@ -26,8 +26,11 @@ fn code(text: &str) -> &str {
 
 /// A file that is itself a test module (`mod tests;` and what it includes).
 fn is_test_file(path: &Path) -> bool {
-    let inner = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(path);
-    inner.file_name().is_some_and(|n| n == "tests.rs") || inner.components().any(|c| c.as_os_str() == "tests")
+    let inner = path
+        .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path);
+    inner.file_name().is_some_and(|n| n == "tests.rs")
+        || inner.components().any(|c| c.as_os_str() == "tests")
 }
 
 // SPEC §1: `src/domain/` has no I/O, no clock, no environment, no async.
@@ -107,7 +110,9 @@ fn every_key_is_named_in_the_key_module() {
 fn no_unwrap_outside_tests() {
     for dir in ["src", "cmd"] {
         for (path, text) in sources(dir) {
-            if path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing")) || is_test_file(&path) {
+            if path.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testing"))
+                || is_test_file(&path)
+            {
                 continue;
             }
             assert!(
@@ -137,7 +142,11 @@ fn nothing_outside_the_history_writer_touches_the_history() {
             continue;
         }
         for word in writes {
-            assert!(!text.contains(word), "{} writes the history ({word}): only History::record may", path.display());
+            assert!(
+                !text.contains(word),
+                "{} writes the history ({word}): only History::record may",
+                path.display()
+            );
         }
     }
 }
@@ -147,7 +156,8 @@ fn nothing_outside_the_history_writer_touches_the_history() {
 #[test]
 fn the_law_and_the_state_machine_have_no_wildcard_arm() {
     for file in ["src/domain/law.rs", "src/domain/fsm.rs"] {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         assert!(!code(&text).contains("_ =>"), "{file} has a wildcard arm");
     }
 }

@@ -159,6 +159,27 @@ mod tests {
         assert_eq!(table.len(), NodeState::ALL.len() * Event::ALL.len());
     }
 
+    proptest::proptest! {
+        // Any sequence of events: accepted steps stay in the table, refused ones change nothing,
+        // and an operation's end is accepted exactly when an operation is in flight.
+        #[test]
+        fn no_event_sequence_reaches_an_illegal_state(events in proptest::collection::vec(0..6usize, 0..64)) {
+            let mut state = Shutdown;
+            for e in events.into_iter().map(|i| Event::ALL[i]) {
+                match step(state, e) {
+                    Ok(next) => {
+                        proptest::prop_assert!(NodeState::ALL.contains(&next));
+                        if matches!(e, JobCompleted | JobFailed | JobTimeout) {
+                            proptest::prop_assert!(state.is_transitional());
+                        }
+                        state = next;
+                    }
+                    Err(err) => proptest::prop_assert_eq!(err, IllegalTransition { from: state, event: e }),
+                }
+            }
+        }
+    }
+
     #[test]
     fn force_cleanup_ends_exactly_the_transitional_states() {
         for s in NodeState::ALL {

@@ -395,8 +395,19 @@ impl Slot {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    // Claims made through the atomic create only: never two live claims, at any step.
     #[test]
     fn no_sequence_breaks_an_invariant_of_the_claim_model(actions in proptest::collection::vec(action(), 1..120)) {
+        let mut slot = Slot::new();
+        for a in actions.iter().filter(|a| !matches!(a, Action::CreateUnchecked)) {
+            slot.run(a);
+            prop_assert!(slot.live().len() <= 1, "two live claims after {a:?}");
+        }
+    }
+
+    // With claims made around the check as well, supersession leaves one live claim per pass.
+    #[test]
+    fn claims_made_around_the_check_are_superseded_by_the_next_pass(actions in proptest::collection::vec(action(), 1..120)) {
         let mut slot = Slot::new();
         for a in &actions {
             slot.run(a);
