@@ -321,8 +321,67 @@ pub struct Claim {
     pub max_node_provision_time: Option<Duration>,
     pub finished_at: Option<DateTime<Utc>>,
     pub conditions: Vec<Condition>,
+    /// The lifecycle operation in flight, or the last one that ran for this claim. Recorded on
+    /// the claim before the operation starts, so a controller that restarts knows it was fired.
+    #[serde(default)]
+    pub operation: Option<Operation>,
     /// Bumped by every write; the store's compare-and-set checks it.
     pub version: u64,
+}
+
+/// Which lifecycle operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationKind {
+    Startup,
+    Shutdown,
+}
+
+impl OperationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationKind::Startup => "startup",
+            OperationKind::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How an operation ended: the state machine's JobCompleted, JobFailed or JobTimeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationOutcome {
+    Completed,
+    Failed,
+    TimedOut,
+}
+
+impl OperationOutcome {
+    /// The state machine's event for this outcome.
+    pub fn event(self) -> super::fsm::Event {
+        match self {
+            OperationOutcome::Completed => super::fsm::Event::JobCompleted,
+            OperationOutcome::Failed => super::fsm::Event::JobFailed,
+            OperationOutcome::TimedOut => super::fsm::Event::JobTimeout,
+        }
+    }
+}
+
+/// A lifecycle operation, as recorded on its claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub kind: OperationKind,
+    pub started_at: DateTime<Utc>,
+    /// The operation's own timeout: past `started_at + timeout` it is killed (JobTimeout).
+    pub timeout: Duration,
+    /// `None` while it runs.
+    pub outcome: Option<OperationOutcome>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl Operation {
+    pub fn running(&self) -> bool {
+        self.outcome.is_none()
+    }
 }
 
 /// What a caller asks of `Claim::apply`.
@@ -372,6 +431,7 @@ impl Claim {
             max_node_provision_time,
             finished_at: None,
             conditions: Vec::new(),
+            operation: None,
             version: 1,
         }
     }

@@ -13,7 +13,7 @@ use super::state::State;
 
 /// The machine's observed power. Here the observation is the bench's presence: UP or HELD is a
 /// machine that is on, DOWN one that is off (SPEC §3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Power {
     On,

@@ -4,7 +4,7 @@
 //! tag `{<prefix>}`, so the one-round-trip fleet read and the beat script stay inside one Redis
 //! Cluster hash slot, and the same code runs on a single Redis and on a cluster.
 
-use crate::domain::name::BenchName;
+use crate::domain::name::{BenchName, ClaimName, GroupName};
 
 /// The default prefix under which every key lives.
 pub const DEFAULT_PREFIX: &str = "fleet";
@@ -74,6 +74,75 @@ impl Keys {
     }
 }
 
+/// The keys of one group's claims and slots. They share the hash tag `{<prefix>:<group>}`, so
+/// every atomic operation on a group's claims stays inside one Redis Cluster hash slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupKeys {
+    tag: String,
+}
+
+impl Keys {
+    /// The keys of one group.
+    pub fn group(&self, group: &GroupName) -> GroupKeys {
+        let prefix = &self.tag[1..self.tag.len() - 1];
+        GroupKeys {
+            tag: format!("{{{prefix}:{group}}}"),
+        }
+    }
+
+    /// The configuration `fleet serve` runs with, published for the views and verbs (JSON).
+    pub fn config(&self) -> String {
+        format!("{}:config", self.tag)
+    }
+}
+
+impl GroupKeys {
+    /// One claim: its JSON. Deleted when the claim is cancelled or collected.
+    pub fn claim(&self, name: &ClaimName) -> String {
+        format!("{}{}", self.claim_prefix(), name)
+    }
+
+    /// The part of every claim key before the claim name, for the group read script.
+    pub fn claim_prefix(&self) -> String {
+        format!("{}:claim:", self.tag)
+    }
+
+    /// The group's claims: a sorted set of names scored by request time (ms).
+    pub fn claims(&self) -> String {
+        format!("{}:claims", self.tag)
+    }
+
+    /// A slot's live claim: the name of the one live claim, the lock that makes one live claim
+    /// per slot airtight. Set by the create script, removed by the terminal move.
+    pub fn live(&self, slot: &BenchName) -> String {
+        format!("{}:live:{}", self.tag, slot)
+    }
+
+    /// A slot's status: its phase and history (JSON), written by the controller's report.
+    pub fn slot(&self, slot: &BenchName) -> String {
+        format!("{}{}", self.slot_prefix(), slot)
+    }
+
+    pub fn slot_prefix(&self) -> String {
+        format!("{}:slot:", self.tag)
+    }
+
+    /// A slot's last-claim digest (JSON): outlives the claim's collection.
+    pub fn last_claim(&self, slot: &BenchName) -> String {
+        format!("{}{}", self.last_claim_prefix(), slot)
+    }
+
+    pub fn last_claim_prefix(&self) -> String {
+        format!("{}:last:", self.tag)
+    }
+
+    /// A claim's timeline: a list of JSON entries, one per accepted move, capped in length, and
+    /// expiring with the claim's collection.
+    pub fn timeline(&self, claim: &ClaimName) -> String {
+        format!("{}:timeline:{}", self.tag, claim)
+    }
+}
+
 impl Default for Keys {
     fn default() -> Self {
         Self::new(DEFAULT_PREFIX).expect("the default prefix is valid")
@@ -93,6 +162,22 @@ mod tests {
         assert_eq!(keys.registry(), "{fleet}:benches");
         assert_eq!(keys.registry_version(), "{fleet}:benches:version");
         assert!(keys.heartbeat(&name).starts_with(&keys.heartbeat_prefix()));
+    }
+
+    #[test]
+    fn a_groups_keys_share_the_groups_hash_tag() {
+        let g = Keys::new("fleet")
+            .unwrap()
+            .group(&GroupName::parse("pool-a").unwrap());
+        let slot = BenchName::parse("bench-01").unwrap();
+        let claim = ClaimName::parse("bench-01-1").unwrap();
+        assert_eq!(g.claim(&claim), "{fleet:pool-a}:claim:bench-01-1");
+        assert_eq!(g.claims(), "{fleet:pool-a}:claims");
+        assert_eq!(g.live(&slot), "{fleet:pool-a}:live:bench-01");
+        assert_eq!(g.slot(&slot), "{fleet:pool-a}:slot:bench-01");
+        assert_eq!(g.last_claim(&slot), "{fleet:pool-a}:last:bench-01");
+        assert_eq!(g.timeline(&claim), "{fleet:pool-a}:timeline:bench-01-1");
+        assert_eq!(Keys::default().config(), "{fleet}:config");
     }
 
     #[test]

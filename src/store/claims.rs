@@ -1,0 +1,501 @@
+//! The claim store: NodeClaims, their timelines, slot statuses and last-claim digests, per group
+//! (SPEC §4.3).
+//!
+//! Every write is one round trip and atomic: creating a claim is one script with the check that
+//! its slot has no live claim, and every later write is a compare-and-set on the claim's version,
+//! so two writers can never both win and a refused write writes nothing. The store does not
+//! decide: the controller passes it the claim `Claim::apply` returned.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use redis::aio::ConnectionLike;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason};
+use crate::domain::history::History;
+use crate::domain::law::{Power, Report};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
+
+use super::keys::Keys;
+
+const CREATE: &str = include_str!("lua/claim_create.lua");
+const WRITE: &str = include_str!("lua/claim_write.lua");
+const DELETE: &str = include_str!("lua/claim_delete.lua");
+const READ_GROUP: &str = include_str!("lua/group_read.lua");
+
+/// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
+pub const TIMELINE_CAP: usize = 64;
+
+fn eval(source: &str, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(source).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// A failed claim-store operation, named after the operation, with the claim or group.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimStoreError {
+    #[error("creating claim {claim}")]
+    Create {
+        claim: ClaimName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("writing claim {claim}")]
+    Write {
+        claim: ClaimName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("deleting claim {claim}")]
+    Delete {
+        claim: ClaimName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("reading the claims of group {group}")]
+    ReadGroup {
+        group: GroupName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("reading the slots of group {group}")]
+    ReadSlots {
+        group: GroupName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("writing the slot statuses of group {group}")]
+    WriteSlots {
+        group: GroupName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("reading the timeline of claim {claim}")]
+    Timeline {
+        claim: ClaimName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("encoding {what}")]
+    Encode {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("unexpected reply from Redis: {0}")]
+    Reply(String),
+}
+
+/// What a timeline entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Event {
+    Created,
+    Booting,
+    Ready,
+    Failed,
+    Cancelled,
+    Completed,
+    Superseded,
+    Marked,
+    Shutdown,
+    Operation,
+    Observed,
+    Warned,
+}
+
+/// One entry of a claim's timeline: what happened, in order, with the attempt's numbers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub at: DateTime<Utc>,
+    pub event: Event,
+    pub phase: Phase,
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// How long the step took (an operation's run, a boot from request to ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// The tail of an operation's output, or a note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Entry {
+    /// An entry for `claim` as it is after the step.
+    pub fn of(claim: &Claim, event: Event, at: DateTime<Utc>) -> Self {
+        Entry {
+            at,
+            event,
+            phase: claim.phase,
+            attempt: claim.attempt,
+            reason: claim.reason,
+            operation: None,
+            deadline_at: claim.deadline_at,
+            duration_ms: None,
+            detail: None,
+        }
+    }
+}
+
+/// A slot's status: the report of the last pass over it. Written only by the controller's report
+/// step; read by the views. Nothing decides from it.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+pub struct SlotStatus {
+    pub history: History,
+    /// The observed power; `None` while the controller is blind.
+    pub power: Option<Power>,
+    pub usable: bool,
+    pub claim: Option<ClaimName>,
+    pub updated_at: Option<DateTime<Utc>>,
+    /// Shutdowns fired for this slot with no claim to count them on (law rows 2 and 11).
+    #[serde(default)]
+    pub unclaimed_shutdowns: u32,
+    #[serde(default)]
+    pub last_unclaimed_shutdown_at: Option<DateTime<Utc>>,
+}
+
+impl SlotStatus {
+    pub fn phase(&self) -> Option<Report> {
+        self.history.phase()
+    }
+}
+
+/// The seed of a new claim's attempt: the slot's last-claim digest as the creator read it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seed {
+    pub last: Option<LastClaim>,
+    /// The digest's stored text: the create script checks it has not moved since.
+    raw: String,
+}
+
+/// How a create ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Created {
+    Created,
+    /// The slot has a live claim already: this one.
+    SlotTaken(ClaimName),
+    /// A claim of that name exists.
+    NameTaken,
+    /// The slot's digest moved between the read and the create: read it again and retry.
+    SeedMoved,
+}
+
+/// A group's claims as one read saw them, with the server's time of the read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupClaims {
+    pub group: GroupName,
+    pub now: DateTime<Utc>,
+    pub claims: Vec<Claim>,
+    /// Claims whose stored JSON does not decode: reported, never acted on.
+    pub unreadable: Vec<(String, String)>,
+}
+
+/// The claim store over one connection.
+#[derive(Clone)]
+pub struct ClaimStore<C> {
+    conn: C,
+    keys: Keys,
+}
+
+fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
+    serde_json::to_string(value).map_err(|source| ClaimStoreError::Encode {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
+    pub fn new(conn: C, keys: Keys) -> Self {
+        Self { conn, keys }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Reads a slot's last-claim digest, to seed a new claim's attempt.
+    pub async fn seed(&self, group: &GroupName, slot: &BenchName) -> Result<Seed, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = redis::cmd("GET")
+            .arg(self.keys.group(group).last_claim(slot))
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadSlots {
+                group: group.clone(),
+                source,
+            })?;
+        let raw = raw.unwrap_or_default();
+        Ok(Seed {
+            last: serde_json::from_str(&raw).ok(),
+            raw,
+        })
+    }
+
+    /// Creates `claim`, atomic with the check that its slot has no live claim.
+    pub async fn create(&self, claim: &Claim, seed: &Seed) -> Result<Created, ClaimStoreError> {
+        let g = self.keys.group(&claim.group);
+        let keys = [
+            g.live(&claim.slot),
+            g.claim(&claim.name),
+            g.claims(),
+            g.timeline(&claim.name),
+            g.last_claim(&claim.slot),
+        ];
+        let entry = Entry::of(claim, Event::Created, claim.requested_at);
+        let mut conn = self.conn.clone();
+        let (code, name): (i64, String) = eval(CREATE, &keys)
+            .arg(claim.name.as_str())
+            .arg(json("a claim", claim)?)
+            .arg(claim.requested_at.timestamp_millis())
+            .arg(json("a timeline entry", &entry)?)
+            .arg(TIMELINE_CAP)
+            .arg(g.claim_prefix())
+            .arg(&seed.raw)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Create {
+                claim: claim.name.clone(),
+                source,
+            })?;
+        match code {
+            1 => Ok(Created::Created),
+            0 => ClaimName::parse(&name)
+                .map(Created::SlotTaken)
+                .map_err(|e| ClaimStoreError::Reply(e.to_string())),
+            -1 => Ok(Created::NameTaken),
+            -2 => Ok(Created::SeedMoved),
+            other => Err(ClaimStoreError::Reply(format!("create returned {other}"))),
+        }
+    }
+
+    /// Writes `next` over `old` if the stored claim is still at `old`'s version; returns whether
+    /// it was written. A terminal `next` releases the slot and keeps its digest.
+    pub async fn write(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        entry: Option<&Entry>,
+    ) -> Result<bool, ClaimStoreError> {
+        let g = self.keys.group(&old.group);
+        let keys = [
+            g.claim(&old.name),
+            g.live(&old.slot),
+            g.timeline(&old.name),
+            g.last_claim(&old.slot),
+        ];
+        let terminal = next.phase.is_terminal();
+        let digest = if terminal {
+            json("a digest", &next.digest())?
+        } else {
+            String::new()
+        };
+        let entry = entry
+            .map(|e| json("a timeline entry", e))
+            .transpose()?
+            .unwrap_or_default();
+        let mut conn = self.conn.clone();
+        let (code, _why): (i64, String) = eval(WRITE, &keys)
+            .arg(old.version)
+            .arg(json("a claim", next)?)
+            .arg(if terminal { "1" } else { "0" })
+            .arg(entry)
+            .arg(TIMELINE_CAP)
+            .arg(digest)
+            .arg(old.name.as_str())
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Write {
+                claim: old.name.clone(),
+                source,
+            })?;
+        Ok(code == 1)
+    }
+
+    /// Deletes `claim` (a pending claim cancelled, or a terminal one collected) if it is still at
+    /// its version; its timeline lives on for `timeline_ttl`. Returns whether it was deleted.
+    pub async fn delete(
+        &self,
+        claim: &Claim,
+        entry: Option<&Entry>,
+        timeline_ttl: Duration,
+    ) -> Result<bool, ClaimStoreError> {
+        let g = self.keys.group(&claim.group);
+        let keys = [
+            g.claim(&claim.name),
+            g.live(&claim.slot),
+            g.claims(),
+            g.timeline(&claim.name),
+        ];
+        let entry = entry
+            .map(|e| json("a timeline entry", e))
+            .transpose()?
+            .unwrap_or_default();
+        let mut conn = self.conn.clone();
+        let (code, _why): (i64, String) = eval(DELETE, &keys)
+            .arg(claim.version)
+            .arg(claim.name.as_str())
+            .arg(entry)
+            .arg(TIMELINE_CAP)
+            .arg(
+                u64::try_from(timeline_ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            )
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Delete {
+                claim: claim.name.clone(),
+                source,
+            })?;
+        Ok(code == 1)
+    }
+
+    /// Reads the claims of every group in `groups`, in one round trip.
+    pub async fn read_groups(
+        &self,
+        groups: &[GroupName],
+    ) -> Result<Vec<GroupClaims>, ClaimStoreError> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for group in groups {
+            let g = self.keys.group(group);
+            pipe.add_command(
+                eval(READ_GROUP, &[g.claims()])
+                    .arg(g.claim_prefix())
+                    .to_owned(),
+            );
+        }
+        let mut conn = self.conn.clone();
+        type Reply = ((String, String), Vec<String>, Vec<Option<String>>);
+        let replies: Vec<Reply> =
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(|source| ClaimStoreError::ReadGroup {
+                    group: groups[0].clone(),
+                    source,
+                })?;
+        groups
+            .iter()
+            .zip(replies)
+            .map(|(group, ((secs, micros), names, values))| {
+                let now = server_time(&secs, &micros).ok_or_else(|| {
+                    ClaimStoreError::Reply(format!("TIME was {secs:?} {micros:?}"))
+                })?;
+                let mut claims = Vec::with_capacity(names.len());
+                let mut unreadable = Vec::new();
+                for (name, value) in names.into_iter().zip(values) {
+                    match value.map(|v| serde_json::from_str::<Claim>(&v)) {
+                        Some(Ok(claim)) => claims.push(claim),
+                        Some(Err(e)) => unreadable.push((name, e.to_string())),
+                        // Listed but gone: deleted between the index and the read. Not a claim.
+                        None => {}
+                    }
+                }
+                Ok(GroupClaims {
+                    group: group.clone(),
+                    now,
+                    claims,
+                    unreadable,
+                })
+            })
+            .collect()
+    }
+
+    /// Reads the statuses and last-claim digests of a group's slots, in one round trip.
+    #[allow(clippy::type_complexity)]
+    pub async fn read_slots(
+        &self,
+        group: &GroupName,
+        slots: &[BenchName],
+    ) -> Result<Vec<(Option<SlotStatus>, Option<LastClaim>)>, ClaimStoreError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let g = self.keys.group(group);
+        let mut pipe = redis::pipe();
+        pipe.cmd("MGET")
+            .arg(slots.iter().map(|s| g.slot(s)).collect::<Vec<_>>());
+        pipe.cmd("MGET")
+            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>());
+        let mut conn = self.conn.clone();
+        let (statuses, digests): (Vec<Option<String>>, Vec<Option<String>>) = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadSlots {
+                group: group.clone(),
+                source,
+            })?;
+        Ok(statuses
+            .into_iter()
+            .zip(digests)
+            .map(|(s, d)| {
+                (
+                    s.and_then(|s| serde_json::from_str(&s).ok()),
+                    d.and_then(|d| serde_json::from_str(&d).ok()),
+                )
+            })
+            .collect())
+    }
+
+    /// Writes slot statuses, in one round trip.
+    pub async fn write_slots(
+        &self,
+        group: &GroupName,
+        statuses: &[(BenchName, SlotStatus)],
+    ) -> Result<(), ClaimStoreError> {
+        if statuses.is_empty() {
+            return Ok(());
+        }
+        let g = self.keys.group(group);
+        let mut pipe = redis::pipe();
+        for (slot, status) in statuses {
+            pipe.set(g.slot(slot), json("a slot status", status)?)
+                .ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::WriteSlots {
+                group: group.clone(),
+                source,
+            })
+    }
+
+    /// A claim's timeline, oldest first.
+    pub async fn timeline(
+        &self,
+        group: &GroupName,
+        claim: &ClaimName,
+    ) -> Result<Vec<Entry>, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.keys.group(group).timeline(claim))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Timeline {
+                claim: claim.clone(),
+                source,
+            })?;
+        Ok(raw
+            .iter()
+            .filter_map(|e| serde_json::from_str(e).ok())
+            .collect())
+    }
+}
+
+fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
+    let secs: i64 = secs.parse().ok()?;
+    let micros: i64 = micros.parse().ok()?;
+    DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
+}

@@ -1,0 +1,27 @@
+-- Writes a claim's next state: a compare-and-set on its version (SPEC §4.3). One round trip.
+-- A write whose expected version is not the stored one writes nothing.
+--
+-- KEYS[1] the claim, KEYS[2] the slot's live pointer, KEYS[3] the timeline, KEYS[4] the slot's
+-- last-claim digest.
+-- ARGV[1] the expected version, ARGV[2] the new JSON, ARGV[3] '1' when the new phase is terminal,
+-- ARGV[4] a timeline entry ('' for none), ARGV[5] the timeline's cap, ARGV[6] the digest to keep
+-- ('' for none), ARGV[7] the claim name.
+--
+-- Returns {1, ''} when written, {0, why} when refused.
+local raw = redis.call('GET', KEYS[1])
+if not raw then return { 0, 'the claim does not exist' } end
+local ok, c = pcall(cjson.decode, raw)
+if not ok or type(c) ~= 'table' then return { 0, 'the stored claim is unreadable' } end
+if tostring(c.version) ~= ARGV[1] then
+  return { 0, 'the claim is at version ' .. tostring(c.version) .. ', not ' .. ARGV[1] }
+end
+redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[3] == '1' and redis.call('GET', KEYS[2]) == ARGV[7] then
+  redis.call('DEL', KEYS[2])
+end
+if ARGV[6] ~= '' then redis.call('SET', KEYS[4], ARGV[6]) end
+if ARGV[4] ~= '' then
+  redis.call('RPUSH', KEYS[3], ARGV[4])
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[5]), -1)
+end
+return { 1, '' }

@@ -1,0 +1,267 @@
+//! The claim store against a real redis-server (SPEC §4.3): one live claim per slot under
+//! concurrent writers, compare-and-set moves, digests, timelines, slot statuses.
+
+mod support;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fleet::domain::claim::{Claim, Move, Phase, Reason, Timings};
+use fleet::domain::law::{Power, Report};
+use fleet::domain::name::{BenchName, ClaimName, GroupName};
+use fleet::store::claims::{ClaimStore, Created, Entry, Event, SlotStatus};
+use fleet::store::counting::Counting;
+use fleet::store::keys::Keys;
+use support::*;
+
+fn group() -> GroupName {
+    GroupName::parse("pool-a").unwrap()
+}
+
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn new_claim(name: &str, slot: &str, seed: &fleet::store::claims::Seed) -> Claim {
+    Claim::new(
+        ClaimName::parse(name).unwrap(),
+        BenchName::parse(slot).unwrap(),
+        group(),
+        seed.last.as_ref(),
+        now(),
+        &Timings::default(),
+        None,
+    )
+}
+
+async fn store(
+    server: &fleet::testing::RedisServer,
+) -> ClaimStore<redis::aio::MultiplexedConnection> {
+    ClaimStore::new(conn(server).await, Keys::default())
+}
+
+#[tokio::test]
+async fn a_claim_is_created_read_back_and_a_second_live_claim_on_its_slot_is_refused() {
+    let server = server();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    assert_eq!(seed.last, None);
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    assert_eq!(s.create(&a, &seed).await.unwrap(), Created::Created);
+    let b = new_claim("bench-01-b", "bench-01", &seed);
+    assert_eq!(
+        s.create(&b, &seed).await.unwrap(),
+        Created::SlotTaken(ClaimName::parse("bench-01-a").unwrap())
+    );
+    assert_eq!(
+        s.create(&a, &seed).await.unwrap(),
+        Created::SlotTaken(a.name.clone())
+    );
+    let other = new_claim("bench-01-a", "bench-02", &seed);
+    assert_eq!(s.create(&other, &seed).await.unwrap(), Created::NameTaken);
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(read[0].claims, vec![a.clone()]);
+    let timeline = s.timeline(&group(), &a.name).await.unwrap();
+    assert_eq!(timeline.len(), 1);
+    assert_eq!(
+        (timeline[0].event, timeline[0].phase),
+        (Event::Created, Phase::Pending)
+    );
+}
+
+// SPEC §4.3: one live claim per slot, airtight under concurrent writers with no lock.
+#[tokio::test]
+async fn fifty_racing_creators_leave_exactly_one_live_claim() {
+    let server = server();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (s, seed) = (s.clone(), seed.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = new_claim(&format!("bench-01-{i}"), "bench-01", &seed);
+            s.create(&c, &seed).await.unwrap()
+        }));
+    }
+    let mut created = 0;
+    for t in tasks {
+        if bounded("create", t).await.unwrap() == Created::Created {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1);
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(
+        read[0].claims.iter().filter(|c| c.phase.is_live()).count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_move_is_a_compare_and_set_and_a_stale_writer_writes_nothing() {
+    let server = server();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    s.create(&a, &seed).await.unwrap();
+    let booting = a.apply(Move::to(Phase::Booting), now()).unwrap();
+    let entry = Entry::of(&booting, Event::Booting, now());
+    assert!(s.write(&a, &booting, Some(&entry)).await.unwrap());
+    // A second writer that read the claim before the move loses, and writes nothing.
+    let failed = a
+        .apply(
+            Move::because(Phase::Failed, Reason::DeadlineExceeded),
+            now(),
+        )
+        .unwrap();
+    assert!(
+        !s.write(&a, &failed, Some(&Entry::of(&failed, Event::Failed, now())))
+            .await
+            .unwrap()
+    );
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(read[0].claims, vec![booting.clone()]);
+    assert_eq!(
+        s.timeline(&group(), &a.name).await.unwrap().len(),
+        2,
+        "no entry for a refused write"
+    );
+}
+
+#[tokio::test]
+async fn a_terminal_move_frees_the_slot_and_keeps_the_digest_that_seeds_the_next_attempt() {
+    let server = server();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    s.create(&a, &seed).await.unwrap();
+    let failed = a
+        .apply(
+            Move::because(Phase::Failed, Reason::StartupJobFailed),
+            now(),
+        )
+        .unwrap();
+    assert!(s.write(&a, &failed, None).await.unwrap());
+    let seed2 = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let digest = seed2.last.clone().unwrap();
+    assert_eq!(
+        (digest.phase, digest.attempt, digest.reason),
+        (Phase::Failed, 1, Some(Reason::StartupJobFailed))
+    );
+    // A creator holding the old seed is told the digest moved.
+    let stale = new_claim("bench-01-b", "bench-01", &seed);
+    assert_eq!(s.create(&stale, &seed).await.unwrap(), Created::SeedMoved);
+    let b = new_claim("bench-01-b", "bench-01", &seed2);
+    assert_eq!(b.attempt, 2);
+    assert_eq!(s.create(&b, &seed2).await.unwrap(), Created::Created);
+    // The terminal claim is kept until collected; then its digest stays.
+    assert!(
+        s.delete(&failed, None, Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(read[0].claims, vec![b]);
+    assert_eq!(
+        s.seed(&group(), &name("bench-01")).await.unwrap().last,
+        Some(digest)
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_pending_claim_deletes_it_and_its_timeline_expires() {
+    let server = server();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    s.create(&a, &seed).await.unwrap();
+    let entry = Entry::of(&a, Event::Cancelled, now());
+    assert!(
+        s.delete(&a, Some(&entry), Duration::from_secs(3600))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.read_groups(&[group()]).await.unwrap()[0]
+            .claims
+            .is_empty()
+    );
+    let key = Keys::default().group(&group()).timeline(&a.name);
+    let ttl: i64 = raw(&server, &["PTTL", &key]).await;
+    assert!((3_590_000..=3_600_000).contains(&ttl), "{ttl}");
+    let events: Vec<Event> = s
+        .timeline(&group(), &a.name)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, [Event::Created, Event::Cancelled]);
+    // The slot is free again, and a cancelled pending claim spent no attempt.
+    let b = new_claim("bench-01-b", "bench-01", &seed);
+    assert_eq!(s.create(&b, &seed).await.unwrap(), Created::Created);
+    assert_eq!(b.attempt, 1);
+    // A second delete of the same claim finds nothing.
+    assert!(!s.delete(&a, None, Duration::from_secs(1)).await.unwrap());
+}
+
+#[tokio::test]
+async fn garbage_in_a_claim_key_is_reported_and_a_foreign_pointer_does_not_block_the_slot() {
+    let server = server();
+    let s = store(&server).await;
+    let g = Keys::default().group(&group());
+    let _: () = raw(
+        &server,
+        &[
+            "SET",
+            &g.claim(&ClaimName::parse("junk").unwrap()),
+            "not json",
+        ],
+    )
+    .await;
+    let _: () = raw(&server, &["ZADD", &g.claims(), "1", "junk"]).await;
+    let _: () = raw(&server, &["SET", &g.live(&name("bench-01")), "ghost"]).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    assert_eq!(
+        s.create(&a, &seed).await.unwrap(),
+        Created::Created,
+        "a pointer to no claim is stale"
+    );
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(read[0].claims, vec![a]);
+    assert_eq!(read[0].unreadable.len(), 1);
+    assert_eq!(read[0].unreadable[0].0, "junk");
+}
+
+#[tokio::test]
+async fn groups_are_read_in_one_round_trip_and_slot_statuses_round_trip() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let groups = [
+        group(),
+        GroupName::parse("pool-b").unwrap(),
+        GroupName::parse("pool-c").unwrap(),
+    ];
+    let before = counting.trips();
+    let read = s.read_groups(&groups).await.unwrap();
+    assert_eq!(counting.trips() - before, 1);
+    assert_eq!(read.len(), 3);
+    let mut status = SlotStatus {
+        power: Some(Power::On),
+        usable: true,
+        ..SlotStatus::default()
+    };
+    status.history.record(Report::Ready, now());
+    s.write_slots(&group(), &[(name("bench-01"), status.clone())])
+        .await
+        .unwrap();
+    let before = counting.trips();
+    let slots = s
+        .read_slots(&group(), &[name("bench-01"), name("bench-02")])
+        .await
+        .unwrap();
+    assert_eq!(counting.trips() - before, 1);
+    assert_eq!(slots, vec![(Some(status), None), (None, None)]);
+}
