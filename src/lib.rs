@@ -13,6 +13,9 @@
 
 pub mod agent;
 pub mod cli;
+pub mod config;
 pub mod domain;
+pub mod lifecycle;
+pub mod reconcile;
 pub mod store;
 pub mod testing;

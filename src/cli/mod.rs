@@ -8,12 +8,21 @@
 pub mod agent;
 pub mod args;
 pub mod beat;
+pub mod cancel;
+pub mod claim;
+pub mod claims;
+pub mod describe;
 pub mod forget;
+pub mod groups;
 pub mod hold;
 pub mod live;
 pub mod output;
 pub mod release;
+pub mod reset;
+pub mod serve;
+pub mod slots;
 pub mod state;
+pub mod views;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -81,6 +90,29 @@ pub enum Command {
     Release(release::Args),
     /// Remove benches from the registry.
     Forget(forget::Args),
+    /// Run the lifecycle controller.
+    Serve(serve::Args),
+    /// The groups: size bounds, target, health.
+    Groups(groups::Args),
+    /// The slots: phase, power, claim, history.
+    Slots(slots::Args),
+    /// The claims.
+    Claims(claims::Args),
+    /// One slot in full: status, history, last claim, the live claim's timeline.
+    Describe(describe::Args),
+    /// Ask for a machine on a slot (a hand-made claim).
+    Claim(claim::Args),
+    /// Cancel a claim: a pending one is deleted, a booting or ready one reversed.
+    Cancel(cancel::Args),
+    /// Reset a claim's shutdown attempts, so the shutdown fires on the next pass.
+    ResetShutdownAttempts(reset::Args),
+}
+
+/// Output of the views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewFormat {
+    Table,
+    Json,
 }
 
 /// What a verb runs with: where Redis is, the key namer, and the shutdown signal.
@@ -175,6 +207,14 @@ impl Command {
             Command::Hold(args) => args.run(ctx, out).await,
             Command::Release(args) => args.run(ctx, out).await,
             Command::Forget(args) => args.run(ctx, out).await,
+            Command::Serve(args) => args.run(ctx, out).await,
+            Command::Groups(args) => args.run(ctx, out).await,
+            Command::Slots(args) => args.run(ctx, out).await,
+            Command::Claims(args) => args.run(ctx, out).await,
+            Command::Describe(args) => args.run(ctx, out).await,
+            Command::Claim(args) => args.run(ctx, out).await,
+            Command::Cancel(args) => args.run(ctx, out).await,
+            Command::ResetShutdownAttempts(args) => args.run(ctx, out).await,
         }
     }
 }

@@ -123,6 +123,35 @@ fn table(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes an aligned table: a header line and one line per row.
+pub fn grid(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let padded: Vec<String> = cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(&mut header.iter().copied()))?;
+    for row in rows {
+        writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+    }
+    Ok(())
+}
+
+/// An RFC 3339 time, or `-`.
+pub fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or("-".to_owned(), |t| {
+        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    })
+}
+
 /// Milliseconds as a short human duration: `850ms`, `4.7s`, then whole units (`12s`, `59m59s`).
 pub fn human_ms(ms: u64) -> String {
     match ms {

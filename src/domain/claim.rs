@@ -555,6 +555,46 @@ impl Claim {
         next
     }
 
+    /// Records the start of a lifecycle operation on the claim. The caller writes this before it
+    /// runs the operation, so a restarted controller knows the operation was fired and never
+    /// fires it a second time for this claim.
+    pub fn start_operation(
+        &self,
+        kind: OperationKind,
+        timeout: Duration,
+        now: DateTime<Utc>,
+    ) -> Claim {
+        let mut next = self.clone();
+        next.operation = Some(Operation {
+            kind,
+            started_at: now,
+            timeout,
+            outcome: None,
+            finished_at: None,
+        });
+        next.version += 1;
+        next
+    }
+
+    /// Records how the operation in flight ended. A claim with no operation in flight is returned
+    /// unchanged (`None`): an outcome is recorded once.
+    pub fn finish_operation(&self, outcome: OperationOutcome, now: DateTime<Utc>) -> Option<Claim> {
+        let op = self.operation.as_ref().filter(|op| op.running())?;
+        let mut next = self.clone();
+        next.operation = Some(Operation {
+            outcome: Some(outcome),
+            finished_at: Some(now),
+            ..op.clone()
+        });
+        next.version += 1;
+        Some(next)
+    }
+
+    /// The operation in flight, if one is recorded as running.
+    pub fn running_operation(&self) -> Option<&Operation> {
+        self.operation.as_ref().filter(|op| op.running())
+    }
+
     /// Records a warning reason without moving the phase (ShutdownJobTimeout).
     pub fn warn(&self, reason: Reason) -> Claim {
         let mut next = self.clone();

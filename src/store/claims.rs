@@ -470,6 +470,17 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             })
     }
 
+    /// The server's time: every claim time is on the store's clock.
+    pub async fn now(&self) -> Result<DateTime<Utc>, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (String, String) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| ClaimStoreError::Reply(format!("TIME failed: {e}")))?;
+        server_time(&secs, &micros)
+            .ok_or_else(|| ClaimStoreError::Reply(format!("TIME was {secs:?} {micros:?}")))
+    }
+
     /// A claim's timeline, oldest first.
     pub async fn timeline(
         &self,

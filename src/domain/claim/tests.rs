@@ -577,4 +577,58 @@ fn every_reason_has_its_name() {
     }
 }
 
+#[test]
+fn an_operation_is_recorded_before_it_runs_and_its_outcome_once() {
+    let c = claim().apply(Move::to(Phase::Booting), t(1)).unwrap();
+    assert_eq!(c.running_operation(), None);
+    assert_eq!(
+        c.finish_operation(OperationOutcome::Completed, t(2)),
+        None,
+        "nothing in flight"
+    );
+    let started = c.start_operation(OperationKind::Startup, Duration::from_secs(300), t(1));
+    assert_eq!(started.version, c.version + 1);
+    let op = started.running_operation().unwrap();
+    assert_eq!(
+        (op.kind, op.started_at, op.timeout),
+        (OperationKind::Startup, t(1), Duration::from_secs(300))
+    );
+    let done = started
+        .finish_operation(OperationOutcome::Failed, t(9))
+        .unwrap();
+    assert_eq!(done.running_operation(), None);
+    let op = done.operation.clone().unwrap();
+    assert_eq!(
+        (op.outcome, op.finished_at),
+        (Some(OperationOutcome::Failed), Some(t(9)))
+    );
+    assert_eq!(
+        done.finish_operation(OperationOutcome::Completed, t(10)),
+        None,
+        "recorded once"
+    );
+    assert_eq!(
+        OperationOutcome::TimedOut.event(),
+        crate::domain::fsm::Event::JobTimeout
+    );
+    assert_eq!(
+        OperationOutcome::Failed.event(),
+        crate::domain::fsm::Event::JobFailed
+    );
+    assert_eq!(
+        OperationOutcome::Completed.event(),
+        crate::domain::fsm::Event::JobCompleted
+    );
+}
+
+#[test]
+fn phases_have_their_names() {
+    assert_eq!(
+        Phase::ALL.map(|p| p.to_string()),
+        ["pending", "booting", "ready", "failed", "completed"]
+    );
+    assert_eq!(Reason::MachineGone.to_string(), "MachineGone");
+    assert_eq!(OperationKind::Shutdown.as_str(), "shutdown");
+}
+
 mod model;

@@ -1,0 +1,27 @@
+#!/bin/sh
+# A simulated power switch for the local stack: `on` boots a bench (after BOOT_DELAY seconds it
+# starts a `fleet agent` for $FLEET_SLOT), `off` stops that agent, whose final beat reads DOWN.
+# fleet serve runs it with FLEET_SLOT set; SIM_DIR and SIM_BIN come from scripts/up.sh.
+set -eu
+dir="${SIM_DIR:?SIM_DIR is the local stack's run directory}"
+bin="${SIM_BIN:?SIM_BIN is the fleet binary}"
+pidfile="$dir/$FLEET_SLOT.pid"
+case "${1:-}" in
+  on)
+    sleep "${BOOT_DELAY:-3}"
+    nohup "$bin" agent "$FLEET_SLOT" --interval 1s >"$dir/$FLEET_SLOT.log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+    echo "powered on $FLEET_SLOT (agent pid $!)"
+    ;;
+  off)
+    if [ -f "$pidfile" ]; then
+      kill "$(cat "$pidfile")" 2>/dev/null || true
+      rm -f "$pidfile"
+    fi
+    echo "powered off $FLEET_SLOT"
+    ;;
+  *)
+    echo "usage: sim-power.sh on|off" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,57 @@
+//! `fleet claim SLOT`: a hand-made claim. The controller boots the slot's machine for it.
+
+use std::io::Write;
+
+use crate::domain::name::BenchName;
+use crate::reconcile::requests::{self, RequestError};
+use crate::store::catalog::Catalog;
+use crate::store::claims::ClaimStore;
+
+use super::{Ctx, Error};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub slot: BenchName,
+}
+
+/// Maps a request's failure: a refusal the user can act on is exit 2, the store failing exit 1.
+pub fn request_error(e: RequestError) -> Error {
+    match e {
+        RequestError::Store(_) => Error::Runtime(e.into()),
+        RequestError::SlotTaken { .. }
+        | RequestError::NoSuchClaim(_)
+        | RequestError::Ended { .. }
+        | RequestError::Raced(_)
+        | RequestError::NotMarkable(..) => Error::Usage(e.into()),
+    }
+}
+
+impl Args {
+    pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        let mut conn = ctx.endpoint.connect().await?;
+        let catalog = Catalog::read(&mut conn, &ctx.keys)
+            .await
+            .map_err(|e| Error::Runtime(e.into()))?;
+        let Some(group) = catalog.group_of(&self.slot) else {
+            return Err(Error::usage(format!(
+                "no slot {}: list them with `fleet slots`",
+                self.slot
+            )));
+        };
+        let store = ClaimStore::new(conn, ctx.keys.clone());
+        let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
+        let c = requests::claim_slot(&store, group, &self.slot, now)
+            .await
+            .map_err(request_error)?;
+        writeln!(
+            out,
+            "{}: claim {} created (attempt {}, deadline {}); watch it with `fleet describe {}`",
+            self.slot,
+            c.name,
+            c.attempt,
+            super::output::time(c.deadline_at),
+            self.slot
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! What the views read: the catalog, every group's claims and every slot's status, in three
+//! round trips, and the rows built from them (SPEC §4.7). Rows are built from domain values.
+
+use chrono::{DateTime, Utc};
+use redis::aio::MultiplexedConnection;
+use serde::Serialize;
+
+use crate::domain::claim::{Claim, LastClaim, Phase, Reason};
+use crate::domain::history::{self, GroupStatus, SlotSummary};
+use crate::domain::law::{Power, Report};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
+use crate::store::catalog::Catalog;
+use crate::store::claims::{ClaimStore, SlotStatus};
+
+use super::{Ctx, Error};
+
+/// Everything the views show, read once.
+pub struct World {
+    pub catalog: Catalog,
+    pub claims: Vec<Claim>,
+    pub slots: Vec<(GroupName, BenchName, Option<SlotStatus>, Option<LastClaim>)>,
+    pub store: ClaimStore<MultiplexedConnection>,
+    pub now: DateTime<Utc>,
+}
+
+impl World {
+    pub async fn read(ctx: &Ctx) -> Result<World, Error> {
+        let mut conn = ctx.endpoint.connect().await?;
+        let catalog = Catalog::read(&mut conn, &ctx.keys)
+            .await
+            .map_err(|e| Error::Runtime(e.into()))?;
+        let store = ClaimStore::new(conn, ctx.keys.clone());
+        let read = store
+            .read_groups(&catalog.group_names())
+            .await
+            .map_err(|e| Error::Runtime(e.into()))?;
+        let now = read.first().map_or_else(Utc::now, |g| g.now);
+        let claims = read.into_iter().flat_map(|g| g.claims).collect();
+        let mut slots = Vec::new();
+        for g in &catalog.groups {
+            let names: Vec<BenchName> = g.slots.iter().map(|s| s.name.clone()).collect();
+            let statuses = store
+                .read_slots(&g.name, &names)
+                .await
+                .map_err(|e| Error::Runtime(e.into()))?;
+            for (name, (status, last)) in names.into_iter().zip(statuses) {
+                slots.push((g.name.clone(), name, status, last));
+            }
+        }
+        Ok(World {
+            catalog,
+            claims,
+            slots,
+            store,
+            now,
+        })
+    }
+
+    pub fn live_claim(&self, slot: &BenchName) -> Option<&Claim> {
+        self.claims
+            .iter()
+            .filter(|c| &c.slot == slot && c.phase.is_live())
+            .max_by_key(|c| c.requested_at)
+    }
+}
+
+/// A row of `fleet slots -o json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotRow {
+    pub name: String,
+    pub group: String,
+    pub phase: Option<Report>,
+    pub power: &'static str,
+    pub usable: bool,
+    pub claim: Option<String>,
+    pub attempt: Option<u32>,
+    pub activations_total: u64,
+    pub activations_24h: u32,
+    pub last_transition_time: Option<String>,
+    pub previous_phase: Option<Report>,
+    pub last_claim: Option<LastClaim>,
+}
+
+pub fn slot_rows(world: &World) -> Vec<SlotRow> {
+    world
+        .slots
+        .iter()
+        .map(|(group, name, status, last)| {
+            let status = status.clone().unwrap_or_default();
+            let live = world.live_claim(name);
+            SlotRow {
+                name: name.to_string(),
+                group: group.to_string(),
+                phase: status.phase(),
+                power: match status.power {
+                    Some(Power::On) => "on",
+                    Some(Power::Off) => "off",
+                    None => "unknown",
+                },
+                usable: status.usable,
+                claim: live.map(|c| c.name.to_string()),
+                attempt: live.map(|c| c.attempt).or(last.as_ref().map(|l| l.attempt)),
+                activations_total: status.history.activations_total(),
+                activations_24h: status.history.activations_last_24h(),
+                last_transition_time: status.history.last_transition_time().map(rfc3339),
+                previous_phase: status.history.previous_phase(),
+                last_claim: last.clone(),
+            }
+        })
+        .collect()
+}
+
+/// A row of `fleet claims -o json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClaimRow {
+    pub name: ClaimName,
+    pub slot: BenchName,
+    pub group: GroupName,
+    pub phase: Phase,
+    pub reason: Option<Reason>,
+    pub attempt: u32,
+    pub shutdown_attempts: u32,
+    pub marked_for_deletion: bool,
+    pub requested_at: String,
+    pub deadline_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub operation: Option<String>,
+}
+
+pub fn claim_row(c: &Claim) -> ClaimRow {
+    ClaimRow {
+        name: c.name.clone(),
+        slot: c.slot.clone(),
+        group: c.group.clone(),
+        phase: c.phase,
+        reason: c.reason.or(c.marked_for_deletion),
+        attempt: c.attempt,
+        shutdown_attempts: c.shutdown_attempts,
+        marked_for_deletion: c.marked_for_deletion.is_some(),
+        requested_at: rfc3339(c.requested_at),
+        deadline_at: c.deadline_at.map(rfc3339),
+        finished_at: c.finished_at.map(rfc3339),
+        operation: c.operation.as_ref().map(|op| {
+            let state = match op.outcome {
+                None => "running".to_owned(),
+                Some(o) => format!("{o:?}").to_lowercase(),
+            };
+            format!("{} {state}", op.kind.as_str())
+        }),
+    }
+}
+
+/// A row of `fleet groups -o json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupRow {
+    pub name: String,
+    pub min_size: u32,
+    pub max_size: u32,
+    /// Live claims not marked for deletion: what cluster-autoscaler sees as the target size.
+    pub target: u32,
+    #[serde(flatten)]
+    pub status: GroupStatus,
+}
+
+pub fn group_rows(world: &World) -> Vec<GroupRow> {
+    world
+        .catalog
+        .groups
+        .iter()
+        .map(|g| {
+            let summaries: Vec<SlotSummary> = world
+                .slots
+                .iter()
+                .filter(|(group, ..)| group == &g.name)
+                .map(|(_, _, status, last)| SlotSummary {
+                    power: status.as_ref().and_then(|s| s.power),
+                    last_claim_failed: last.as_ref().is_some_and(|l| l.phase == Phase::Failed),
+                })
+                .collect();
+            let target = world
+                .claims
+                .iter()
+                .filter(|c| c.group == g.name && c.wants_machine())
+                .count();
+            GroupRow {
+                name: g.name.to_string(),
+                min_size: g.min_size,
+                max_size: g.max_size,
+                target: u32::try_from(target).unwrap_or(u32::MAX),
+                status: history::group_status(&summaries, None),
+            }
+        })
+        .collect()
+}
+
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

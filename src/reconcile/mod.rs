@@ -1,0 +1,877 @@
+//! The lifecycle controller (SPEC §4.5): one pass over every slot, each second and whenever an
+//! operation ends.
+//!
+//! A pass over a slot reads like the seed's reconcile: **observe** (the slot's claims, the bench's
+//! presence), **decide** (the claim controller's judgment, the readiness gate, the input law, all
+//! pure), **act** (claim writes through the store's compare-and-set, the cordon, operations), and
+//! **report** (the slot's phase and history through `History::record`). Every action is a claim
+//! write first and an effect second: an operation is recorded on its claim before it runs. A pass
+//! that loses a compare-and-set stops acting on that slot; the next pass reads it again.
+
+pub mod metrics;
+pub mod requests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, Group, Slot};
+use crate::domain::claim::{
+    self, Claim, Context, Judgment, Move, OperationKind, OperationOutcome, Phase, Reason,
+    ShutdownGate, add,
+};
+use crate::domain::law::{self, ClaimInput, Fires, Input, Power};
+use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
+use crate::domain::node::{self, Binding};
+use crate::domain::state::{Bench, State};
+use crate::lifecycle::{Report, Request, Runner};
+use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
+use crate::store::presence::{Presence, Snapshot};
+
+use metrics::{GroupPhase, Health, KindLabel, Metrics, MoveLabels, OperationLabels};
+
+/// Hold requests fleet writes as the cordon start with this, so fleet never lifts an operator's.
+pub const CORDON_PREFIX: &str = "fleet: ";
+
+/// A pass that could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("reading the claims")]
+    Claims(#[source] ClaimStoreError),
+    #[error("writing the slot statuses")]
+    Report(#[source] ClaimStoreError),
+}
+
+/// What one pass did, for tests and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub blind: bool,
+    pub slots: usize,
+    pub writes: usize,
+    pub started: Vec<BenchName>,
+    pub stopped: Vec<BenchName>,
+}
+
+/// An operation that ended and whose outcome is not written yet.
+#[derive(Clone, Debug)]
+struct Finished {
+    kind: OperationKind,
+    claim: Option<ClaimName>,
+    report: Report,
+}
+
+/// The controller.
+pub struct Controller<C, R> {
+    config: watch::Receiver<Arc<Config>>,
+    presence: Presence<C>,
+    store: ClaimStore<C>,
+    runner: Arc<R>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    /// The slot statuses this controller wrote: it is their one writer.
+    statuses: HashMap<(GroupName, BenchName), SlotStatus>,
+    /// Slots whose status changed outside the report step (an unclaimed shutdown's count).
+    dirty: std::collections::HashSet<(GroupName, BenchName)>,
+    loaded: bool,
+    running: HashMap<BenchName, OperationKind>,
+    finished: HashMap<BenchName, Finished>,
+    done_tx: mpsc::UnboundedSender<(BenchName, Finished)>,
+    done_rx: mpsc::UnboundedReceiver<(BenchName, Finished)>,
+    tasks: TaskTracker,
+}
+
+impl<C, R> Controller<C, R>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+{
+    pub fn new(
+        config: watch::Receiver<Arc<Config>>,
+        presence: Presence<C>,
+        store: ClaimStore<C>,
+        runner: Arc<R>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Controller {
+            config,
+            presence,
+            store,
+            runner,
+            metrics,
+            health,
+            statuses: HashMap::new(),
+            dirty: std::collections::HashSet::new(),
+            loaded: false,
+            running: HashMap::new(),
+            finished: HashMap::new(),
+            done_tx,
+            done_rx,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Runs passes every `interval`, and at once when an operation ends, until `shutdown`; then
+    /// waits up to `grace` for the operations in flight.
+    pub async fn run(mut self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
+        self.metrics.leader.set(1);
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+                Some((slot, done)) = self.done_rx.recv() => {
+                    self.running.remove(&slot);
+                    self.finished.insert(slot, done);
+                }
+            }
+            if let Err(e) = self.pass().await {
+                warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "controller pass failed; retrying"
+                );
+            }
+        }
+        self.metrics.leader.set(0);
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            let running: Vec<String> = self
+                .running
+                .iter()
+                .map(|(slot, kind)| format!("{slot} ({})", kind.as_str()))
+                .collect();
+            warn!(
+                ?running,
+                "operations still running at shutdown; they are recorded on their claims"
+            );
+        }
+    }
+
+    /// Whether an operation is running for `slot` in this process.
+    pub fn running(&self, slot: &BenchName) -> bool {
+        self.running.contains_key(slot)
+    }
+
+    /// Waits for the next operation to end (for callers that drive passes themselves).
+    pub async fn operation_ended(&mut self) -> Option<BenchName> {
+        let (slot, done) = self.done_rx.recv().await?;
+        self.running.remove(&slot);
+        self.finished.insert(slot.clone(), done);
+        Some(slot)
+    }
+
+    /// One pass over every slot.
+    pub async fn pass(&mut self) -> Result<PassReport, PassError> {
+        let started = Instant::now();
+        while let Ok((slot, done)) = self.done_rx.try_recv() {
+            self.running.remove(&slot);
+            self.finished.insert(slot, done);
+        }
+        let config = self.config.borrow().clone();
+        let groups: Vec<GroupName> = config.groups.keys().cloned().collect();
+
+        // Observe: presence (blind when it cannot be read) and every group's claims.
+        let read_started = Instant::now();
+        let snapshot = match self.presence.read(&[]).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "cannot read presence: blind, no power action this pass"
+                );
+                None
+            }
+        };
+        self.metrics
+            .presence_read_seconds
+            .observe(read_started.elapsed().as_secs_f64());
+        let read = self
+            .store
+            .read_groups(&groups)
+            .await
+            .map_err(PassError::Claims)?;
+        if !self.loaded {
+            self.load_statuses(&config)
+                .await
+                .map_err(PassError::Claims)?;
+        }
+        let blind = snapshot.is_none();
+        self.metrics.blind.set(i64::from(blind));
+
+        let mut report = PassReport {
+            blind,
+            ..PassReport::default()
+        };
+        let mut writes: BTreeMap<GroupName, Vec<(BenchName, SlotStatus)>> = BTreeMap::new();
+        for group_claims in read {
+            let Some(group) = config.groups.get(&group_claims.group) else {
+                continue;
+            };
+            let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
+            for (name, why) in &group_claims.unreadable {
+                warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");
+            }
+            let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
+            for c in group_claims.claims {
+                by_slot.entry(c.slot.clone()).or_default().push(c);
+            }
+            // Claims of slots that left the configuration end SlotDeleted.
+            for (slot, claims) in by_slot
+                .iter()
+                .filter(|(s, _)| !config.slots.contains_key(*s))
+            {
+                for c in claims.iter().filter(|c| c.phase.is_live()) {
+                    let ctx = Context {
+                        now,
+                        power: None,
+                        slot_exists: false,
+                        superseded: false,
+                        timings: &group.timings,
+                    };
+                    if let Judgment::Fail(reason) = claim::judge(c, &ctx) {
+                        let next = c.apply(Move::because(Phase::Failed, reason), now).ok();
+                        if let Some(next) = next {
+                            self.write(c, &next, Event::Failed, now, None).await;
+                            report.writes += 1;
+                            info!(slot = %slot, claim = %c.name, "slot left the configuration; claim failed SlotDeleted");
+                        }
+                    }
+                }
+            }
+            let mut phases: HashMap<&'static str, i64> = HashMap::new();
+            for slot in config.slots_of(&group.name) {
+                let claims = by_slot.remove(&slot.name).unwrap_or_default();
+                let bench = snapshot.as_ref().and_then(|s| bench_of(s, &slot.name));
+                let outcome = self.slot_pass(group, slot, claims, bench, blind, now).await;
+                report.slots += 1;
+                report.writes += outcome.writes;
+                if outcome.started {
+                    report.started.push(slot.name.clone());
+                }
+                if outcome.stopped {
+                    report.stopped.push(slot.name.clone());
+                }
+                for c in &outcome.claims {
+                    *phases.entry(c.phase.as_str()).or_default() += 1;
+                }
+                if let Some(status) = outcome.status {
+                    writes
+                        .entry(group.name.clone())
+                        .or_default()
+                        .push((slot.name.clone(), status));
+                }
+            }
+            for phase in Phase::ALL {
+                let labels = GroupPhase {
+                    group: group.name.to_string(),
+                    phase: phase.as_str().to_owned(),
+                };
+                self.metrics
+                    .claims
+                    .get_or_create(&labels)
+                    .set(phases.get(phase.as_str()).copied().unwrap_or(0));
+            }
+        }
+        for (group, statuses) in writes {
+            self.store
+                .write_slots(&group, &statuses)
+                .await
+                .map_err(PassError::Report)?;
+            for (slot, status) in statuses {
+                self.statuses.insert((group.clone(), slot), status);
+            }
+        }
+        self.count_slot_phases(&config);
+        self.metrics
+            .pass_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.health.passed(blind);
+        Ok(report)
+    }
+
+    async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {
+        for group in config.groups.keys() {
+            let slots: Vec<BenchName> = config.slots_of(group).map(|s| s.name.clone()).collect();
+            let read = self.store.read_slots(group, &slots).await?;
+            for (slot, (status, _)) in slots.into_iter().zip(read) {
+                if let Some(status) = status {
+                    self.statuses.insert((group.clone(), slot), status);
+                }
+            }
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    fn count_slot_phases(&self, config: &Config) {
+        let mut counts: HashMap<(GroupName, &'static str), i64> = HashMap::new();
+        for ((group, _), status) in &self.statuses {
+            if let Some(phase) = status.phase() {
+                *counts.entry((group.clone(), phase.as_str())).or_default() += 1;
+            }
+        }
+        for group in config.groups.keys() {
+            for phase in law::Report::ALL {
+                let labels = GroupPhase {
+                    group: group.to_string(),
+                    phase: phase.as_str().to_owned(),
+                };
+                let n = counts
+                    .get(&(group.clone(), phase.as_str()))
+                    .copied()
+                    .unwrap_or(0);
+                self.metrics.slots.get_or_create(&labels).set(n);
+            }
+        }
+    }
+
+    /// One slot: observe → decide → act → report.
+    async fn slot_pass(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        mut claims: Vec<Claim>,
+        bench: Option<&Bench>,
+        blind: bool,
+        now: DateTime<Utc>,
+    ) -> SlotOutcome {
+        let t = &group.timings;
+        let mut out = SlotOutcome::default();
+        // Observe.
+        let state: Option<State> = if blind {
+            None
+        } else {
+            Some(bench.map_or(State::Down, |b| b.verdict(now).state))
+        };
+        let power = state.map(Power::of);
+        let usable =
+            state.is_some_and(|s| node::usable(s, Binding::Unbound, &group.readiness_taints));
+        claims.sort_by(|a, b| (a.requested_at, &a.name).cmp(&(b.requested_at, &b.name)));
+
+        // Act on an operation that ended: its outcome is written to its claim before anything else.
+        if let Some(done) = self.finished.get(&slot.name).cloned()
+            && self
+                .record_outcome(&slot.name, &done, &mut claims, now)
+                .await
+        {
+            self.finished.remove(&slot.name);
+            out.writes += 1;
+        }
+        // An operation recorded as running that this process is not running (a restart): judged by
+        // its own deadline. It is never fired again for its claim.
+        for i in 0..claims.len() {
+            let c = claims[i].clone();
+            if let Some(op) = c.running_operation()
+                && !self.running.contains_key(&slot.name)
+                && now >= add(op.started_at, op.timeout)
+            {
+                let done = Finished {
+                    kind: op.kind,
+                    claim: Some(c.name.clone()),
+                    report: Report {
+                        outcome: OperationOutcome::TimedOut,
+                        duration: op.timeout,
+                        tail: "not running after a controller restart; judged by its timeout"
+                            .into(),
+                    },
+                };
+                if self
+                    .record_outcome(&slot.name, &done, &mut claims, now)
+                    .await
+                {
+                    out.writes += 1;
+                }
+            }
+        }
+
+        // Decide and act: the claim controller.
+        let live: Vec<&Claim> = claims.iter().filter(|c| c.phase.is_live()).collect();
+        let losers: Vec<ClaimName> = claim::superseded(&live)
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        let mut collected: Vec<ClaimName> = Vec::new();
+        for i in 0..claims.len() {
+            let c = claims[i].clone();
+            let ctx = Context {
+                now,
+                power,
+                slot_exists: true,
+                superseded: losers.contains(&c.name),
+                timings: t,
+            };
+            let (next, event) = match claim::judge(&c, &ctx) {
+                Judgment::Keep => continue,
+                Judgment::Collect => {
+                    if self
+                        .store
+                        .delete(&c, None, t.ttl_after_finished)
+                        .await
+                        .unwrap_or(false)
+                    {
+                        debug!(claim = %c.name, "terminal claim collected");
+                        collected.push(c.name.clone());
+                    }
+                    continue;
+                }
+                Judgment::Fail(reason) => {
+                    let event = if reason == Reason::Superseded {
+                        Event::Superseded
+                    } else {
+                        Event::Failed
+                    };
+                    (c.apply(Move::because(Phase::Failed, reason), now), event)
+                }
+                Judgment::Complete(reason) => (
+                    c.apply(Move::because(Phase::Completed, reason), now),
+                    Event::Completed,
+                ),
+                Judgment::Watch(w) => (c.watched(w, now), Event::Observed),
+            };
+            let Ok(next) = next else { continue };
+            if self.write(&c, &next, event, now, None).await {
+                out.writes += 1;
+                claims[i] = next;
+            } else {
+                return out.with_claims(claims);
+            }
+        }
+        claims.retain(|c| !collected.contains(&c.name));
+
+        // The readiness gate.
+        if !blind
+            && let Some(i) = claims
+                .iter()
+                .position(|c| c.wants_machine() && c.phase.in_boot_window())
+        {
+            let c = claims[i].clone();
+            let startup_done = c.operation.as_ref().filter(|op| {
+                op.kind == OperationKind::Startup && op.outcome == Some(OperationOutcome::Completed)
+            });
+            let machine_up = power == Some(Power::On);
+            let gate = if usable
+                && (startup_done.is_some() || (c.phase == Phase::Pending && machine_up))
+            {
+                Some((c.apply(Move::to(Phase::Ready), now), Event::Ready))
+            } else if let Some(op) = startup_done {
+                let since = op.finished_at.unwrap_or(now);
+                let budget = if machine_up {
+                    t.uncordon_timeout + t.readiness_gate_timeout
+                } else {
+                    t.uncordon_timeout
+                };
+                (now >= add(since, budget)).then(|| {
+                    (
+                        c.apply(
+                            Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
+                            now,
+                        ),
+                        Event::Failed,
+                    )
+                })
+            } else {
+                None
+            };
+            if let Some((Ok(next), event)) = gate {
+                let took = (now - c.requested_at).num_milliseconds().max(0) as u64;
+                if self
+                    .write(&c, &next, event, now, Some((None, Some(took), None)))
+                    .await
+                {
+                    out.writes += 1;
+                    claims[i] = next;
+                } else {
+                    return out.with_claims(claims);
+                }
+            }
+        }
+
+        // The input law.
+        let current = claims
+            .iter()
+            .filter(|c| c.phase.is_live())
+            .max_by_key(|c| (c.requested_at, c.name.clone()))
+            .or_else(|| {
+                claims
+                    .iter()
+                    .max_by_key(|c| (c.finished_at, c.requested_at))
+            })
+            .cloned();
+        if let Some(power) = power {
+            let input = Input {
+                claim: ClaimInput::of(current.as_ref()),
+                power,
+                usable,
+            };
+            let decision = law::decide(input);
+            if !self.running.contains_key(&slot.name) && !self.finished.contains_key(&slot.name) {
+                match decision.fires {
+                    Fires::StartNode => {
+                        if let Some(c) = current.as_ref() {
+                            out.started |= self
+                                .start_node(group, slot, c, bench, &mut claims, now)
+                                .await;
+                        }
+                    }
+                    Fires::ShutdownNode => {
+                        out.stopped |= self
+                            .shutdown_node(group, slot, current.as_ref(), bench, &mut claims, now)
+                            .await;
+                    }
+                    Fires::Nothing | Fires::CompleteClaim => {}
+                }
+            }
+        }
+
+        // Report: the phase the triple derives, through the one writer, with what was observed.
+        let current = claims
+            .iter()
+            .filter(|c| c.phase.is_live())
+            .max_by_key(|c| (c.requested_at, c.name.clone()))
+            .or_else(|| {
+                claims
+                    .iter()
+                    .max_by_key(|c| (c.finished_at, c.requested_at))
+            })
+            .cloned();
+        let key = (group.name.clone(), slot.name.clone());
+        let mut status = self.statuses.get(&key).cloned().unwrap_or_default();
+        let before = status.clone();
+        if let Some(power) = power {
+            let input = Input {
+                claim: ClaimInput::of(current.as_ref()),
+                power,
+                usable,
+            };
+            status.history.record(law::report(input), now);
+        }
+        status.history.expire(now);
+        status.power = power;
+        status.usable = usable;
+        status.claim = current.filter(|c| c.phase.is_live()).map(|c| c.name);
+        if status != before || status.updated_at.is_none() || self.dirty.remove(&key) {
+            status.updated_at = Some(now);
+            out.status = Some(status);
+        }
+        out.with_claims(claims)
+    }
+
+    /// StartNode: the claim moves pending → booting with the operation recorded, in one write;
+    /// then the cordon is lifted and the operation runs.
+    async fn start_node(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        c: &Claim,
+        bench: Option<&Bench>,
+        claims: &mut [Claim],
+        now: DateTime<Utc>,
+    ) -> bool {
+        let Ok(booting) = c.apply(Move::to(Phase::Booting), now) else {
+            return false;
+        };
+        let next = booting.start_operation(OperationKind::Startup, group.startup.timeout, now);
+        if !self
+            .write(
+                c,
+                &next,
+                Event::Booting,
+                now,
+                Some((Some(OperationKind::Startup), None, None)),
+            )
+            .await
+        {
+            return false;
+        }
+        if let Some(i) = claims.iter().position(|x| x.name == c.name) {
+            claims[i] = next.clone();
+        }
+        self.uncordon(&slot.name, bench).await;
+        info!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "starting machine");
+        self.spawn(group, slot, Some(&next), OperationKind::Startup);
+        true
+    }
+
+    /// ShutdownNode: cordon, then the shutdown operation, counted on the claim that asked for it
+    /// (or on the slot when no claim wants the machine) and bounded by the attempt streak.
+    async fn shutdown_node(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        current: Option<&Claim>,
+        bench: Option<&Bench>,
+        claims: &mut [Claim],
+        now: DateTime<Utc>,
+    ) -> bool {
+        let t = &group.timings;
+        let settle = t.job_monitor_poll_interval;
+        match current.filter(|c| c.phase.is_live() && c.marked_for_deletion.is_some()) {
+            Some(c) => {
+                // A shutdown that completed while the bench still beats is not a machine that is
+                // off: wait one poll interval for the observation before firing again.
+                if let Some(op) = c
+                    .operation
+                    .as_ref()
+                    .filter(|op| op.kind == OperationKind::Shutdown)
+                    && op.finished_at.is_some_and(|f| now < add(f, settle))
+                {
+                    return false;
+                }
+                if let ShutdownGate::Paused { until } = c.shutdown_gate(now, t) {
+                    debug!(slot = %slot.name, claim = %c.name, until = %until, "shutdown attempts spent; paused");
+                    return false;
+                }
+                let next = c.record_shutdown_attempt(now, t).start_operation(
+                    OperationKind::Shutdown,
+                    group.shutdown.timeout,
+                    now,
+                );
+                if !self
+                    .write(
+                        c,
+                        &next,
+                        Event::Shutdown,
+                        now,
+                        Some((Some(OperationKind::Shutdown), None, None)),
+                    )
+                    .await
+                {
+                    return false;
+                }
+                if let Some(i) = claims.iter().position(|x| x.name == c.name) {
+                    claims[i] = next.clone();
+                }
+                self.cordon(&slot.name, bench, &format!("draining for claim {}", c.name))
+                    .await;
+                info!(slot = %slot.name, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down");
+                self.spawn(group, slot, Some(&next), OperationKind::Shutdown);
+                true
+            }
+            None => {
+                let key = (group.name.clone(), slot.name.clone());
+                let status = self.statuses.get(&key).cloned().unwrap_or_default();
+                let streak = match status.last_unclaimed_shutdown_at {
+                    Some(last) if now < add(last, settle + group.shutdown.timeout) => return false,
+                    Some(last) if now >= add(last, t.shutdown_attempt_reset_grace) => 0,
+                    _ => status.unclaimed_shutdowns,
+                };
+                if streak >= t.max_attempts {
+                    return false;
+                }
+                self.cordon(&slot.name, bench, "draining: no claim wants this machine")
+                    .await;
+                info!(slot = %slot.name, attempt = streak + 1, "shutting down a machine no claim wants");
+                let mut status = status;
+                status.unclaimed_shutdowns = streak + 1;
+                status.last_unclaimed_shutdown_at = Some(now);
+                self.statuses.insert(key.clone(), status);
+                self.dirty.insert(key);
+                self.spawn(group, slot, None, OperationKind::Shutdown);
+                true
+            }
+        }
+    }
+
+    fn spawn(&mut self, group: &Group, slot: &Slot, c: Option<&Claim>, kind: OperationKind) {
+        let op = match kind {
+            OperationKind::Startup => &group.startup,
+            OperationKind::Shutdown => &group.shutdown,
+        };
+        let request = Request {
+            kind,
+            slot: slot.name.clone(),
+            group: group.name.clone(),
+            claim: c.map(|c| c.name.clone()),
+            attempt: c.map_or(0, |c| c.attempt),
+            provider_id: slot.provider_id.clone(),
+            command: op.command.clone(),
+            env: op.env.clone(),
+            dir: op.dir.clone(),
+            timeout: op.timeout,
+        };
+        self.running.insert(slot.name.clone(), kind);
+        let (runner, done, slot_name) =
+            (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
+        let claim = request.claim.clone();
+        self.tasks.spawn(async move {
+            let report = runner.run(request).await;
+            let _ = done.send((
+                slot_name,
+                Finished {
+                    kind,
+                    claim,
+                    report,
+                },
+            ));
+        });
+    }
+
+    /// Writes an operation's outcome to its claim (and what it means for the claim). Returns
+    /// whether the outcome is settled (written, or there is no claim left to write it on).
+    async fn record_outcome(
+        &mut self,
+        slot: &BenchName,
+        done: &Finished,
+        claims: &mut [Claim],
+        now: DateTime<Utc>,
+    ) -> bool {
+        let outcome = done.report.outcome;
+        let labels = OperationLabels {
+            operation: done.kind.as_str().to_owned(),
+            outcome: format!("{outcome:?}").to_lowercase(),
+        };
+        self.metrics.operations.get_or_create(&labels).inc();
+        self.metrics
+            .operation_seconds
+            .get_or_create(&KindLabel {
+                operation: done.kind.as_str().to_owned(),
+            })
+            .observe(done.report.duration.as_secs_f64());
+        let Some(name) = &done.claim else {
+            info!(slot = %slot, operation = done.kind.as_str(), outcome = ?outcome, output = done.report.tail, "operation ended");
+            return true;
+        };
+        let Some(i) = claims.iter().position(|c| &c.name == name) else {
+            return true;
+        };
+        let c = claims[i].clone();
+        let Some(mut next) = c.finish_operation(outcome, now) else {
+            return true;
+        };
+        let mut event = Event::Operation;
+        match (done.kind, outcome) {
+            (OperationKind::Startup, OperationOutcome::Failed | OperationOutcome::TimedOut)
+                if c.phase == Phase::Booting =>
+            {
+                let reason = if outcome == OperationOutcome::Failed {
+                    Reason::StartupJobFailed
+                } else {
+                    Reason::StartupJobTimeout
+                };
+                if let Ok(failed) = next.apply(Move::because(Phase::Failed, reason), now) {
+                    next = failed;
+                    event = Event::Failed;
+                }
+            }
+            (OperationKind::Shutdown, OperationOutcome::TimedOut) => {
+                next = next.warn(Reason::ShutdownJobTimeout)
+            }
+            _ => {}
+        }
+        let ms = u64::try_from(done.report.duration.as_millis()).unwrap_or(u64::MAX);
+        let tail = (!done.report.tail.is_empty()).then(|| done.report.tail.clone());
+        info!(slot = %slot, claim = %c.name, operation = done.kind.as_str(), outcome = ?outcome, duration_ms = ms, "operation ended");
+        if self
+            .write(
+                &c,
+                &next,
+                event,
+                now,
+                Some((Some(done.kind), Some(ms), tail)),
+            )
+            .await
+        {
+            claims[i] = next;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// One claim write through the store's compare-and-set, with its timeline entry and metric.
+    async fn write(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        event: Event,
+        now: DateTime<Utc>,
+        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
+    ) -> bool {
+        let mut entry = Entry::of(next, event, now);
+        if let Some((operation, duration_ms, detail)) = extra {
+            entry.operation = operation;
+            entry.duration_ms = duration_ms;
+            entry.detail = detail;
+        }
+        match self.store.write(old, next, Some(&entry)).await {
+            Ok(true) => {
+                if next.phase != old.phase {
+                    let labels = MoveLabels {
+                        to: next.phase.as_str().to_owned(),
+                        reason: next.reason.map_or("", |r| r.as_str()).to_owned(),
+                    };
+                    self.metrics.moves.get_or_create(&labels).inc();
+                    info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
+                }
+                true
+            }
+            Ok(false) => {
+                debug!(claim = %old.name, "claim changed under this pass; read again next pass");
+                false
+            }
+            Err(e) => {
+                warn!(claim = %old.name, error = format!("{:#}", anyhow::Error::new(e)), "claim write failed");
+                false
+            }
+        }
+    }
+
+    /// Cordon: ask the bench to hold, so it is not usable while it drains.
+    async fn cordon(&self, slot: &BenchName, bench: Option<&Bench>, why: &str) {
+        let carried = bench.and_then(|b| b.requested_hold.as_ref()).is_some();
+        if carried {
+            return;
+        }
+        if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
+            && let Err(e) = self.presence.request_hold(slot, &reason, None).await
+        {
+            warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "cordon failed");
+        }
+    }
+
+    /// Uncordon: lift fleet's own hold request (never an operator's).
+    async fn uncordon(&self, slot: &BenchName, bench: Option<&Bench>) {
+        let ours = bench
+            .and_then(|b| b.requested_hold.as_ref())
+            .is_some_and(|r| r.reason.as_str().starts_with(CORDON_PREFIX));
+        if ours && let Err(e) = self.presence.release(slot).await {
+            warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "uncordon failed");
+        }
+    }
+}
+
+#[derive(Default)]
+struct SlotOutcome {
+    writes: usize,
+    started: bool,
+    stopped: bool,
+    status: Option<SlotStatus>,
+    claims: Vec<Claim>,
+}
+
+impl SlotOutcome {
+    fn with_claims(mut self, claims: Vec<Claim>) -> Self {
+        self.claims = claims;
+        self
+    }
+}
+
+fn bench_of<'a>(snapshot: &'a Snapshot, slot: &BenchName) -> Option<&'a Bench> {
+    snapshot
+        .benches
+        .binary_search_by(|b| b.name.cmp(slot))
+        .ok()
+        .map(|i| &snapshot.benches[i])
+}

@@ -1,0 +1,151 @@
+//! Requests for machines and their reversal: what `fleet claim`, `fleet cancel`,
+//! `fleet reset-shutdown-attempts` and the cluster-autoscaler provider ask of the store
+//! (SPEC §4.6). Each is a claim write through the store's atomic scripts; none powers anything:
+//! the controller acts on the claims.
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+
+use crate::domain::claim::{self, Cancellation, Claim, NotMarkable, Reason};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
+use crate::store::catalog::CatalogGroup;
+use crate::store::claims::{ClaimStore, ClaimStoreError, Created, Entry, Event};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(
+        "slot {slot} already has a live claim, {claim}: cancel it first, or wait for it to end"
+    )]
+    SlotTaken { slot: BenchName, claim: ClaimName },
+    #[error("no claim named {0}: list them with `fleet claims`")]
+    NoSuchClaim(ClaimName),
+    #[error("claim {claim} has ended ({phase}); there is nothing to cancel")]
+    Ended {
+        claim: ClaimName,
+        phase: claim::Phase,
+    },
+    #[error("claim {0} changed while it was being written; run the command again")]
+    Raced(ClaimName),
+    #[error("claim {0}: {1}")]
+    NotMarkable(ClaimName, NotMarkable),
+    #[error(transparent)]
+    Store(#[from] ClaimStoreError),
+}
+
+/// How a cancellation was carried out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// A pending claim: deleted; nothing was in flight.
+    Deleted,
+    /// A booting or ready claim: marked; the controller reverses the boot.
+    Marked,
+}
+
+/// Creates a claim on `slot` of `group`: atomic with the check that the slot has no live claim,
+/// its attempt seeded from the slot's last claim.
+pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &CatalogGroup,
+    slot: &BenchName,
+    now: DateTime<Utc>,
+) -> Result<Claim, RequestError> {
+    // A claim name is the slot and the request time; a collision (two requests in one
+    // millisecond) or a digest that moved under us is retried a bounded number of times.
+    for n in 0..8 {
+        let seed = store.seed(&group.name, slot).await?;
+        let name = ClaimName::parse(&format!("{slot}-{:x}", now.timestamp_millis() + n))
+            .map_err(|e| ClaimStoreError::Reply(e.to_string()))?;
+        let c = Claim::new(
+            name,
+            slot.clone(),
+            group.name.clone(),
+            seed.last.as_ref(),
+            now,
+            &group.timings,
+            group.max_node_provision_time,
+        );
+        match store.create(&c, &seed).await? {
+            Created::Created => return Ok(c),
+            Created::SlotTaken(claim) => {
+                return Err(RequestError::SlotTaken {
+                    slot: slot.clone(),
+                    claim,
+                });
+            }
+            Created::NameTaken | Created::SeedMoved => continue,
+        }
+    }
+    Err(RequestError::Store(ClaimStoreError::Reply(format!(
+        "could not create a claim on {slot} after 8 tries"
+    ))))
+}
+
+/// Finds a claim by name among `groups`.
+pub async fn find_claim<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    groups: &[GroupName],
+    name: &ClaimName,
+) -> Result<Claim, RequestError> {
+    store
+        .read_groups(groups)
+        .await?
+        .into_iter()
+        .flat_map(|g| g.claims)
+        .find(|c| &c.name == name)
+        .ok_or_else(|| RequestError::NoSuchClaim(name.clone()))
+}
+
+/// Cancels a claim (SPEC §3.2): a pending claim is deleted; a booting or ready one is marked for
+/// deletion and reversed by the controller, never interrupted.
+pub async fn cancel<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    c: &Claim,
+    reason: Reason,
+    now: DateTime<Utc>,
+    timeline_ttl: std::time::Duration,
+) -> Result<Cancelled, RequestError> {
+    match claim::cancellation(c.phase) {
+        Cancellation::Delete => {
+            let mut entry = Entry::of(c, Event::Cancelled, now);
+            entry.reason = Some(reason);
+            if store.delete(c, Some(&entry), timeline_ttl).await? {
+                Ok(Cancelled::Deleted)
+            } else {
+                Err(RequestError::Raced(c.name.clone()))
+            }
+        }
+        Cancellation::Reverse => {
+            let marked = c
+                .mark_for_deletion(reason)
+                .map_err(|e| RequestError::NotMarkable(c.name.clone(), e))?;
+            let mut entry = Entry::of(&marked, Event::Marked, now);
+            entry.reason = Some(reason);
+            if store.write(c, &marked, Some(&entry)).await? {
+                Ok(Cancelled::Marked)
+            } else {
+                Err(RequestError::Raced(c.name.clone()))
+            }
+        }
+        Cancellation::Nothing => Err(RequestError::Ended {
+            claim: c.name.clone(),
+            phase: c.phase,
+        }),
+    }
+}
+
+/// The seed's escape hatch: the claim's shutdown streak starts again, so the controller fires the
+/// shutdown on its next pass.
+pub async fn reset_shutdown_attempts<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    c: &Claim,
+    now: DateTime<Utc>,
+) -> Result<Claim, RequestError> {
+    let next = c.reset_shutdown_attempts();
+    let mut entry = Entry::of(&next, Event::Warned, now);
+    entry.detail = Some("shutdown attempts reset by an operator".to_owned());
+    if store.write(c, &next, Some(&entry)).await? {
+        Ok(next)
+    } else {
+        Err(RequestError::Raced(c.name.clone()))
+    }
+}

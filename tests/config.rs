@@ -1,0 +1,988 @@
+//! The configuration file of `fleet serve`: what it accepts, where every field lands, and how it
+//! refuses what it does not accept (a place, and what is valid there), without ever panicking.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fleet::config::{self, Config, ConfigError, Problem};
+use fleet::domain::claim::Timings;
+use fleet::domain::name::{BenchName, GroupName};
+use fleet::domain::node::{Effect, Taint};
+use proptest::prelude::*;
+
+const PATH: &str = "/etc/fleet/fleet.yaml";
+
+/// The example of the format as operators were given it, with enough slots for its max_size.
+const PINNED: &str = r#"
+groups:
+  - name: pool-a                    # RFC 1123 label (GroupName)
+    min_size: 0
+    max_size: 4
+    max_node_provision_time: 20m    # optional duration
+    readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]
+    startup:  { command: ["/usr/local/bin/power", "on"], timeout: 5m, env: { BMC: "10.0.0.9" } }
+    shutdown: { command: ["/usr/local/bin/power", "off"], timeout: 5m }
+    timings:  { readiness_gate_timeout: 4m, uncordon_timeout: 90s, machine_gone_grace: 12m10s,
+                max_attempts: 3, shutdown_attempt_reset_grace: 30m, ttl_after_finished: 1h }
+    template: { labels: { "fleet.dev/pool": "a" }, taints: [], capacity: { cpu: "16", memory: "64Gi", pods: "110" } }
+slots:
+  - name: bench-01
+    group: pool-a
+    provider_id: fleet://bench-01     # default fleet://<name>
+    kubernetes_node: bench-01         # optional
+  - name: bench-02
+    group: pool-a
+  - name: bench-03
+    group: pool-a
+    provider_id: ipmi://10.0.0.13
+  - name: bench-04
+    group: pool-a
+    kubernetes_node: rack1.bench-04
+"#;
+
+/// A small valid file that the table of refusals edits one piece at a time.
+const BASE: &str = r#"
+groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 2
+    startup: { command: ["/usr/local/bin/power", "on"] }
+    shutdown: { command: ["/usr/local/bin/power", "off"] }
+slots:
+  - { name: bench-01, group: pool-a }
+  - { name: bench-02, group: pool-a }
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    config::parse(text, Path::new(PATH))
+}
+
+fn ok(text: &str) -> Config {
+    parse(text).unwrap_or_else(|e| panic!("{e}\n---\n{text}"))
+}
+
+fn group(name: &str) -> GroupName {
+    GroupName::parse(name).unwrap()
+}
+
+fn bench(name: &str) -> BenchName {
+    BenchName::parse(name).unwrap()
+}
+
+fn taint(text: &str) -> Taint {
+    text.parse().unwrap()
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn mins(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+/// The problems of a refused file; fails the test if the file was not refused as invalid.
+fn problems(text: &str) -> Vec<Problem> {
+    match parse(text) {
+        Err(ConfigError::Invalid { path, problems }) => {
+            assert_eq!(path, Path::new(PATH));
+            problems
+        }
+        Err(other) => panic!("want Invalid, got {other}\n---\n{text}"),
+        Ok(config) => panic!("want Invalid, got {config:?}\n---\n{text}"),
+    }
+}
+
+/// The message of a file refused before validation (YAML syntax or shape).
+fn parse_error(text: &str) -> String {
+    match parse(text) {
+        Err(ConfigError::Parse { path, message }) => {
+            assert_eq!(path, Path::new(PATH));
+            message
+        }
+        Err(other) => panic!("want Parse, got {other}\n---\n{text}"),
+        Ok(config) => panic!("want Parse, got {config:?}\n---\n{text}"),
+    }
+}
+
+/// BASE with `from` replaced by `to` (exactly once, so a typo in a row cannot go unnoticed).
+fn edit(from: &str, to: &str) -> String {
+    assert_eq!(
+        BASE.matches(from).count(),
+        1,
+        "{from:?} is not once in BASE"
+    );
+    BASE.replacen(from, to, 1)
+}
+
+#[test]
+fn the_pinned_example_parses_and_every_field_lands_where_it_should() {
+    let config = ok(PINNED);
+    assert_eq!(
+        config.groups.keys().cloned().collect::<Vec<_>>(),
+        [group("pool-a")]
+    );
+    let g = config.group(&group("pool-a")).unwrap();
+    assert_eq!(g.name, group("pool-a"));
+    assert_eq!((g.min_size, g.max_size), (0, 4));
+    assert_eq!(g.max_node_provision_time, Some(mins(20)));
+    assert_eq!(
+        g.readiness_taints,
+        [Taint {
+            key: "node.cilium.io/agent-not-ready".into(),
+            value: None,
+            effect: Effect::NoExecute,
+        }]
+    );
+
+    assert_eq!(g.startup.command, ["/usr/local/bin/power", "on"]);
+    assert_eq!(g.startup.timeout, mins(5));
+    assert_eq!(
+        g.startup.env.iter().collect::<Vec<_>>(),
+        [(&"BMC".to_owned(), &"10.0.0.9".to_owned())]
+    );
+    assert_eq!(g.startup.dir, None);
+    assert_eq!(g.shutdown.command, ["/usr/local/bin/power", "off"]);
+    assert_eq!(g.shutdown.timeout, mins(5));
+    assert!(g.shutdown.env.is_empty());
+
+    // The six fields the file sets, and the defaults of the six it does not.
+    assert_eq!(
+        g.timings,
+        Timings {
+            job_timeout: mins(5),
+            job_monitor_poll_interval: secs(30),
+            uncordon_timeout: secs(90),
+            readiness_gate_timeout: mins(4),
+            max_uncordon_retry_interval: secs(10),
+            budget_slack: mins(1),
+            max_attempts: 3,
+            machine_gone_grace: secs(12 * 60 + 10),
+            shutdown_attempt_reset_grace: mins(30),
+            ttl_after_finished: mins(60),
+            lock_timeout: mins(5),
+            stuck_threshold: mins(15),
+        }
+    );
+    assert_eq!(g.failed_slot_cooldown, mins(30));
+    assert!(!g.autoscaling_options);
+
+    let t = g.template.as_ref().unwrap();
+    assert_eq!(
+        t.labels.iter().collect::<Vec<_>>(),
+        [(&"fleet.dev/pool".to_owned(), &"a".to_owned())]
+    );
+    assert!(t.taints.is_empty());
+    assert_eq!(
+        t.capacity
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [("cpu", "16"), ("memory", "64Gi"), ("pods", "110")]
+    );
+    assert_eq!((t.gpu.as_ref(), t.power), (None, None));
+
+    let slots: Vec<_> = config
+        .slots
+        .values()
+        .map(|s| {
+            (
+                s.name.as_str(),
+                s.group.as_str(),
+                s.provider_id.as_str(),
+                s.kubernetes_node.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        slots,
+        [
+            ("bench-01", "pool-a", "fleet://bench-01", Some("bench-01")),
+            ("bench-02", "pool-a", "fleet://bench-02", None),
+            ("bench-03", "pool-a", "ipmi://10.0.0.13", None),
+            (
+                "bench-04",
+                "pool-a",
+                "fleet://bench-04",
+                Some("rack1.bench-04")
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_group_that_sets_only_what_it_must_takes_every_default() {
+    let config = ok(BASE);
+    let g = &config.groups[&group("pool-a")];
+    assert_eq!(g.min_size, 0);
+    assert_eq!(g.max_node_provision_time, None);
+    assert_eq!(g.readiness_taints, [taint(config::DEFAULT_READINESS_TAINT)]);
+    assert_eq!(
+        config::DEFAULT_READINESS_TAINT,
+        "node.cilium.io/agent-not-ready:NoExecute"
+    );
+    assert_eq!(g.timings, Timings::default());
+    assert_eq!(g.timings.machine_gone_grace, secs(12 * 60 + 10));
+    assert_eq!(g.failed_slot_cooldown, mins(30));
+    assert_eq!((g.startup.timeout, g.shutdown.timeout), (mins(5), mins(5)));
+    assert_eq!((g.startup.dir.as_ref(), g.template.as_ref()), (None, None));
+    assert!(!g.autoscaling_options);
+    let slot = &config.slots[&bench("bench-02")];
+    assert_eq!(slot.provider_id, "fleet://bench-02");
+    assert_eq!(slot.kubernetes_node, None);
+}
+
+#[test]
+fn min_size_may_be_left_out_and_readiness_taints_may_be_emptied() {
+    let text = edit("    min_size: 0\n", "    readiness_taints: []\n");
+    let config = ok(&text);
+    let g = &config.groups[&group("pool-a")];
+    assert_eq!(g.min_size, 0);
+    assert!(g.readiness_taints.is_empty());
+}
+
+#[test]
+fn machine_gone_grace_defaults_to_the_attempt_budget_of_the_groups_own_timings() {
+    let text = edit(
+        "    max_size: 2\n",
+        "    max_size: 2\n    timings: { job_timeout: 10m, budget_slack: 2m }\n",
+    );
+    let g = &ok(&text).groups[&group("pool-a")];
+    // 10m + 30s + 90s + 4m + 10s + 2m, not the default 12m10s.
+    assert_eq!(g.timings.attempt_budget(), secs(18 * 60 + 10));
+    assert_eq!(g.timings.machine_gone_grace, secs(18 * 60 + 10));
+    // An operation without its own timeout takes the group's job timeout.
+    assert_eq!(
+        (g.startup.timeout, g.shutdown.timeout),
+        (mins(10), mins(10))
+    );
+}
+
+#[test]
+fn an_operations_own_timeout_wins_over_the_job_timeout() {
+    let text = edit(
+        r#"shutdown: { command: ["/usr/local/bin/power", "off"] }"#,
+        r#"shutdown: { command: ["/usr/local/bin/power", "off"], timeout: 90s, dir: /srv/power }
+    timings: { job_timeout: 7m }"#,
+    );
+    let g = &ok(&text).groups[&group("pool-a")];
+    assert_eq!(g.startup.timeout, mins(7));
+    assert_eq!(g.shutdown.timeout, secs(90));
+    assert_eq!(g.shutdown.dir.as_deref(), Some(Path::new("/srv/power")));
+}
+
+#[test]
+fn every_timing_and_the_cooldown_can_be_set() {
+    let text = edit(
+        "    max_size: 2\n",
+        "    max_size: 2
+    timings:
+      job_timeout: 1m
+      job_monitor_poll_interval: 2s
+      uncordon_timeout: 3m
+      readiness_gate_timeout: 4m
+      max_uncordon_retry_interval: 5s
+      budget_slack: 6s
+      max_attempts: 7
+      machine_gone_grace: 8m
+      shutdown_attempt_reset_grace: 9m
+      ttl_after_finished: 10h
+      lock_timeout: 11s
+      stuck_threshold: 12m
+      failed_slot_cooldown: 1500ms
+",
+    );
+    let g = &ok(&text).groups[&group("pool-a")];
+    assert_eq!(
+        g.timings,
+        Timings {
+            job_timeout: mins(1),
+            job_monitor_poll_interval: secs(2),
+            uncordon_timeout: mins(3),
+            readiness_gate_timeout: mins(4),
+            max_uncordon_retry_interval: secs(5),
+            budget_slack: secs(6),
+            max_attempts: 7,
+            machine_gone_grace: mins(8),
+            shutdown_attempt_reset_grace: mins(9),
+            ttl_after_finished: mins(600),
+            lock_timeout: secs(11),
+            stuck_threshold: mins(12),
+        }
+    );
+    assert_eq!(g.failed_slot_cooldown, Duration::from_millis(1500));
+}
+
+#[test]
+fn the_built_in_example_parses_into_two_groups_with_their_slots() {
+    let config = ok(config::example());
+    let (a, b) = (group("pool-a"), group("pool-b"));
+    assert_eq!(
+        config.groups.keys().cloned().collect::<Vec<_>>(),
+        [a.clone(), b.clone()]
+    );
+    let names =
+        |g: &GroupName| -> Vec<String> { config.slots_of(g).map(|s| s.name.to_string()).collect() };
+    assert_eq!(names(&a), ["bench-01", "bench-02", "bench-03"]);
+    assert_eq!(names(&b), ["gpu-01", "gpu-02"]);
+    assert!(config.slots_of(&group("pool-z")).next().is_none());
+
+    let pool_b = config.group(&b).unwrap();
+    assert!(pool_b.readiness_taints.is_empty());
+    assert!(pool_b.autoscaling_options);
+    assert_eq!(pool_b.startup.timeout, mins(10));
+    assert_eq!(pool_b.shutdown.timeout, mins(2));
+    let template = pool_b.template.as_ref().unwrap();
+    assert_eq!(template.taints, [taint("fleet.dev/gpu=true:NoSchedule")]);
+    let gpu = template.gpu.as_ref().unwrap();
+    assert_eq!(
+        (gpu.label.as_str(), gpu.types.as_slice()),
+        ("fleet.dev/gpu-type", &["nvidia-a100".to_owned()][..])
+    );
+    let power = template.power.unwrap();
+    assert_eq!((power.watts, power.price_per_kwh), (3500.0, 0.25));
+    assert_eq!(config.group(&group("pool-z")), None);
+}
+
+#[test]
+fn a_slot_is_found_by_its_provider_id() {
+    let config = ok(config::example());
+    let slot = config.slot_by_provider_id("ipmi://10.0.1.12").unwrap();
+    assert_eq!(
+        (slot.name.as_str(), slot.group.as_str()),
+        ("gpu-02", "pool-b")
+    );
+    let slot = config.slot_by_provider_id("fleet://bench-03").unwrap();
+    assert_eq!(slot.name.as_str(), "bench-03");
+    assert_eq!(config.slot_by_provider_id("fleet://gpu-01"), None);
+    assert_eq!(config.slot_by_provider_id(""), None);
+}
+
+#[test]
+fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
+    const START: &str = r#"startup: { command: ["/usr/local/bin/power", "on"] }"#;
+    const SLOT1: &str = "{ name: bench-01, group: pool-a }";
+    const SLOT2: &str = "{ name: bench-02, group: pool-a }";
+    const SIZES: &str = "    min_size: 0\n    max_size: 2\n";
+    let with_timings = |t: &str| edit(SIZES, &format!("{SIZES}    timings: {{ {t} }}\n"));
+    let with_template = |t: &str| edit(SIZES, &format!("{SIZES}    template: {{ {t} }}\n"));
+    let with_startup = |fields: &str| {
+        edit(
+            START,
+            &format!(r#"startup: {{ command: ["/usr/local/bin/power", "on"], {fields} }}"#),
+        )
+    };
+    let g = "groups[0] (pool-a)";
+
+    // (case, file, place, a piece of the message)
+    let rows: Vec<(&str, String, String, &str)> = vec![
+        (
+            "a group name that is not a label",
+            edit("name: pool-a", "name: pool.a"),
+            "groups[0].name".into(),
+            "a group name is an RFC 1123 label",
+        ),
+        (
+            "a group declared twice",
+            BASE.replace(
+                "slots:",
+                &format!("  - name: pool-a\n    max_size: 0\n    {START}\n    shutdown: {{ command: [off] }}\nslots:"),
+            ),
+            "groups[1] (pool-a).name".into(),
+            "group pool-a is declared twice (first at groups[0]); group names are unique",
+        ),
+        (
+            "a slot name that is not a subdomain",
+            edit(SLOT2, "{ name: Bench_02, group: pool-a }"),
+            "slots[1].name".into(),
+            "an RFC 1123 subdomain",
+        ),
+        (
+            "a slot declared twice",
+            edit(SLOT2, SLOT1),
+            "slots[1] (bench-01).name".into(),
+            "slot bench-01 is declared twice (first at slots[0]); slot names are unique",
+        ),
+        (
+            "a provider id used twice",
+            edit(SLOT2, "{ name: bench-02, group: pool-a, provider_id: fleet://bench-01 }"),
+            "slots[1] (bench-02).provider_id".into(),
+            "provider_id fleet://bench-01 is already used by slots[0] (bench-01); every slot has its own",
+        ),
+        (
+            "an empty provider id",
+            edit(SLOT1, r#"{ name: bench-01, group: pool-a, provider_id: "" }"#),
+            "slots[0] (bench-01).provider_id".into(),
+            "provider_id is empty: leave it out for the default fleet://<name>",
+        ),
+        (
+            "a slot whose group is not declared",
+            edit(SLOT2, "{ name: bench-02, group: pool-z }"),
+            "slots[1] (bench-02).group".into(),
+            "group pool-z is not declared; declare it under groups, or use one of: pool-a",
+        ),
+        (
+            "a slot whose group is not a valid name",
+            edit(SLOT2, "{ name: bench-02, group: Pool-A }"),
+            "slots[1] (bench-02).group".into(),
+            "invalid group name \"Pool-A\"",
+        ),
+        (
+            "a kubernetes node that is not a subdomain",
+            edit(SLOT1, "{ name: bench-01, group: pool-a, kubernetes_node: Bench-01 }"),
+            "slots[0] (bench-01).kubernetes_node".into(),
+            "invalid kubernetes_node \"Bench-01\": it has an uppercase letter; a node name is an RFC 1123 subdomain",
+        ),
+        (
+            "a kubernetes node bound to two slots",
+            BASE.replace(
+                "group: pool-a }",
+                "group: pool-a, kubernetes_node: node-1 }",
+            ),
+            "slots[1] (bench-02).kubernetes_node".into(),
+            "kubernetes_node node-1 is already bound to slots[0] (bench-01); a node belongs to one slot",
+        ),
+        (
+            "min_size above max_size",
+            edit(SIZES, "    min_size: 2\n    max_size: 1\n"),
+            format!("{g}.min_size"),
+            "min_size 2 is greater than max_size 1; min_size is at most max_size",
+        ),
+        (
+            "a negative size",
+            edit("min_size: 0", "min_size: -1"),
+            format!("{g}.min_size"),
+            "invalid number \"-1\": a whole number from 0 to 4294967295",
+        ),
+        (
+            "a size too large for any fleet",
+            edit("max_size: 2", "max_size: 99999999999999999999999999"),
+            format!("{g}.max_size"),
+            "a whole number from 0 to 4294967295",
+        ),
+        (
+            "a fractional size",
+            edit("max_size: 2", "max_size: 1.5"),
+            format!("{g}.max_size"),
+            "invalid number \"1.5\"",
+        ),
+        (
+            "a duration without a unit",
+            edit(SIZES, &format!("{SIZES}    max_node_provision_time: 20\n")),
+            format!("{g}.max_node_provision_time"),
+            "use a number with a unit, like 30s, 1500ms, 12m10s or 1h",
+        ),
+        (
+            "a duration in words",
+            with_timings("job_timeout: ten minutes"),
+            format!("{g}.timings.job_timeout"),
+            "invalid duration \"ten minutes\"",
+        ),
+        (
+            "a zero duration",
+            with_timings("uncordon_timeout: 0"),
+            format!("{g}.timings.uncordon_timeout"),
+            "it must be longer than zero",
+        ),
+        (
+            "a zero duration with a unit",
+            with_timings("failed_slot_cooldown: 0s"),
+            format!("{g}.timings.failed_slot_cooldown"),
+            "it must be longer than zero",
+        ),
+        (
+            "a duration longer than a year",
+            with_timings("ttl_after_finished: 400days"),
+            format!("{g}.timings.ttl_after_finished"),
+            "at most 365 days",
+        ),
+        (
+            "a duration that overflows",
+            with_timings("stuck_threshold: 99999999999999999999999h"),
+            format!("{g}.timings.stuck_threshold"),
+            "like 30s",
+        ),
+        (
+            "zero attempts",
+            with_timings("max_attempts: 0"),
+            format!("{g}.timings.max_attempts"),
+            "a slot needs at least one attempt; use a whole number from 1",
+        ),
+        (
+            "a bad readiness taint",
+            edit(SIZES, &format!("{SIZES}    readiness_taints: [\"agent-not-ready\"]\n")),
+            format!("{g}.readiness_taints[0]"),
+            "write key[=value]:Effect",
+        ),
+        (
+            "a bad template taint",
+            with_template("taints: [\"a:NoSchedule\", \"b:Sometimes\"]"),
+            format!("{g}.template.taints[1]"),
+            "Effect one of NoSchedule, PreferNoSchedule, NoExecute",
+        ),
+        (
+            "a quantity with a unit Kubernetes does not know",
+            with_template("capacity: { memory: 64GB }"),
+            format!("{g}.template.capacity.memory"),
+            "invalid quantity \"64GB\": write a decimal number optionally followed by one of the suffixes",
+        ),
+        (
+            "a negative quantity",
+            with_template("capacity: { cpu: \"-4\" }"),
+            format!("{g}.template.capacity.cpu"),
+            "like 16, 500m or 64Gi",
+        ),
+        (
+            "a gpu without types",
+            with_template("gpu: { label: fleet.dev/gpu-type, types: [] }"),
+            format!("{g}.template.gpu.types"),
+            "no gpu types: list at least one",
+        ),
+        (
+            "a gpu without a label",
+            with_template("gpu: { label: \"\", types: [nvidia-a100] }"),
+            format!("{g}.template.gpu.label"),
+            "the gpu label is empty",
+        ),
+        (
+            "a machine that draws no power",
+            with_template("power: { watts: 0, price_per_kwh: 0.2 }"),
+            format!("{g}.template.power.watts"),
+            "a finite number above zero",
+        ),
+        (
+            "power that is not a number",
+            with_template("power: { watts: .nan, price_per_kwh: 0.2 }"),
+            format!("{g}.template.power.watts"),
+            "invalid watts NaN",
+        ),
+        (
+            "a negative price",
+            with_template("power: { watts: 350, price_per_kwh: -0.1 }"),
+            format!("{g}.template.power.price_per_kwh"),
+            "a finite number, zero or more",
+        ),
+        (
+            "an empty command",
+            edit(START, "startup: { command: [] }"),
+            format!("{g}.startup.command"),
+            "the command is empty: give the program and its arguments as a list",
+        ),
+        (
+            "an empty program",
+            edit(r#"["/usr/local/bin/power", "off"]"#, r#"["", "off"]"#),
+            format!("{g}.shutdown.command[0]"),
+            "the program is empty",
+        ),
+        (
+            "an env name that is not a name",
+            with_startup("env: { \"1BMC\": x }"),
+            format!("{g}.startup.env.1BMC"),
+            "a name is a letter or '_' followed by letters, digits and '_'",
+        ),
+        (
+            "an env name fleet sets itself",
+            with_startup("env: { FLEET_SLOT: x }"),
+            format!("{g}.startup.env.FLEET_SLOT"),
+            "is reserved: fleet sets FLEET_SLOT, FLEET_GROUP, FLEET_CLAIM, FLEET_ATTEMPT, FLEET_PROVIDER_ID, FLEET_OPERATION itself",
+        ),
+        (
+            "an empty working directory",
+            with_startup("dir: \"\""),
+            format!("{g}.startup.dir"),
+            "give the working directory as a path",
+        ),
+        (
+            "a zero operation timeout",
+            with_startup("timeout: 0ms"),
+            format!("{g}.startup.timeout"),
+            "it must be longer than zero",
+        ),
+        (
+            "a file with no groups",
+            "groups: []\nslots: []\n".into(),
+            "groups".into(),
+            "no groups: declare at least one group",
+        ),
+        (
+            "a file with slots but no groups key",
+            "slots:\n  - { name: bench-01, group: pool-a }\n".into(),
+            "groups".into(),
+            "no groups",
+        ),
+        (
+            "an empty file",
+            "".into(),
+            "groups".into(),
+            "no groups",
+        ),
+    ];
+    for (case, text, place, want) in &rows {
+        let problems = problems(text);
+        assert!(
+            problems
+                .iter()
+                .any(|p| &p.place == place && p.message.contains(want)),
+            "{case}: want {place}: ...{want}...; got {problems:#?}\n---\n{text}"
+        );
+        let shown = parse(text).unwrap_err().to_string();
+        assert!(
+            shown.contains(&format!("{PATH}: {place}: ")),
+            "{case}: the message names the file and the place: {shown}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_are_refused_at_every_level_naming_the_key() {
+    let rows = [
+        ("top level", "slots:", "bogus: 1\nslots:"),
+        (
+            "group",
+            "    min_size: 0\n",
+            "    min_size: 0\n    bogus: 1\n",
+        ),
+        (
+            "operation",
+            r#"shutdown: { command: ["/usr/local/bin/power", "off"] }"#,
+            r#"shutdown: { command: ["/usr/local/bin/power", "off"], bogus: 1 }"#,
+        ),
+        (
+            "timings",
+            "    min_size: 0\n",
+            "    min_size: 0\n    timings: { bogus: 1m }\n",
+        ),
+        (
+            "template",
+            "    min_size: 0\n",
+            "    min_size: 0\n    template: { bogus: 1 }\n",
+        ),
+        (
+            "gpu",
+            "    min_size: 0\n",
+            "    min_size: 0\n    template: { gpu: { label: l, types: [t], bogus: 1 } }\n",
+        ),
+        (
+            "power",
+            "    min_size: 0\n",
+            "    min_size: 0\n    template: { power: { watts: 1, price_per_kwh: 0, bogus: 1 } }\n",
+        ),
+        (
+            "slot",
+            "{ name: bench-01, group: pool-a }",
+            "{ name: bench-01, group: pool-a, bogus: 1 }",
+        ),
+    ];
+    for (level, from, to) in rows {
+        let message = parse_error(&edit(from, to));
+        assert!(
+            message.contains("unknown field `bogus`, expected"),
+            "{level}: {message}"
+        );
+        assert!(message.contains("line "), "{level}: {message}");
+    }
+    // A misspelt known field names the field and the ones that are valid.
+    let message = parse_error(&edit("min_size: 0", "minsize: 0"));
+    assert!(
+        message.contains("unknown field `minsize`, expected one of name, min_size, max_size"),
+        "{message}"
+    );
+}
+
+#[test]
+fn missing_required_fields_are_refused_naming_the_field() {
+    for (from, field) in [
+        ("    max_size: 2\n", "max_size"),
+        (
+            "    shutdown: { command: [\"/usr/local/bin/power\", \"off\"] }\n",
+            "shutdown",
+        ),
+    ] {
+        let message = parse_error(&edit(from, ""));
+        assert!(
+            message.contains(&format!("missing field `{field}`")),
+            "{message}"
+        );
+    }
+    let message = parse_error(&edit(
+        "{ name: bench-01, group: pool-a }",
+        "{ name: bench-01 }",
+    ));
+    assert!(message.contains("missing field `group`"), "{message}");
+}
+
+#[test]
+fn several_problems_are_reported_together() {
+    let text = r#"
+groups:
+  - name: pool-a
+    min_size: 3
+    max_size: 2
+    startup: { command: [], env: { FLEET_CLAIM: x } }
+    shutdown: { command: [off], timeout: soon }
+    timings: { max_attempts: 0 }
+  - name: Pool_B
+    max_size: 0
+    startup: { command: [on] }
+    shutdown: { command: [off] }
+slots:
+  - { name: bench-01, group: pool-a }
+  - { name: bench-01, group: pool-z }
+  - { name: bench-02, group: pool-a, provider_id: fleet://bench-01 }
+"#;
+    let problems = problems(text);
+    let places: Vec<&str> = problems.iter().map(|p| p.place.as_str()).collect();
+    assert_eq!(
+        places,
+        [
+            "groups[0] (pool-a).min_size",
+            "groups[0] (pool-a).timings.max_attempts",
+            "groups[0] (pool-a).startup.command",
+            "groups[0] (pool-a).startup.env.FLEET_CLAIM",
+            "groups[0] (pool-a).shutdown.timeout",
+            "groups[1].name",
+            "slots[1] (bench-01).name",
+            "slots[1] (bench-01).group",
+            "slots[2] (bench-02).provider_id",
+        ]
+    );
+    let shown = parse(text).unwrap_err().to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 1 + problems.len(), "{shown}");
+    assert_eq!(
+        lines[0],
+        format!("{PATH}: invalid configuration, 9 problems:")
+    );
+    for (line, problem) in lines[1..].iter().zip(&problems) {
+        assert_eq!(
+            *line,
+            format!("{PATH}: {}: {}", problem.place, problem.message)
+        );
+    }
+}
+
+#[test]
+fn a_group_with_problems_does_not_also_make_its_slots_undeclared() {
+    let problems = problems(&edit("min_size: 0", "min_size: 3"));
+    assert_eq!(
+        problems,
+        [Problem {
+            place: "groups[0] (pool-a).min_size".into(),
+            message: "min_size 3 is greater than max_size 2; min_size is at most max_size".into(),
+        }]
+    );
+}
+
+#[test]
+fn malformed_yaml_and_wrong_shapes_are_parse_errors_with_a_line() {
+    let rows = [
+        "groups: [",
+        "groups:\n  - name: pool-a\n   max_size: 2\n  bad: [\n",
+        "groups: 3\n",
+        "- just\n- a list\n",
+        "groups: {}\n",
+        "groups:\n  - name: pool-a\n    max_size: [2]\n",
+        "groups:\n  - name: pool-a\n    max_size: 2\n    startup: { command: \"/bin/on\" }\n",
+        "\"unterminated",
+        "groups:\n  - name: a\n    name: b\n",
+        "---\ngroups: []\n---\ngroups: []\n",
+    ];
+    for text in rows {
+        let message = parse_error(text);
+        assert!(message.contains("line "), "{text:?}: {message}");
+    }
+    let shown = parse("groups: [").unwrap_err().to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "{PATH}: the configuration is not YAML of the expected shape: "
+        )),
+        "{shown}"
+    );
+}
+
+#[test]
+fn hostile_input_is_an_error_not_a_panic() {
+    let deep = "[".repeat(100_000);
+    let laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n\
+                  b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n\
+                  c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n\
+                  d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n\
+                  e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n\
+                  groups: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n";
+    let huge_key = format!("{}: 1\n", "k".repeat(1_000_000));
+    for text in [
+        deep.as_str(),
+        laughs,
+        huge_key.as_str(),
+        "\0\u{1}\u{2}",
+        "\u{feff}\u{feff}",
+        ":",
+        "? [a]\n: b\n",
+        "groups: !!binary aGVsbG8=\n",
+    ] {
+        assert!(parse(text).is_err(), "{:?}", &text[..text.len().min(60)]);
+    }
+}
+
+#[test]
+fn non_utf8_content_is_a_parse_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, b"groups:\n  - name: pool-\xff\xfe\n").unwrap();
+    match config::load(&path) {
+        Err(ConfigError::Parse { path: p, message }) => {
+            assert_eq!(p, path);
+            assert!(
+                message.contains("not UTF-8 text (invalid byte at offset 23)"),
+                "{message}"
+            );
+        }
+        other => panic!("want Parse, got {other:?}"),
+    }
+}
+
+#[test]
+fn loading_a_missing_file_is_a_read_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.yaml");
+    let err = config::load(&path).unwrap_err();
+    let shown = err.to_string();
+    match err {
+        ConfigError::Read { path: p, source } => {
+            assert_eq!(p, path);
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("want Read, got {other:?}"),
+    }
+    assert!(
+        shown.starts_with(&format!(
+            "cannot read the configuration file {}: ",
+            path.display()
+        )),
+        "{shown}"
+    );
+}
+
+#[test]
+fn loading_a_file_gives_what_parsing_its_text_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, config::example()).unwrap();
+    let loaded = config::load(&path).unwrap();
+    assert_eq!(loaded, config::parse(config::example(), &path).unwrap());
+    assert_eq!(loaded.slots.len(), 5);
+}
+
+/// What holds of every configuration `parse` accepts, and of every refusal.
+fn holds(outcome: &Result<Config, ConfigError>) -> Result<(), String> {
+    match outcome {
+        Ok(config) => {
+            if config.groups.is_empty() {
+                return Err("accepted a file with no groups".into());
+            }
+            for (name, g) in &config.groups {
+                let slots = config.slots_of(name).count();
+                if g.min_size > g.max_size {
+                    return Err(format!(
+                        "{name}: sizes {}..{} with {slots} slots",
+                        g.min_size, g.max_size
+                    ));
+                }
+                if g.startup.command.is_empty() || g.shutdown.command.is_empty() {
+                    return Err(format!("{name}: an empty command"));
+                }
+            }
+            for slot in config.slots.values() {
+                if !config.groups.contains_key(&slot.group) {
+                    return Err(format!(
+                        "{}: group {} is not declared",
+                        slot.name, slot.group
+                    ));
+                }
+                if config.slot_by_provider_id(&slot.provider_id) != Some(slot) {
+                    return Err(format!(
+                        "{}: provider id {} is shared",
+                        slot.name, slot.provider_id
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Err(ConfigError::Invalid { problems, .. }) if problems.is_empty() => {
+            Err("refused with no problem".into())
+        }
+        Err(ConfigError::Parse { message, .. }) if message.is_empty() => {
+            Err("refused with an empty message".into())
+        }
+        Err(ConfigError::Read { .. }) => Err("parse never reads".into()),
+        Err(_) => Ok(()),
+    }
+}
+
+#[test]
+fn what_holds_of_every_outcome_holds_of_the_examples() {
+    assert_eq!(holds(&parse(config::example())), Ok(()));
+    assert_eq!(holds(&parse(PINNED)), Ok(()));
+    assert_eq!(holds(&parse("groups: [")), Ok(()));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    // SPEC §1.6: no input makes fleet panic. Damaging the example a few characters at a time
+    // reaches far more of the validator than random text does.
+    #[test]
+    fn no_damage_to_a_valid_file_makes_parsing_panic_or_accept_nonsense(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), 0usize..4, "[ -~\n]{0,6}"), 1..6)
+    ) {
+        let mut text = config::example().to_owned();
+        for (at, cut, insert) in edits {
+            // The example is not all ASCII (its comments cite SPEC sections): cut on characters.
+            let mut start = at.index(text.len() + 1);
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            let mut end = (start + cut).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            text.replace_range(start..end, &insert);
+        }
+        prop_assert_eq!(holds(&parse(&text)), Ok(()));
+    }
+
+    #[test]
+    fn arbitrary_text_never_makes_parsing_panic(text in "\\PC{0,200}") {
+        prop_assert_eq!(holds(&parse(&text)), Ok(()));
+    }
+}
+
+// The example exactly as operators were given it (one slot under a max_size of 4) is valid: the
+// free slots bound a scale-up as well as max_size does.
+#[test]
+fn the_pinned_example_as_issued_parses() {
+    let text = r#"
+groups:
+  - name: pool-a                    # RFC 1123 label
+    min_size: 0
+    max_size: 4
+    max_node_provision_time: 20m
+    readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]
+    startup:  { command: ["/usr/local/bin/power", "on"], timeout: 5m, env: { BMC: "10.0.0.9" } }
+    shutdown: { command: ["/usr/local/bin/power", "off"], timeout: 5m }
+    timings:  { readiness_gate_timeout: 4m, uncordon_timeout: 90s, machine_gone_grace: 12m10s,
+                max_attempts: 3, shutdown_attempt_reset_grace: 30m, ttl_after_finished: 1h }
+    template: { labels: { "fleet.dev/pool": "a" }, taints: [], capacity: { cpu: "16", memory: "64Gi", pods: "110" } }
+slots:
+  - name: bench-01
+    group: pool-a
+    provider_id: fleet://bench-01     # default fleet://<name>
+    kubernetes_node: bench-01         # optional
+"#;
+    let config = config::parse(text, std::path::Path::new(PATH)).unwrap_or_else(|e| panic!("{e}"));
+    let g = config
+        .group(&fleet::domain::name::GroupName::parse("pool-a").unwrap())
+        .unwrap();
+    assert_eq!((g.min_size, g.max_size, config.slots.len()), (0, 4, 1));
+    assert_eq!(g.timings.machine_gone_grace, Duration::from_secs(730));
+}

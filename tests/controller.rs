@@ -1,0 +1,484 @@
+//! The lifecycle controller end to end (SPEC §4.5): a real redis-server, real operations (the
+//! `fleet` binary writing the bench's beat, as a power switch would), real passes. Durations are
+//! configured short; a test that needs time to pass waits for the instant it needs, computed from
+//! what the claim recorded.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::config::{self, Config};
+use fleet::domain::claim::{Claim, OperationKind, Phase, Reason};
+use fleet::domain::law::{Power, Report};
+use fleet::domain::name::{BenchName, ClaimName, GroupName};
+use fleet::domain::state::State;
+use fleet::lifecycle::Exec;
+use fleet::reconcile::Controller;
+use fleet::reconcile::metrics::{Health, Metrics};
+use fleet::store::claims::{ClaimStore, Created, Event};
+use fleet::store::keys::Keys;
+use fleet::store::presence::Presence;
+use fleet::testing::RedisServer;
+use redis::aio::MultiplexedConnection;
+use support::*;
+use tokio::sync::watch;
+
+type Ctl = Controller<MultiplexedConnection, Exec>;
+
+/// A group whose startup makes the bench beat (a machine that boots at once) and whose shutdown
+/// makes it read DOWN, unless the test swaps the commands.
+fn yaml(
+    server: &RedisServer,
+    startup: &str,
+    shutdown: &str,
+    timings: &str,
+    slots: &[&str],
+) -> String {
+    let slots: String = slots
+        .iter()
+        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
+        .collect();
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: {max}
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", {startup:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    shutdown: {{ command: ["sh", "-c", {shutdown:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    timings: {{ {timings} }}
+slots:
+{slots}"#,
+        max = slots.lines().count(),
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url(),
+    )
+}
+
+const BOOTS: &str = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
+const POWERS_OFF: &str = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 0"#;
+const FAST: &str = "job_monitor_poll_interval: 100ms";
+
+struct Harness {
+    server: RedisServer,
+    ctl: Ctl,
+    store: ClaimStore<MultiplexedConnection>,
+    presence: Presence<MultiplexedConnection>,
+    config: watch::Sender<Arc<Config>>,
+}
+
+fn group() -> GroupName {
+    GroupName::parse("pool-a").unwrap()
+}
+
+async fn harness(startup: &str, shutdown: &str, timings: &str, slots: &[&str]) -> Harness {
+    let server = server();
+    let text = yaml(&server, startup, shutdown, timings, slots);
+    let cfg =
+        config::parse(&text, Path::new("test.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let (tx, rx) = watch::channel(Arc::new(cfg));
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let presence = Presence::new(conn(&server).await, Keys::default());
+    let ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(Exec),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    Harness {
+        server,
+        ctl,
+        store,
+        presence,
+        config: tx,
+    }
+}
+
+impl Harness {
+    /// Creates a claim on `slot` as the provider or `fleet claim` would.
+    async fn claim(&self, slot: &str, n: u32) -> Claim {
+        let cfg = self.config.borrow().clone();
+        let g = cfg.group(&group()).unwrap();
+        let seed = self.store.seed(&group(), &name(slot)).await.unwrap();
+        let (secs, micros): (i64, i64) = raw(&self.server, &["TIME"]).await;
+        let now = chrono::DateTime::from_timestamp(secs, (micros * 1000) as u32).unwrap();
+        let c = Claim::new(
+            ClaimName::parse(&format!("{slot}-{n}")).unwrap(),
+            name(slot),
+            group(),
+            seed.last.as_ref(),
+            now,
+            &g.timings,
+            g.max_node_provision_time,
+        );
+        assert_eq!(
+            self.store.create(&c, &seed).await.unwrap(),
+            Created::Created
+        );
+        c
+    }
+
+    async fn claims(&self) -> Vec<Claim> {
+        self.store
+            .read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .claims
+    }
+
+    async fn the_claim(&self, name: &str) -> Claim {
+        self.claims()
+            .await
+            .into_iter()
+            .find(|c| c.name.as_str() == name)
+            .unwrap_or_else(|| panic!("no claim {name}"))
+    }
+
+    async fn state(&self, slot: &str) -> State {
+        let snap = self.presence.read(&[name(slot)]).await.unwrap();
+        snap.benches[0].verdict(snap.now).state
+    }
+
+    /// Runs passes, waiting for every operation they start, until a pass starts none.
+    async fn settle(&mut self) {
+        for _ in 0..20 {
+            let report = bounded("a pass", self.ctl.pass()).await.unwrap();
+            if report.started.is_empty() && report.stopped.is_empty() && report.writes == 0 {
+                return;
+            }
+            while report
+                .started
+                .iter()
+                .chain(&report.stopped)
+                .any(|s| self.ctl.running(s))
+            {
+                bounded("an operation", self.ctl.operation_ended()).await;
+            }
+        }
+        panic!("the slot never settled");
+    }
+
+    /// Waits until `at` (the server's time) has passed, then settles.
+    async fn at(&mut self, at: chrono::DateTime<chrono::Utc>) {
+        let (secs, micros): (i64, i64) = raw(&self.server, &["TIME"]).await;
+        let now = chrono::DateTime::from_timestamp(secs, (micros * 1000) as u32).unwrap();
+        if let Ok(wait) = (at - now).to_std() {
+            tokio::time::sleep(wait + Duration::from_millis(20)).await;
+        }
+        self.settle().await;
+    }
+
+    async fn events(&self, claim: &str) -> Vec<Event> {
+        let name = ClaimName::parse(claim).unwrap();
+        self.store
+            .timeline(&group(), &name)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.event)
+            .collect()
+    }
+
+    async fn slot_phase(&self, slot: &str) -> Option<Report> {
+        self.store
+            .read_slots(&group(), &[name(slot)])
+            .await
+            .unwrap()[0]
+            .0
+            .as_ref()
+            .and_then(|s| s.phase())
+    }
+}
+
+#[tokio::test]
+async fn a_claim_boots_its_machine_and_moves_pending_booting_ready() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01"]).await;
+    h.settle().await;
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Off));
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!((c.phase, c.attempt, c.deadline_at), (Phase::Ready, 1, None));
+    let op = c.operation.clone().unwrap();
+    assert_eq!(op.kind, OperationKind::Startup);
+    assert_eq!(h.state("bench-01").await, State::Up);
+    assert_eq!(
+        h.events("bench-01-1").await,
+        [
+            Event::Created,
+            Event::Booting,
+            Event::Operation,
+            Event::Ready
+        ]
+    );
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Ready));
+    let status = h
+        .store
+        .read_slots(&group(), &[name("bench-01")])
+        .await
+        .unwrap()
+        .remove(0)
+        .0
+        .unwrap();
+    assert_eq!(
+        (
+            status.power,
+            status.usable,
+            status.history.activations_total()
+        ),
+        (Some(Power::On), true, 1)
+    );
+    assert_eq!(
+        status.claim.map(|c| c.to_string()),
+        Some("bench-01-1".to_owned())
+    );
+}
+
+// Three failing startups spend the slot's attempts; the fourth claim fails before a machine is
+// bought.
+#[tokio::test]
+async fn a_failing_startup_spends_three_attempts_and_the_fourth_claim_buys_nothing() {
+    let mut h = harness("echo no power; exit 1", POWERS_OFF, FAST, &["bench-01"]).await;
+    for n in 1..=3 {
+        h.claim("bench-01", n).await;
+        h.settle().await;
+        let c = h.the_claim(&format!("bench-01-{n}")).await;
+        assert_eq!(
+            (c.phase, c.attempt, c.reason),
+            (Phase::Failed, n, Some(Reason::StartupJobFailed)),
+            "attempt {n}"
+        );
+    }
+    let timeline = h
+        .store
+        .timeline(&group(), &ClaimName::parse("bench-01-3").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.detail.as_deref().is_some_and(|d| d.contains("no power"))),
+        "{timeline:?}"
+    );
+    h.claim("bench-01", 4).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-4").await;
+    assert_eq!(
+        (c.phase, c.attempt, c.reason),
+        (Phase::Failed, 4, Some(Reason::AttemptLimitExceeded))
+    );
+    assert_eq!(c.operation, None, "no fourth machine was bought");
+}
+
+// A boot that never becomes usable (the bench beats HELD) fails at its deadline, and the law then
+// shuts the machine down.
+#[tokio::test]
+async fn a_boot_that_never_comes_fails_at_its_deadline_and_is_shut_down() {
+    let startup = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h --hold stuck-in-bios"#;
+    let timings = "job_timeout: 1s, job_monitor_poll_interval: 100ms, uncordon_timeout: 100ms, readiness_gate_timeout: 100ms, max_uncordon_retry_interval: 100ms, budget_slack: 100ms";
+    let mut h = harness(startup, POWERS_OFF, timings, &["bench-01"]).await;
+    let c = h.claim("bench-01", 1).await;
+    h.settle().await;
+    assert_eq!(h.state("bench-01").await, State::Held);
+    let deadline = c.deadline_at.unwrap();
+    h.at(deadline).await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(c.phase, Phase::Failed);
+    assert!(
+        matches!(
+            c.reason,
+            Some(Reason::DeadlineExceeded | Reason::ReadinessGateTimeout)
+        ),
+        "{:?}",
+        c.reason
+    );
+    assert_eq!(
+        h.state("bench-01").await,
+        State::Down,
+        "the failed claim's machine was shut down"
+    );
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Off));
+}
+
+// A ready machine that vanishes: observed off, then failed MachineGone past the grace; one that
+// comes back inside the grace stays ready.
+#[tokio::test]
+async fn a_ready_machine_that_vanishes_fails_machine_gone_and_one_that_returns_stays() {
+    let mut h = harness(
+        BOOTS,
+        POWERS_OFF,
+        "job_monitor_poll_interval: 100ms, machine_gone_grace: 1s",
+        &["bench-01", "bench-02"],
+    )
+    .await;
+    h.claim("bench-01", 1).await;
+    h.claim("bench-02", 1).await;
+    h.settle().await;
+    for slot in ["bench-01", "bench-02"] {
+        assert_eq!(h.the_claim(&format!("{slot}-1")).await.phase, Phase::Ready);
+        h.presence.beat(&beat(slot, Duration::ZERO)).await.unwrap();
+    }
+    h.settle().await;
+    let gone = h.the_claim("bench-01-1").await;
+    let since = gone
+        .condition(fleet::domain::claim::ConditionKind::MachineObservedOff)
+        .unwrap()
+        .last_transition_time;
+    assert_eq!(
+        h.slot_phase("bench-01").await,
+        Some(Report::Booting),
+        "a ready claim with its machine off reports booting"
+    );
+    // bench-02 comes back inside the grace.
+    h.presence
+        .beat(&beat("bench-02", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    h.settle().await;
+    h.at(since + chrono::TimeDelta::seconds(1)).await;
+    let gone = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (gone.phase, gone.reason),
+        (Phase::Failed, Some(Reason::MachineGone))
+    );
+    let back = h.the_claim("bench-02-1").await;
+    assert_eq!(back.phase, Phase::Ready);
+    assert!(!back.is(fleet::domain::claim::ConditionKind::MachineObservedOff));
+}
+
+// A shutdown script that exits 0 and powers nothing off: each operation is one attempt, firing
+// stops after the bound, and resumes after the reset grace.
+#[tokio::test]
+async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the_grace() {
+    let timings = "job_monitor_poll_interval: 100ms, shutdown_attempt_reset_grace: 2s";
+    let mut h = harness(BOOTS, "true", timings, &["bench-01"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    let marked = c.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(h.store.write(&c, &marked, None).await.unwrap());
+    let mut last = None;
+    for _ in 0..3 {
+        h.settle().await;
+        let c = h.the_claim("bench-01-1").await;
+        last = c.last_shutdown_attempt_at;
+        h.at(c.operation.unwrap().finished_at.unwrap() + chrono::TimeDelta::milliseconds(100))
+            .await;
+    }
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!((c.phase, c.shutdown_attempts), (Phase::Ready, 3));
+    let snap = h.presence.read(&[name("bench-01")]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    assert_eq!(row.state, State::Up, "the machine is still on");
+    assert!(
+        row.requested_hold.unwrap().starts_with("fleet: draining"),
+        "and cordoned"
+    );
+    h.settle().await;
+    assert_eq!(
+        h.the_claim("bench-01-1").await.shutdown_attempts,
+        3,
+        "no fourth shutdown inside the grace"
+    );
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Draining));
+    h.at(last.unwrap() + chrono::TimeDelta::seconds(2)).await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        c.shutdown_attempts, 1,
+        "the streak restarted after the grace"
+    );
+}
+
+// A scale-down of a ready claim: cordon, shutdown, and completed once the machine is off.
+#[tokio::test]
+async fn a_marked_claim_is_reversed_and_completes_when_the_machine_is_off() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    let marked = c
+        .mark_for_deletion(Reason::CancelledByDecreaseTargetSize)
+        .unwrap();
+    assert!(h.store.write(&c, &marked, None).await.unwrap());
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (
+            Phase::Completed,
+            Some(Reason::CancelledByDecreaseTargetSize)
+        )
+    );
+    assert_eq!(h.state("bench-01").await, State::Down);
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Off));
+    // The next claim on the slot lifts fleet's cordon and boots again, as attempt 1.
+    h.claim("bench-01", 2).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-2").await;
+    assert_eq!((c.phase, c.attempt), (Phase::Ready, 1));
+    assert_eq!(h.state("bench-01").await, State::Up);
+}
+
+// A slot removed from the configuration ends its claims SlotDeleted.
+#[tokio::test]
+async fn a_slot_removed_from_the_config_ends_its_claims() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01", "bench-02"]).await;
+    h.claim("bench-02", 1).await;
+    h.settle().await;
+    let text = yaml(&h.server, BOOTS, POWERS_OFF, FAST, &["bench-01"]);
+    h.config
+        .send(Arc::new(config::parse(&text, Path::new("t")).unwrap()))
+        .unwrap();
+    h.settle().await;
+    let c = h.the_claim("bench-02-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::SlotDeleted))
+    );
+}
+
+// No claim and a machine that is on: the machine is unwanted and is shut down.
+#[tokio::test]
+async fn a_machine_no_claim_wants_is_shut_down() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01"]).await;
+    h.presence
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(h.state("bench-01").await, State::Down);
+    assert_eq!(h.slot_phase("bench-01").await, Some(Report::Off));
+}
+
+// While presence cannot be read the controller takes no power action.
+#[tokio::test]
+async fn a_blind_controller_takes_no_power_action() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01"]).await;
+    h.presence
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    // Presence is unreadable: the registry is not a set.
+    let _: () = raw(&h.server, &["DEL", &Keys::default().registry()]).await;
+    let _: () = raw(
+        &h.server,
+        &["SET", &Keys::default().registry(), "not a set"],
+    )
+    .await;
+    let report = h.ctl.pass().await.unwrap();
+    assert!(report.blind);
+    assert!(report.stopped.is_empty() && report.started.is_empty());
+    let _: () = raw(&h.server, &["DEL", &Keys::default().registry()]).await;
+    let _: () = raw(
+        &h.server,
+        &["SADD", &Keys::default().registry(), "bench-01"],
+    )
+    .await;
+    let slot = BenchName::parse("bench-01").unwrap();
+    assert!(!h.ctl.running(&slot));
+}
