@@ -265,3 +265,62 @@ async fn groups_are_read_in_one_round_trip_and_slot_statuses_round_trip() {
     assert_eq!(counting.trips() - before, 1);
     assert_eq!(slots, vec![(Some(status), None), (None, None)]);
 }
+
+// SPEC §4.3: with `appendonly yes`, claims, slot statuses, digests and timelines survive a
+// restart of Redis.
+#[tokio::test]
+async fn claims_survive_a_redis_restart_with_aof() {
+    let mut server = fleet::testing::RedisServer::with(fleet::testing::Options {
+        aof: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let s = store(&server).await;
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    s.create(&a, &seed).await.unwrap();
+    let failed = a
+        .apply(
+            Move::because(Phase::Failed, Reason::StartupJobFailed),
+            now(),
+        )
+        .unwrap();
+    s.write(&a, &failed, None).await.unwrap();
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let b = new_claim("bench-01-b", "bench-01", &seed);
+    s.create(&b, &seed).await.unwrap();
+    let mut status = SlotStatus::default();
+    status.history.record(Report::Pending, now());
+    s.write_slots(&group(), &[(name("bench-01"), status.clone())])
+        .await
+        .unwrap();
+    let before = s.read_groups(&[group()]).await.unwrap();
+
+    server.restart_clean().unwrap();
+    let s = store(&server).await;
+    assert_eq!(
+        s.read_groups(&[group()]).await.unwrap()[0].claims,
+        before[0].claims
+    );
+    assert_eq!(
+        s.read_slots(&group(), &[name("bench-01")]).await.unwrap()[0].0,
+        Some(status)
+    );
+    assert_eq!(
+        s.seed(&group(), &name("bench-01"))
+            .await
+            .unwrap()
+            .last
+            .unwrap()
+            .name
+            .as_str(),
+        "bench-01-a"
+    );
+    assert_eq!(s.timeline(&group(), &b.name).await.unwrap().len(), 1);
+    let c = new_claim("bench-01-c", "bench-01", &seed);
+    assert_eq!(
+        s.create(&c, &seed).await.unwrap(),
+        Created::SlotTaken(b.name.clone()),
+        "the slot lock survived too"
+    );
+}

@@ -114,6 +114,16 @@ impl RedisServer {
         Ok(())
     }
 
+    /// Stops the server cleanly (SIGTERM: it flushes its append-only file) and starts it again
+    /// on the same directory, socket and port.
+    pub fn restart_clean(&mut self) -> Result<(), ServerError> {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        self.restart()
+    }
+
     /// Kills the server (SIGKILL) and waits for it; the directory stays until drop.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

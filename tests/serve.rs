@@ -1,0 +1,215 @@
+//! `fleet serve` as a process (SPEC §4.5, §4.8): configuration errors, the lifecycle through the
+//! CLI, metrics and health over HTTP, reload (a bad version refused, a good one taken, SIGHUP),
+//! and a clean stop.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fleet::testing::RedisServer;
+use support::*;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr};
+
+fn yaml(server: &RedisServer, slots: &[&str]) -> String {
+    let slots: String = slots
+        .iter()
+        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
+        .collect();
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 2
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+slots:
+{slots}"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url()
+    )
+}
+
+fn fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--redis")
+        .arg(server.url())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 GET: (status, body).
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+struct Serve {
+    child: Child,
+    lines: Lines<BufReader<ChildStderr>>,
+}
+
+impl Serve {
+    fn start(server: &RedisServer, config: &std::path::Path, port: u16) -> Serve {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(["--redis", &server.url(), "serve", "--config"])
+            .arg(config)
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+                "--interval",
+                "100ms",
+            ])
+            .env("FLEET_LOG", "info")
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        Serve { child, lines }
+    }
+
+    /// Reads the log until a line contains every one of `words`.
+    async fn log(&mut self, words: &[&str]) -> String {
+        bounded(&format!("a log line with {words:?}"), async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                if words.iter().all(|w| line.contains(w)) {
+                    return line;
+                }
+            }
+            panic!("fleet serve ended before logging {words:?}");
+        })
+        .await
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+}
+
+#[test]
+fn an_invalid_config_exits_2_listing_every_problem() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &path,
+        "groups:\n  - name: Pool_A\n    min_size: 3\n    max_size: 1\n    startup: { command: [] }\n    shutdown: { command: [off] }\nslots:\n  - { name: b1, group: nowhere }\n",
+    )
+    .unwrap();
+    let o = fleet(&server, &["serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "Pool_A",
+        "min_size",
+        "command",
+        "nowhere",
+        path.to_str().unwrap(),
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let o = fleet(&server, &["serve", "--config", "/nonexistent/fleet.yaml"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a file that cannot be read is the world failing"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/fleet.yaml"));
+}
+
+#[tokio::test]
+async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, yaml(&server, &["bench-01", "bench-02"])).unwrap();
+    let port = free_port();
+    let mut serve = Serve::start(&server, &path, port);
+    serve.log(&["fleet serve started"]).await;
+
+    let o = fleet(&server, &["claim", "bench-01"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serve.log(&["claim moved", "to=ready"]).await;
+    let live = fleet(&server, &["live"]);
+    assert_eq!(String::from_utf8_lossy(&live.stdout), "bench-01\n");
+
+    let (status, body) = tokio::task::spawn_blocking(move || get(port, "/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"fleet_claims{group="pool-a",phase="ready"} 1"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"fleet_operations_total{operation="startup",outcome="completed"} 1"#),
+        "{body}"
+    );
+    assert!(body.contains("fleet_leader 1"), "{body}");
+    let (status, body) = tokio::task::spawn_blocking(move || get(port, "/readyz"))
+        .await
+        .unwrap();
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    assert_eq!(
+        tokio::task::spawn_blocking(move || get(port, "/healthz"))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+
+    // A bad new version is refused; the running one is kept.
+    std::fs::write(&path, "groups: [ this is not yaml").unwrap();
+    serve.log(&["new configuration refused"]).await;
+    let slots = fleet(&server, &["slots", "-o", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&slots.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2);
+    // A good one (bench-02 removed) is taken, on SIGHUP at the latest.
+    std::fs::write(&path, yaml(&server, &["bench-01"])).unwrap();
+    serve.signal("-HUP");
+    serve.log(&["configuration reloaded", "slots=1"]).await;
+
+    serve.signal("-TERM");
+    serve.log(&["fleet serve stopped"]).await;
+    let status = bounded("exit", serve.child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+}

@@ -1,0 +1,291 @@
+//! The controller's views and operator verbs (SPEC §4.6, §4.7), run as library functions with a
+//! `Vec<u8>` writer against a real redis-server and an in-process controller.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clap::Parser;
+use fleet::cli::{Cli, Ctx};
+use fleet::config;
+use fleet::lifecycle::Exec;
+use fleet::reconcile::Controller;
+use fleet::reconcile::metrics::{Health, Metrics};
+use fleet::store::catalog::Catalog;
+use fleet::store::claims::ClaimStore;
+use fleet::store::keys::Keys;
+use fleet::store::presence::Presence;
+use fleet::testing::RedisServer;
+use support::*;
+use tokio_util::sync::CancellationToken;
+
+fn yaml(server: &RedisServer) -> String {
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 2
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+slots:
+  - {{ name: bench-01, group: pool-a }}
+  - {{ name: bench-02, group: pool-a }}
+"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url()
+    )
+}
+
+async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
+    let url = server.url();
+    let mut argv = vec!["fleet", "--redis", &url];
+    argv.extend_from_slice(args);
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let ctx = Ctx::new(&cli.global, CancellationToken::new(), false);
+    let mut out = Vec::new();
+    let code = match bounded("verb", cli.command.run(&ctx, &mut out)).await {
+        Ok(()) => 0,
+        Err(e) => {
+            out.extend_from_slice(format!("error: {e}").as_bytes());
+            e.exit_code()
+        }
+    };
+    (String::from_utf8(out).unwrap(), code)
+}
+
+async fn setup() -> (
+    RedisServer,
+    Controller<redis::aio::MultiplexedConnection, Exec>,
+) {
+    let server = server();
+    let cfg = config::parse(&yaml(&server), Path::new("t.yaml")).unwrap();
+    let mut c = conn(&server).await;
+    Catalog::of(&cfg)
+        .publish(&mut c, &Keys::default())
+        .await
+        .unwrap();
+    // The controller sees the last value sent; no reload happens in these tests.
+    let (_, rx) = tokio::sync::watch::channel(Arc::new(cfg));
+    let ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(Exec),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    (server, ctl)
+}
+
+async fn settle(ctl: &mut Controller<redis::aio::MultiplexedConnection, Exec>) {
+    for _ in 0..10 {
+        let r = ctl.pass().await.unwrap();
+        if r.started.is_empty() && r.stopped.is_empty() && r.writes == 0 {
+            return;
+        }
+        while r.started.iter().chain(&r.stopped).any(|s| ctl.running(s)) {
+            bounded("operation", ctl.operation_ended()).await;
+        }
+    }
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[tokio::test]
+async fn claim_then_views_show_the_slot_ready_with_the_pinned_fields() {
+    let (server, mut ctl) = setup().await;
+    settle(&mut ctl).await;
+    let (out, code) = run(&server, &["claim", "bench-01"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("claim bench-01-"), "{out}");
+    settle(&mut ctl).await;
+
+    let slots = json(&run(&server, &["slots", "-o", "json"]).await.0);
+    let row = &slots[0];
+    for field in [
+        "name",
+        "group",
+        "phase",
+        "power",
+        "usable",
+        "claim",
+        "attempt",
+        "activations_total",
+        "activations_24h",
+        "last_transition_time",
+        "previous_phase",
+        "last_claim",
+    ] {
+        assert!(row.get(field).is_some(), "slots row lacks {field}: {row}");
+    }
+    assert_eq!(
+        (
+            row["name"].as_str(),
+            row["phase"].as_str(),
+            row["power"].as_str()
+        ),
+        (Some("bench-01"), Some("ready"), Some("on"))
+    );
+    assert_eq!(
+        (
+            row["usable"].as_bool(),
+            row["attempt"].as_u64(),
+            row["activations_total"].as_u64()
+        ),
+        (Some(true), Some(1), Some(1))
+    );
+    assert_eq!(slots[1]["phase"], "off");
+    chrono::DateTime::parse_from_rfc3339(row["last_transition_time"].as_str().unwrap()).unwrap();
+
+    let claims = json(&run(&server, &["claims", "-o", "json"]).await.0);
+    let c = &claims[0];
+    for field in [
+        "name",
+        "slot",
+        "group",
+        "phase",
+        "reason",
+        "attempt",
+        "shutdown_attempts",
+        "marked_for_deletion",
+        "requested_at",
+        "deadline_at",
+        "finished_at",
+    ] {
+        assert!(c.get(field).is_some(), "claims row lacks {field}: {c}");
+    }
+    assert_eq!(
+        (c["phase"].as_str(), c["marked_for_deletion"].as_bool()),
+        (Some("ready"), Some(false))
+    );
+    chrono::DateTime::parse_from_rfc3339(c["requested_at"].as_str().unwrap()).unwrap();
+
+    let groups = json(&run(&server, &["groups", "-o", "json"]).await.0);
+    assert_eq!(
+        (
+            groups[0]["name"].as_str(),
+            groups[0]["target"].as_u64(),
+            groups[0]["on"].as_u64()
+        ),
+        (Some("pool-a"), Some(1), Some(1))
+    );
+
+    let d = json(
+        &run(&server, &["describe", "bench-01", "-o", "json"])
+            .await
+            .0,
+    );
+    let events: Vec<&str> = d["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["created", "booting", "operation", "ready"]);
+    assert_eq!(
+        d["recent_transitions"].as_array().unwrap().len(),
+        3,
+        "off, booting, ready"
+    );
+    let (table, code) = run(&server, &["describe", "bench-01"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("Live claim:  bench-01-") && table.contains("Timeline of"),
+        "{table}"
+    );
+    for view in [
+        &["groups"][..],
+        &["slots"],
+        &["claims", "-o", "wide"],
+        &["slots", "pool-a"],
+    ] {
+        let (out, code) = run(&server, view).await;
+        assert_eq!(code, 0, "{view:?}: {out}");
+        assert!(out.lines().count() >= 2, "{view:?}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn cancel_deletes_a_pending_claim_and_reverses_a_ready_one() {
+    let (server, mut ctl) = setup().await;
+    run(&server, &["claim", "bench-02"]).await;
+    let pending = json(&run(&server, &["claims", "-o", "json"]).await.0)[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (out, code) = run(&server, &["cancel", &pending]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("pending claim cancelled"), "{out}");
+    assert_eq!(
+        json(&run(&server, &["claims", "-o", "json"]).await.0),
+        serde_json::json!([])
+    );
+
+    run(&server, &["claim", "bench-01"]).await;
+    settle(&mut ctl).await;
+    let ready = json(&run(&server, &["claims", "-o", "json"]).await.0)[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (out, _) = run(&server, &["cancel", &ready]).await;
+    assert!(out.contains("ready claim marked for deletion"), "{out}");
+    settle(&mut ctl).await;
+    let c = &json(&run(&server, &["claims", "-o", "json"]).await.0)[0];
+    assert_eq!(
+        (c["phase"].as_str(), c["reason"].as_str()),
+        (Some("completed"), Some("DeletedByHand"))
+    );
+    let (out, code) = run(&server, &["cancel", &ready]).await;
+    assert_eq!(code, 2);
+    assert!(out.contains("has ended"), "{out}");
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_what_to_do() {
+    let (server, mut ctl) = setup().await;
+    run(&server, &["claim", "bench-01"]).await;
+    settle(&mut ctl).await;
+    let cases: &[(&[&str], &str)] = &[
+        (&["claim", "bench-01"], "already has a live claim"),
+        (&["claim", "nowhere"], "no slot nowhere"),
+        (&["cancel", "no-such-claim"], "no claim named no-such-claim"),
+        (
+            &["reset-shutdown-attempts", "no-such-claim"],
+            "no claim named",
+        ),
+        (&["describe", "nowhere"], "no slot nowhere"),
+        (&["slots", "pool-z"], "no group pool-z"),
+    ];
+    for (args, want) in cases {
+        let (out, code) = run(&server, args).await;
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(out.contains(want), "{args:?}: {out}");
+    }
+    // With no `fleet serve` ever run under a prefix, the views say so.
+    let (out, code) = run(&server, &["--prefix", "other", "slots"]).await;
+    assert_eq!(code, 1);
+    assert!(out.contains("is `fleet serve` running"), "{out}");
+}
+
+#[tokio::test]
+async fn reset_shutdown_attempts_restarts_the_streak() {
+    let (server, mut ctl) = setup().await;
+    run(&server, &["claim", "bench-01"]).await;
+    settle(&mut ctl).await;
+    let name = json(&run(&server, &["claims", "-o", "json"]).await.0)[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (out, code) = run(&server, &["reset-shutdown-attempts", &name]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("shutdown attempts reset (was 0)"), "{out}");
+    assert_eq!(
+        json(&run(&server, &["claims", "-o", "json"]).await.0)[0]["shutdown_attempts"],
+        0
+    );
+}
