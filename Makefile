@@ -16,3 +16,4 @@ lint:
 
 bench: deps
 	cargo bench --bench presence
+	cargo bench --bench controller

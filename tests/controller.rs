@@ -482,3 +482,113 @@ async fn a_blind_controller_takes_no_power_action() {
     let slot = BenchName::parse("bench-01").unwrap();
     assert!(!h.ctl.running(&slot));
 }
+
+/// A slot's Kubernetes Node as the test sets it: the Nodes trait, which the Kubernetes client
+/// implements, standing in for an API server that cannot run here.
+#[derive(Clone, Default)]
+struct TestNodes(
+    Arc<std::sync::Mutex<std::collections::HashMap<String, fleet::domain::node::NodeView>>>,
+);
+
+impl fleet::reconcile::Nodes for TestNodes {
+    async fn read(
+        &self,
+        names: &[String],
+    ) -> Result<std::collections::HashMap<String, fleet::domain::node::NodeView>, String> {
+        let all = self.0.lock().unwrap();
+        Ok(names
+            .iter()
+            .filter_map(|n| all.get(n).map(|v| (n.clone(), v.clone())))
+            .collect())
+    }
+
+    fn observed(&self) -> bool {
+        true
+    }
+}
+
+// SPEC §3.1: a bound slot is usable only when its Node is Ready, not cordoned, and free of the
+// group's readiness taints; the readiness gate waits for it.
+#[tokio::test]
+async fn the_readiness_gate_waits_for_a_bound_slots_node() {
+    let server = server();
+    let text = yaml(&server, BOOTS, POWERS_OFF, FAST, &["bench-01"])
+        .replace(
+            "readiness_taints: []",
+            r#"readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]"#,
+        )
+        .replace(
+            "{ name: bench-01, group: pool-a }",
+            "{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }",
+        );
+    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    let (_tx, rx) = watch::channel(Arc::new(cfg));
+    let nodes = TestNodes::default();
+    let mut ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(Exec),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+    .with_nodes(nodes.clone());
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let seed = store.seed(&group(), &name("bench-01")).await.unwrap();
+    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
+    let c = Claim::new(
+        ClaimName::parse("bench-01-1").unwrap(),
+        name("bench-01"),
+        group(),
+        None,
+        chrono::DateTime::from_timestamp(secs, 0).unwrap(),
+        &fleet::domain::claim::Timings::default(),
+        None,
+    );
+    store.create(&c, &seed).await.unwrap();
+    let phase = |store: ClaimStore<MultiplexedConnection>| async move {
+        store
+            .read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .claims
+            .remove(0)
+            .phase
+    };
+    let report = ctl.pass().await.unwrap();
+    assert_eq!(report.started.len(), 1);
+    bounded("startup", ctl.operation_ended()).await;
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        phase(store.clone()).await,
+        Phase::Booting,
+        "no Node yet: not usable"
+    );
+    let taint: fleet::domain::node::Taint =
+        "node.cilium.io/agent-not-ready:NoExecute".parse().unwrap();
+    nodes.0.lock().unwrap().insert(
+        "bench-01".into(),
+        fleet::domain::node::NodeView {
+            ready: true,
+            unschedulable: false,
+            taints: vec![taint],
+        },
+    );
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        phase(store.clone()).await,
+        Phase::Booting,
+        "a readiness taint holds the gate"
+    );
+    nodes
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("bench-01")
+        .unwrap()
+        .taints
+        .clear();
+    ctl.pass().await.unwrap();
+    assert_eq!(phase(store.clone()).await, Phase::Ready);
+}

@@ -29,7 +29,7 @@ use crate::domain::claim::{
 };
 use crate::domain::law::{self, ClaimInput, Fires, Input, Power};
 use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
-use crate::domain::node::{self, Binding};
+use crate::domain::node::{self, Binding, NodeView};
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::{Report, Request, Runner};
 use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
@@ -67,8 +67,40 @@ struct Finished {
     report: Report,
 }
 
+/// The Kubernetes Nodes of the slots bound to one (SPEC §3.1 usability). The Kubernetes client
+/// plugs in here; everything above it is tested through the same trait.
+pub trait Nodes: Send + Sync + 'static {
+    /// Reads the named Nodes once per pass; a Node that does not exist is absent from the map.
+    fn read(
+        &self,
+        names: &[String],
+    ) -> impl std::future::Future<Output = Result<HashMap<String, NodeView>, String>> + Send;
+
+    /// Whether Nodes are observed at all. Without Kubernetes a bound slot is judged by its bench
+    /// alone.
+    fn observed(&self) -> bool;
+}
+
+/// No Kubernetes: usability is the bench's presence alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoNodes;
+
+impl Nodes for NoNodes {
+    async fn read(&self, _names: &[String]) -> Result<HashMap<String, NodeView>, String> {
+        Ok(HashMap::new())
+    }
+
+    fn observed(&self) -> bool {
+        false
+    }
+}
+
 /// The controller.
-pub struct Controller<C, R> {
+pub struct Controller<C, R, N = NoNodes> {
+    nodes: N,
+    /// The Nodes read this pass; `None` when they could not be read (bound slots are then not
+    /// usable, and nothing is powered on or off because of it).
+    node_views: Option<HashMap<String, NodeView>>,
     config: watch::Receiver<Arc<Config>>,
     presence: Presence<C>,
     store: ClaimStore<C>,
@@ -87,7 +119,7 @@ pub struct Controller<C, R> {
     tasks: TaskTracker,
 }
 
-impl<C, R> Controller<C, R>
+impl<C, R> Controller<C, R, NoNodes>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     R: Runner,
@@ -102,6 +134,8 @@ where
     ) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Controller {
+            nodes: NoNodes,
+            node_views: None,
             config,
             presence,
             store,
@@ -119,6 +153,35 @@ where
         }
     }
 
+    /// Observes the slots' Kubernetes Nodes through `nodes`.
+    pub fn with_nodes<M: Nodes>(self, nodes: M) -> Controller<C, R, M> {
+        Controller {
+            nodes,
+            node_views: None,
+            config: self.config,
+            presence: self.presence,
+            store: self.store,
+            runner: self.runner,
+            metrics: self.metrics,
+            health: self.health,
+            statuses: self.statuses,
+            dirty: self.dirty,
+            loaded: self.loaded,
+            running: self.running,
+            finished: self.finished,
+            done_tx: self.done_tx,
+            done_rx: self.done_rx,
+            tasks: self.tasks,
+        }
+    }
+}
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
     /// Runs passes every `interval`, and at once when an operation ends, until `shutdown`; then
     /// waits up to `grace` for the operations in flight.
     pub async fn run(mut self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
@@ -209,6 +272,23 @@ where
         }
         let blind = snapshot.is_none();
         self.metrics.blind.set(i64::from(blind));
+        if self.nodes.observed() {
+            let names: Vec<String> = config
+                .slots
+                .values()
+                .filter_map(|s| s.kubernetes_node.clone())
+                .collect();
+            self.node_views = match self.nodes.read(&names).await {
+                Ok(views) => Some(views),
+                Err(e) => {
+                    warn!(
+                        error = e,
+                        "cannot read the Kubernetes Nodes; bound slots are not usable this pass"
+                    );
+                    None
+                }
+            };
+        }
 
         let mut report = PassReport {
             blind,
@@ -357,7 +437,7 @@ where
         };
         let power = state.map(Power::of);
         let usable =
-            state.is_some_and(|s| node::usable(s, Binding::Unbound, &group.readiness_taints));
+            state.is_some_and(|s| node::usable(s, self.binding(slot), &group.readiness_taints));
         claims.sort_by(|a, b| (a.requested_at, &a.name).cmp(&(b.requested_at, &b.name)));
 
         // Act on an operation that ended: its outcome is written to its claim before anything else.
@@ -566,6 +646,16 @@ where
             out.status = Some(status);
         }
         out.with_claims(claims)
+    }
+
+    /// How a slot is bound to Kubernetes this pass.
+    fn binding(&self, slot: &Slot) -> Binding<'_> {
+        match (&slot.kubernetes_node, self.nodes.observed()) {
+            (Some(name), true) => {
+                Binding::Bound(self.node_views.as_ref().and_then(|v| v.get(name)))
+            }
+            (Some(_), false) | (None, _) => Binding::Unbound,
+        }
     }
 
     /// StartNode: the claim moves pending → booting with the operation recorded, in one write;

@@ -1,0 +1,217 @@
+//! The controller benchmark (README "Benchmarks"; issue 4).
+//!
+//! 1. One full pass over 10 000 slots (5 000 with a ready claim and a beating bench, 5 000 off
+//!    with no claim): the median and worst of repeated passes, with the presence read inside it.
+//! 2. The time from a bench's first UP beat to its claim's ready move, with the controller running
+//!    its own loop (a pass each second): measured on the server's clock, over several slots.
+//!
+//! Run: `cargo bench --bench controller` (add `-- --quick` for 1 000 slots).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use fleet::config;
+use fleet::domain::claim::{Claim, ConditionKind, Move, Phase};
+use fleet::domain::name::{BenchName, ClaimName, GroupName};
+use fleet::lifecycle::Exec;
+use fleet::reconcile::Controller;
+use fleet::reconcile::metrics::{Health, Metrics};
+use fleet::store::claims::ClaimStore;
+use fleet::store::connect::Endpoint;
+use fleet::store::keys::Keys;
+use fleet::store::presence::{Beat, Presence};
+use fleet::testing::{Options, RedisServer};
+use redis::aio::MultiplexedConnection;
+use tokio_util::sync::CancellationToken;
+
+fn yaml(slots: usize, startup: &str) -> String {
+    let mut text = format!(
+        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {slots}\n    readiness_taints: []\n    \
+         startup: {{ command: [\"sh\", \"-c\", {startup:?}] }}\n    shutdown: {{ command: [\"true\"] }}\nslots:\n"
+    );
+    for i in 0..slots {
+        text.push_str(&format!("  - {{ name: bench-{i:05}, group: pool-a }}\n"));
+    }
+    text
+}
+
+fn group() -> GroupName {
+    GroupName::parse("pool-a").expect("valid")
+}
+
+fn bench(i: usize) -> BenchName {
+    BenchName::parse(&format!("bench-{i:05}")).expect("valid")
+}
+
+async fn server_now(store: &ClaimStore<MultiplexedConnection>) -> DateTime<Utc> {
+    store.now().await.expect("TIME")
+}
+
+fn controller(
+    cfg: config::Config,
+    conn: &MultiplexedConnection,
+) -> Controller<MultiplexedConnection, Exec> {
+    let (_, rx) = tokio::sync::watch::channel(Arc::new(cfg));
+    Controller::new(
+        rx,
+        Presence::new(conn.clone(), Keys::default()),
+        ClaimStore::new(conn.clone(), Keys::default()),
+        Arc::new(Exec),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let slots = if quick { 1_000 } else { 10_000 };
+    let server = RedisServer::with(Options {
+        tcp: true,
+        ..Options::default()
+    })?;
+    let port = server.port().expect("tcp");
+    let conn = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60))
+        .connect()
+        .await?;
+    let store = ClaimStore::new(conn.clone(), Keys::default());
+    let presence = Presence::new(conn.clone(), Keys::default());
+
+    // 1. A full pass over `slots` slots.
+    let cfg = config::parse(&yaml(slots, "true"), Path::new("bench.yaml"))?;
+    let now = server_now(&store).await;
+    let mut writes = Vec::new();
+    for i in 0..slots {
+        let (presence, store) = (presence.clone(), store.clone());
+        writes.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                let beat = Beat {
+                    name: bench(i),
+                    ttl: Duration::from_secs(3600),
+                    hold: None,
+                    load: Some(1.0),
+                    cores: Some(8),
+                };
+                presence.beat(&beat).await.expect("beat");
+                let seed = store.seed(&group(), &bench(i)).await.expect("seed");
+                let c = Claim::new(
+                    ClaimName::parse(&format!("bench-{i:05}-1")).expect("valid"),
+                    bench(i),
+                    group(),
+                    None,
+                    now,
+                    &Default::default(),
+                    None,
+                );
+                store.create(&c, &seed).await.expect("create");
+                let booting = c.apply(Move::to(Phase::Booting), now).expect("legal");
+                let ready = booting.apply(Move::to(Phase::Ready), now).expect("legal");
+                store.write(&c, &ready, None).await.expect("write");
+            }
+        }));
+    }
+    for w in writes {
+        w.await?;
+    }
+    let mut ctl = controller(cfg, &conn);
+    let first = Instant::now();
+    let report = ctl.pass().await?;
+    let first = first.elapsed();
+    assert!(
+        report.started.is_empty() && report.stopped.is_empty(),
+        "the seeded fleet is at rest"
+    );
+    let mut times = Vec::new();
+    for _ in 0..if quick { 5 } else { 15 } {
+        let start = Instant::now();
+        let report = ctl.pass().await?;
+        times.push(start.elapsed());
+        assert_eq!(report.slots, slots);
+    }
+    times.sort();
+    println!(
+        "controller pass over {slots} slots ({} ready claims): median {:.1} ms, worst {:.1} ms, first (statuses written) {:.1} ms",
+        slots / 2,
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3,
+        first.as_secs_f64() * 1e3,
+    );
+    println!(
+        "          target: well under the 1 s pass interval -> {:.1}% of it",
+        times[times.len() / 2].as_secs_f64() * 100.0
+    );
+
+    // 2. First UP beat to the ready move, with the controller's own loop running.
+    let _ = redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut conn.clone())
+        .await;
+    let n = if quick { 3 } else { 8 };
+    let cfg = config::parse(&yaml(n, "true"), Path::new("bench.yaml"))?;
+    let ctl = controller(cfg.clone(), &conn);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(ctl.run(
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+        shutdown.clone(),
+    ));
+    let mut latencies = Vec::new();
+    for i in 0..n {
+        let seed = store.seed(&group(), &bench(i)).await?;
+        let c = Claim::new(
+            ClaimName::parse(&format!("bench-{i:05}-1")).expect("valid"),
+            bench(i),
+            group(),
+            None,
+            server_now(&store).await,
+            &Default::default(),
+            None,
+        );
+        store.create(&c, &seed).await?;
+        // Wait until the startup operation (a no-op) has run: the machine is "booting".
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let claims = store.read_groups(&[group()]).await?.remove(0).claims;
+            let c = claims.iter().find(|x| x.slot == bench(i)).expect("claim");
+            if c.operation.as_ref().is_some_and(|op| op.outcome.is_some()) {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the startup never ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Stagger the beat across the pass cycle.
+        tokio::time::sleep(Duration::from_millis(137 * i as u64 % 1000)).await;
+        let beat = Beat {
+            name: bench(i),
+            ttl: Duration::from_secs(3600),
+            hold: None,
+            load: None,
+            cores: None,
+        };
+        let up_at = presence.beat(&beat).await?.at;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let ready_at = loop {
+            let claims = store.read_groups(&[group()]).await?.remove(0).claims;
+            let c = claims.iter().find(|x| x.slot == bench(i)).expect("claim");
+            if c.phase == Phase::Ready {
+                break c
+                    .condition(ConditionKind::Ready)
+                    .expect("ready condition")
+                    .last_transition_time;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the claim never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        latencies.push((ready_at - up_at).to_std().unwrap_or_default());
+    }
+    shutdown.cancel();
+    running.await?;
+    latencies.sort();
+    println!(
+        "first UP beat -> ready move ({n} slots, server clock): median {:.0} ms, worst {:.0} ms (target: within the 1 s pass interval)",
+        latencies[latencies.len() / 2].as_secs_f64() * 1e3,
+        latencies[latencies.len() - 1].as_secs_f64() * 1e3,
+    );
+    Ok(())
+}
