@@ -592,3 +592,79 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
     ctl.pass().await.unwrap();
     assert_eq!(phase(store.clone()).await, Phase::Ready);
 }
+
+// A controller that stops with an operation in flight: the next one never fires it again for
+// that claim; it judges the recorded operation by its own timeout.
+#[tokio::test]
+async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
+    let startup = "sleep 30";
+    let text_timings = FAST;
+    let server = server();
+    let text = yaml(&server, startup, POWERS_OFF, text_timings, &["bench-01"])
+        .replace("timeout: 10s", "timeout: 1s");
+    let cfg = Arc::new(config::parse(&text, Path::new("t.yaml")).unwrap());
+    let make = |cfg: Arc<Config>| {
+        let server = &server;
+        async move {
+            let (_, rx) = watch::channel(cfg);
+            Controller::new(
+                rx,
+                Presence::new(conn(server).await, Keys::default()),
+                ClaimStore::new(conn(server).await, Keys::default()),
+                Arc::new(Exec),
+                Arc::new(Metrics::default()),
+                Arc::new(Health::default()),
+            )
+        }
+    };
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let seed = store.seed(&group(), &name("bench-01")).await.unwrap();
+    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
+    let c = Claim::new(
+        ClaimName::parse("bench-01-1").unwrap(),
+        name("bench-01"),
+        group(),
+        None,
+        chrono::DateTime::from_timestamp(secs, 0).unwrap(),
+        &fleet::domain::claim::Timings::default(),
+        None,
+    );
+    store.create(&c, &seed).await.unwrap();
+    let mut first = make(cfg.clone()).await;
+    assert_eq!(first.pass().await.unwrap().started.len(), 1);
+    drop(first); // the controller is gone; its operation is recorded on the claim as running
+    let mut second = make(cfg).await;
+    let report = second.pass().await.unwrap();
+    assert!(
+        report.started.is_empty(),
+        "the startup was not fired a second time"
+    );
+    let booting = store
+        .read_groups(&[group()])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims
+        .remove(0);
+    let op = booting.running_operation().cloned().unwrap();
+    // Past the operation's own timeout it is recorded JobTimeout, and the claim fails.
+    let until = op.started_at + chrono::TimeDelta::from_std(op.timeout).unwrap();
+    let (secs, micros): (i64, i64) = raw(&server, &["TIME"]).await;
+    let now = chrono::DateTime::from_timestamp(secs, (micros * 1000) as u32).unwrap();
+    if let Ok(wait) = (until - now).to_std() {
+        tokio::time::sleep(wait + Duration::from_millis(20)).await;
+    }
+    let report = second.pass().await.unwrap();
+    assert!(report.started.is_empty());
+    let c = store
+        .read_groups(&[group()])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims
+        .remove(0);
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::StartupJobTimeout))
+    );
+}
