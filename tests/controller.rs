@@ -275,32 +275,35 @@ async fn a_failing_startup_spends_three_attempts_and_the_fourth_claim_buys_nothi
     assert_eq!(c.operation, None, "no fourth machine was bought");
 }
 
-// A boot that never becomes usable (the bench beats HELD) fails at its deadline, and the law then
-// shuts the machine down.
+// A boot that outlives its deadline (its operation runs longer than the attempt budget allows)
+// fails DeadlineExceeded mid-boot; when the machine then comes up, the law shuts it down.
 #[tokio::test]
-async fn a_boot_that_never_comes_fails_at_its_deadline_and_is_shut_down() {
-    let startup = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h --hold stuck-in-bios"#;
-    let timings = "job_timeout: 1s, job_monitor_poll_interval: 100ms, uncordon_timeout: 100ms, readiness_gate_timeout: 100ms, max_uncordon_retry_interval: 100ms, budget_slack: 100ms";
+async fn a_boot_that_never_comes_fails_at_its_deadline_and_is_forced_off() {
+    let startup = r#"sleep 1; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
+    let timings = "job_timeout: 100ms, job_monitor_poll_interval: 100ms, uncordon_timeout: 100ms, readiness_gate_timeout: 100ms, max_uncordon_retry_interval: 100ms, budget_slack: 100ms";
     let mut h = harness(startup, POWERS_OFF, timings, &["bench-01"]).await;
     let c = h.claim("bench-01", 1).await;
-    h.settle().await;
-    assert_eq!(h.state("bench-01").await, State::Held);
-    let deadline = c.deadline_at.unwrap();
-    h.at(deadline).await;
-    let c = h.the_claim("bench-01-1").await;
-    assert_eq!(c.phase, Phase::Failed);
-    assert!(
-        matches!(
-            c.reason,
-            Some(Reason::DeadlineExceeded | Reason::ReadinessGateTimeout)
-        ),
-        "{:?}",
-        c.reason
+    assert_eq!(
+        c.deadline_at,
+        Some(c.requested_at + chrono::TimeDelta::milliseconds(600))
     );
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::DeadlineExceeded))
+    );
+    let events = h.events("bench-01-1").await;
+    assert_eq!(
+        events[..3],
+        [Event::Created, Event::Booting, Event::Operation],
+        "{events:?}"
+    );
+    assert_eq!(events[3], Event::Failed, "{events:?}");
     assert_eq!(
         h.state("bench-01").await,
         State::Down,
-        "the failed claim's machine was shut down"
+        "the machine that came up late was forced off"
     );
     assert_eq!(h.slot_phase("bench-01").await, Some(Report::Off));
 }
@@ -392,6 +395,33 @@ async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the
         c.shutdown_attempts, 1,
         "the streak restarted after the grace"
     );
+}
+
+// A booting claim cannot be interrupted: cancelled mid-boot, it is reversed once the boot lands.
+#[tokio::test]
+async fn a_booting_claim_that_is_cancelled_is_reversed_not_interrupted() {
+    let startup = r#"sleep 0.3; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
+    let mut h = harness(startup, POWERS_OFF, FAST, &["bench-01"]).await;
+    h.claim("bench-01", 1).await;
+    let report = h.ctl.pass().await.unwrap();
+    assert_eq!(report.started.len(), 1);
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(c.phase, Phase::Booting);
+    let marked = c.mark_for_deletion(Reason::DeletedByHand).unwrap();
+    assert!(h.store.write(&c, &marked, None).await.unwrap());
+    bounded("the boot", h.ctl.operation_ended()).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Completed, Some(Reason::DeletedByHand))
+    );
+    assert_eq!(
+        c.operation.map(|op| op.kind),
+        Some(OperationKind::Shutdown),
+        "the boot ran to its end, then the shutdown"
+    );
+    assert_eq!(h.state("bench-01").await, State::Down);
 }
 
 // A scale-down of a ready claim: cordon, shutdown, and completed once the machine is off.
