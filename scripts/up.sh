@@ -29,7 +29,7 @@ for _ in $(seq 100); do [ -S "$run/redis.sock" ] && break; sleep 0.1; done
 export FLEET_REDIS_URL="redis+unix://$run/redis.sock"
 export SIM_DIR="$run" SIM_BIN="$fleet"
 FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config deploy/examples/fleet.yaml \
-  --metrics-addr 127.0.0.1:0 >"$run/serve.log" 2>&1 &
+  --metrics-addr 127.0.0.1:0 --blind-grace 3s >"$run/serve.log" 2>&1 &
 pids+=($!)
 
 cat <<MSG

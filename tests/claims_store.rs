@@ -324,3 +324,51 @@ async fn claims_survive_a_redis_restart_with_aof() {
         "the slot lock survived too"
     );
 }
+
+// SPEC §5.1: a controller's writes carry its leadership token; once a newer leader raised the
+// group's fence, every write of the older one is refused and writes nothing.
+#[tokio::test]
+async fn a_deposed_leaders_writes_are_refused_by_the_fence() {
+    let server = server();
+    let s = store(&server).await;
+    assert!(s.raise_fence(&group(), "100").await.unwrap());
+    let old = s.fenced("100");
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    assert_eq!(old.create(&a, &seed).await.unwrap(), Created::Created);
+    // A newer leader raises the fence; the old one cannot lower it again.
+    assert!(s.raise_fence(&group(), "200").await.unwrap());
+    assert!(!s.raise_fence(&group(), "100").await.unwrap());
+    let booting = a.apply(Move::to(Phase::Booting), now()).unwrap();
+    assert!(matches!(
+        old.write(&a, &booting, None).await,
+        Err(fleet::store::claims::ClaimStoreError::Fenced { .. })
+    ));
+    assert!(matches!(
+        old.delete(&a, None, Duration::from_secs(1)).await,
+        Err(fleet::store::claims::ClaimStoreError::Fenced { .. })
+    ));
+    assert!(
+        old.write_slots(&group(), &[(name("bench-01"), SlotStatus::default())])
+            .await
+            .is_err()
+    );
+    let b = new_claim(
+        "bench-02-a",
+        "bench-02",
+        &s.seed(&group(), &name("bench-02")).await.unwrap(),
+    );
+    assert!(old.create(&b, &Default::default()).await.is_err());
+    assert_eq!(
+        s.read_groups(&[group()]).await.unwrap()[0].claims,
+        vec![a.clone()],
+        "nothing was written"
+    );
+    // The new leader writes; requests (unfenced) still work.
+    assert!(s.fenced("200").write(&a, &booting, None).await.unwrap());
+    assert!(
+        s.write_slots(&group(), &[(name("bench-01"), SlotStatus::default())])
+            .await
+            .is_ok()
+    );
+}

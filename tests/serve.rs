@@ -86,6 +86,7 @@ impl Serve {
                 "--interval",
                 "100ms",
             ])
+            .args(["--blind-grace", "0s", "--lease", "1s"])
             .env("FLEET_LOG", "info")
             .stderr(Stdio::piped())
             .kill_on_drop(true)

@@ -17,11 +17,12 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError};
 use crate::lifecycle::Exec;
-use crate::reconcile::Controller;
 use crate::reconcile::metrics::{self, Health, Metrics};
+use crate::reconcile::{Controller, Faults};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
 use crate::store::keys::Keys;
+use crate::store::lease::Lease;
 use crate::store::presence::Presence;
 
 use super::{Ctx, Error, args};
@@ -40,6 +41,70 @@ pub struct Args {
     /// How long a stop waits for the operations in flight.
     #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "30s", value_parser = args::duration)]
     pub grace: Duration,
+    /// The leader lease: a leader that dies is replaced within one lease.
+    #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::positive_duration)]
+    pub lease: Duration,
+    /// This process's name in the lease (default: host name and process id).
+    #[arg(long, env = "FLEET_HOLDER")]
+    pub holder: Option<String>,
+    /// How long the controller stays blind after sight returns (one bench TTL plus one beat
+    /// interval).
+    #[arg(long, env = "FLEET_BLIND_GRACE", default_value = "40s", value_parser = args::duration)]
+    pub blind_grace: Duration,
+    /// The share of the machines that were on whose vanishing in one pass makes the controller
+    /// blind (and at least two).
+    #[arg(long, env = "FLEET_VANISH_RATIO", default_value_t = 0.5, value_parser = ratio)]
+    pub vanish_ratio: f64,
+}
+
+fn ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "invalid ratio {text:?}: a number from 0 to 1, like 0.5"
+        )),
+    }
+}
+
+/// The host's name, for the lease holder's id.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "fleet".to_owned())
+}
+
+/// Warns when the Redis in use keeps nothing on disk: a restart would lose every claim.
+async fn warn_without_persistence(conn: &mut redis::aio::ConnectionManager) {
+    let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .query_async(conn)
+        .await;
+    let save: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("save")
+        .query_async(conn)
+        .await;
+    match (reply, save) {
+        (Ok(aof), Ok(save)) => {
+            let aof_on = aof.get(1).is_some_and(|v| v == "yes");
+            let snapshots = save.get(1).is_some_and(|v| !v.trim().is_empty());
+            if !aof_on && !snapshots {
+                warn!(
+                    "this Redis keeps nothing on disk (appendonly no, save \"\"): a restart loses every claim; run it with appendonly yes and appendfsync everysec"
+                );
+            } else if !aof_on {
+                warn!(
+                    "this Redis has appendonly no: a restart loses the claims written since its last snapshot; run it with appendonly yes"
+                );
+            }
+        }
+        _ => info!(
+            "cannot read the Redis persistence settings (CONFIG GET refused); make sure appendonly is yes"
+        ),
+    }
 }
 
 fn config_error(e: ConfigError) -> Error {
@@ -62,6 +127,7 @@ impl Args {
             })?;
         let conn = ctx.endpoint.manager().await?;
         let mut publisher = conn.clone();
+        warn_without_persistence(&mut publisher).await;
         Catalog::of(&config)
             .publish(&mut publisher, &ctx.keys)
             .await
@@ -93,6 +159,11 @@ impl Args {
             ctx.keys.clone(),
             shutdown.clone(),
         ));
+        let holder = self
+            .holder
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", host(), std::process::id()));
+        let lease = Lease::new(conn.clone(), ctx.keys.clone(), holder, self.lease);
         let controller = Controller::new(
             rx,
             Presence::new(conn.clone(), ctx.keys.clone()),
@@ -100,8 +171,16 @@ impl Args {
             Arc::new(Exec),
             metrics,
             health,
-        );
-        controller.run(self.interval, self.grace, shutdown).await;
+        )
+        .with_lease(lease)
+        .with_faults(Faults {
+            blind_grace: self.blind_grace,
+            vanish_ratio: self.vanish_ratio,
+            ..Faults::default()
+        });
+        controller
+            .run_leading(self.interval, self.grace, shutdown)
+            .await;
         tasks.close();
         tasks.wait().await;
         info!("fleet serve stopped");

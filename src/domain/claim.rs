@@ -124,10 +124,13 @@ pub enum Reason {
     CancelledByDecreaseTargetSize,
     /// An operator cancelled the claim.
     DeletedByHand,
+    /// A machine found on after the store lost its claims, taken under a ready claim so that
+    /// cluster-autoscaler, not an accident, decides whether it is still needed.
+    Adopted,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::DeadlineExceeded,
         Reason::AttemptLimitExceeded,
         Reason::Superseded,
@@ -141,6 +144,7 @@ impl Reason {
         Reason::NodeDeleted,
         Reason::CancelledByDecreaseTargetSize,
         Reason::DeletedByHand,
+        Reason::Adopted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -158,6 +162,7 @@ impl Reason {
             Reason::NodeDeleted => "NodeDeleted",
             Reason::CancelledByDecreaseTargetSize => "CancelledByDecreaseTargetSize",
             Reason::DeletedByHand => "DeletedByHand",
+            Reason::Adopted => "Adopted",
         }
     }
 
@@ -434,6 +439,23 @@ impl Claim {
             operation: None,
             version: 1,
         }
+    }
+
+    /// A ready claim for a machine found on after the store lost its claims (SPEC §5.3): it
+    /// reached ready without a boot, so it carries no deadline and counts no attempt of its own.
+    pub fn adopted(
+        name: ClaimName,
+        slot: BenchName,
+        group: GroupName,
+        now: DateTime<Utc>,
+        timings: &Timings,
+    ) -> Self {
+        let mut c = Claim::new(name, slot, group, None, now, timings, None);
+        c.phase = Phase::Ready;
+        c.reason = Some(Reason::Adopted);
+        c.deadline_at = None;
+        c.set(ConditionKind::Ready, true, now);
+        c
     }
 
     /// A live claim that a scale-down has not marked wants a machine (law 1's WantsMachine).

@@ -33,6 +33,7 @@ use crate::domain::node::{self, Binding, NodeView};
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::{Report, Request, Runner};
 use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
+use crate::store::lease::{Leadership, Lease};
 use crate::store::presence::{Presence, Snapshot};
 
 use metrics::{GroupPhase, Health, KindLabel, Metrics, MoveLabels, OperationLabels};
@@ -103,7 +104,10 @@ pub struct Controller<C, R, N = NoNodes> {
     node_views: Option<HashMap<String, NodeView>>,
     config: watch::Receiver<Arc<Config>>,
     presence: Presence<C>,
+    /// The store as this controller writes it: fenced with its token while it leads.
     store: ClaimStore<C>,
+    /// The same store, unfenced (reads, and raising fences).
+    base_store: ClaimStore<C>,
     runner: Arc<R>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -117,6 +121,43 @@ pub struct Controller<C, R, N = NoNodes> {
     done_tx: mpsc::UnboundedSender<(BenchName, Finished)>,
     done_rx: mpsc::UnboundedReceiver<(BenchName, Finished)>,
     tasks: TaskTracker,
+    faults: Faults,
+    /// The lease, when this controller competes for leadership (`run_leading`).
+    lease: Option<Lease<C>>,
+    /// The fencing token of this controller's leadership, while it leads.
+    token: Option<String>,
+    /// Set when a write was refused by a newer leader's fence: stop acting at once.
+    deposed: std::sync::atomic::AtomicBool,
+    /// The store's generation marker as this controller last saw it.
+    generation: Option<String>,
+    /// Blind until this server time, after sight returned or the store came back empty.
+    blind_until: Option<DateTime<Utc>>,
+    /// The last pass could not read presence.
+    sight_lost: bool,
+    /// The store came back without its claims: after the blind grace, machines found on with no
+    /// claim are adopted rather than powered off.
+    adopting: bool,
+}
+
+/// How the controller protects machines it cannot see (SPEC §5.2).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Faults {
+    /// How long the controller stays blind after sight returns: one TTL plus one beat interval.
+    pub blind_grace: Duration,
+    /// The share of the machines that were on whose vanishing in one pass makes it blind.
+    pub vanish_ratio: f64,
+    /// The fewest machines whose vanishing in one pass makes it blind.
+    pub vanish_min: usize,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            blind_grace: Duration::from_secs(40),
+            vanish_ratio: 0.5,
+            vanish_min: 2,
+        }
+    }
 }
 
 impl<C, R> Controller<C, R, NoNodes>
@@ -136,6 +177,7 @@ where
         Controller {
             nodes: NoNodes,
             node_views: None,
+            base_store: store.clone(),
             config,
             presence,
             store,
@@ -150,6 +192,14 @@ where
             done_tx,
             done_rx,
             tasks: TaskTracker::new(),
+            faults: Faults::default(),
+            lease: None,
+            token: None,
+            deposed: std::sync::atomic::AtomicBool::new(false),
+            generation: None,
+            blind_until: None,
+            sight_lost: false,
+            adopting: false,
         }
     }
 
@@ -161,6 +211,7 @@ where
             config: self.config,
             presence: self.presence,
             store: self.store,
+            base_store: self.base_store,
             runner: self.runner,
             metrics: self.metrics,
             health: self.health,
@@ -172,6 +223,14 @@ where
             done_tx: self.done_tx,
             done_rx: self.done_rx,
             tasks: self.tasks,
+            faults: self.faults,
+            lease: self.lease,
+            token: self.token,
+            deposed: self.deposed,
+            generation: self.generation,
+            blind_until: self.blind_until,
+            sight_lost: self.sight_lost,
+            adopting: self.adopting,
         }
     }
 }
@@ -182,6 +241,133 @@ where
     R: Runner,
     N: Nodes,
 {
+    /// Sets how the controller protects machines it cannot see.
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Competes for leadership through `lease`: only the leader runs passes, and its writes
+    /// carry its fencing token (SPEC §5.1).
+    pub fn with_lease(mut self, lease: Lease<C>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The fencing token while this controller leads.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Takes or renews the lease; on a new leadership raises every group's fence. Returns whether
+    /// this controller leads now.
+    pub async fn lead(&mut self) -> bool {
+        let Some(lease) = self.lease.clone() else {
+            return true;
+        };
+        if self
+            .deposed
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.follow("a write was refused by a newer leader's fence");
+        }
+        match lease.acquire(self.token.as_deref()).await {
+            Ok(Leadership::Leader(token)) if self.token.as_deref() == Some(token.as_str()) => true,
+            Ok(Leadership::Leader(token)) => {
+                let config = self.config.borrow().clone();
+                for group in config.groups.keys() {
+                    match self.base_store.raise_fence(group, &token).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            warn!(%group, token, "a newer leader's fence is up; not leading");
+                            return false;
+                        }
+                        Err(e) => {
+                            warn!(%group, error = format!("{:#}", anyhow::Error::new(e)), "raising the fence failed; not leading yet");
+                            return false;
+                        }
+                    }
+                }
+                info!(holder = lease.id(), token, "became the leader");
+                self.store = self.base_store.fenced(&token);
+                self.token = Some(token);
+                // The previous leader wrote the statuses: read them again.
+                self.loaded = false;
+                self.statuses.clear();
+                self.metrics.leader.set(1);
+                true
+            }
+            Ok(Leadership::Follower(holder)) => {
+                if self.token.is_some() {
+                    self.follow(&format!("the lease is held by {holder}"));
+                }
+                false
+            }
+            Err(e) => {
+                warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "cannot reach the lease"
+                );
+                // A leader that cannot renew stops acting: its lease may lapse unseen.
+                if self.token.is_some() {
+                    self.follow("the lease could not be renewed");
+                }
+                false
+            }
+        }
+    }
+
+    fn follow(&mut self, why: &str) {
+        warn!(why, "lost leadership; no longer acting");
+        self.token = None;
+        self.store = self.base_store.clone();
+        self.metrics.leader.set(0);
+    }
+
+    /// Leads when it can, until `shutdown`: a pass every `interval` (and at once when an
+    /// operation ends) while this controller holds the lease. A clean stop releases the lease so
+    /// a follower takes over at once.
+    pub async fn run_leading(
+        mut self,
+        interval: Duration,
+        grace: Duration,
+        shutdown: CancellationToken,
+    ) {
+        self.metrics.leader.set(0);
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+                Some((slot, done)) = self.done_rx.recv() => {
+                    self.running.remove(&slot);
+                    self.finished.insert(slot, done);
+                }
+            }
+            if !self.lead().await {
+                continue;
+            }
+            if let Err(e) = self.pass().await {
+                warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "controller pass failed; retrying"
+                );
+            }
+        }
+        if let (Some(lease), Some(token)) = (self.lease.clone(), self.token.clone()) {
+            match lease.release(&token).await {
+                Ok(_) => info!(token, "leadership released"),
+                Err(e) => warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "releasing the lease failed; it lapses on its own"
+                ),
+            }
+            self.metrics.leader.set(0);
+        }
+        self.finish(grace).await;
+    }
+
     /// Runs passes every `interval`, and at once when an operation ends, until `shutdown`; then
     /// waits up to `grace` for the operations in flight.
     pub async fn run(mut self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
@@ -205,6 +391,10 @@ where
             }
         }
         self.metrics.leader.set(0);
+        self.finish(grace).await;
+    }
+
+    async fn finish(&mut self, grace: Duration) {
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())
             .await
@@ -270,7 +460,56 @@ where
                 .await
                 .map_err(PassError::Claims)?;
         }
-        let blind = snapshot.is_none();
+        let now_seen = match &snapshot {
+            Some(snap) => snap.now,
+            None => read.first().map_or_else(Utc::now, |g| g.now),
+        };
+        // The store came back without its data: blind for the grace, then adopt (SPEC §5.3).
+        if let Some(lease) = self.lease.clone() {
+            let fresh = format!("{}-{}", lease.id(), now_seen.timestamp_micros());
+            match lease.generation(&fresh).await {
+                Ok(marker) => {
+                    if self.generation.as_deref() != Some(marker.as_str()) {
+                        if marker == fresh {
+                            warn!(
+                                generation = marker,
+                                "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
+                            );
+                            self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
+                            self.adopting = true;
+                            self.loaded = false;
+                            self.statuses.clear();
+                        }
+                        self.generation = Some(marker);
+                    }
+                }
+                Err(e) => warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "cannot read the generation marker"
+                ),
+            }
+        }
+        // Sight lost, then back: blind for the grace, so benches that beat through the outage
+        // are heard again before anything is judged off.
+        match (&snapshot, self.sight_lost) {
+            (None, _) => self.sight_lost = true,
+            (Some(_), true) => {
+                self.sight_lost = false;
+                self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
+                warn!(grace = ?self.faults.blind_grace, "presence readable again: blind for the grace");
+            }
+            (Some(_), false) => {}
+        }
+        if let Some(snap) = &snapshot
+            && self.mass_vanishing(&config, snap)
+        {
+            self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
+        }
+        let grace_left = self.blind_until.is_some_and(|until| now_seen < until);
+        let blind = snapshot.is_none() || grace_left;
+        if !grace_left {
+            self.blind_until = None;
+        }
         self.metrics.blind.set(i64::from(blind));
         if self.nodes.observed() {
             let names: Vec<String> = config
@@ -332,6 +571,9 @@ where
             }
             let mut phases: HashMap<&'static str, i64> = HashMap::new();
             for slot in config.slots_of(&group.name) {
+                if self.deposed.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
                 let claims = by_slot.remove(&slot.name).unwrap_or_default();
                 let bench = snapshot.as_ref().and_then(|s| bench_of(s, &slot.name));
                 let outcome = self.slot_pass(group, slot, claims, bench, blind, now).await;
@@ -365,13 +607,19 @@ where
             }
         }
         for (group, statuses) in writes {
-            self.store
-                .write_slots(&group, &statuses)
-                .await
-                .map_err(PassError::Report)?;
+            if let Err(e) = self.store.write_slots(&group, &statuses).await {
+                if matches!(e, ClaimStoreError::Fenced { .. }) {
+                    self.deposed
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Err(PassError::Report(e));
+            }
             for (slot, status) in statuses {
                 self.statuses.insert((group.clone(), slot), status);
             }
+        }
+        if !blind {
+            self.adopting = false;
         }
         self.count_slot_phases(&config);
         self.metrics
@@ -379,6 +627,38 @@ where
             .observe(started.elapsed().as_secs_f64());
         self.health.passed(blind);
         Ok(report)
+    }
+
+    /// Whether a large share of the machines that were on vanished in one pass (SPEC §5.2): at
+    /// least `vanish_min`, and at least `vanish_ratio` of those on. A whole fleet going dark at
+    /// once is far more likely a fault of the observation than of the machines.
+    fn mass_vanishing(&self, config: &Config, snap: &Snapshot) -> bool {
+        let mut on = 0usize;
+        let mut vanished = 0usize;
+        for slot in config.slots.values() {
+            let was_on = self
+                .statuses
+                .get(&(slot.group.clone(), slot.name.clone()))
+                .is_some_and(|s| s.power == Some(Power::On));
+            if !was_on {
+                continue;
+            }
+            on += 1;
+            let now_off =
+                bench_of(snap, &slot.name).is_none_or(|b| b.verdict(snap.now).state == State::Down);
+            if now_off {
+                vanished += 1;
+            }
+        }
+        let mass = vanished >= self.faults.vanish_min
+            && (vanished as f64) >= self.faults.vanish_ratio * on as f64;
+        if mass {
+            warn!(
+                vanished,
+                on, "many machines vanished in one pass: blind for the grace, no power action"
+            );
+        }
+        mass
     }
 
     async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {
@@ -449,30 +729,51 @@ where
             self.finished.remove(&slot.name);
             out.writes += 1;
         }
-        // An operation recorded as running that this process is not running (a restart): judged by
-        // its own deadline. It is never fired again for its claim.
+        // An operation recorded as running that this process is not running (a restart, or a
+        // leader that died): judged by the observation and its own deadline, never fired again for
+        // its claim. A startup whose machine is up and usable, or a shutdown whose machine is off,
+        // did its work; one past its timeout without that is JobTimeout.
         for i in 0..claims.len() {
             let c = claims[i].clone();
-            if let Some(op) = c.running_operation()
-                && !self.running.contains_key(&slot.name)
-                && now >= add(op.started_at, op.timeout)
+            let Some(op) = c.running_operation() else {
+                continue;
+            };
+            if self.running.contains_key(&slot.name) || blind {
+                continue;
+            }
+            let confirmed = match op.kind {
+                OperationKind::Startup => power == Some(Power::On) && usable,
+                OperationKind::Shutdown => power == Some(Power::Off),
+            };
+            let overdue = now >= add(op.started_at, op.timeout);
+            if !confirmed && !overdue {
+                continue;
+            }
+            let (outcome, tail) = if confirmed {
+                (
+                    OperationOutcome::Completed,
+                    "not running here; the observation shows it did its work",
+                )
+            } else {
+                (
+                    OperationOutcome::TimedOut,
+                    "not running here; judged by its timeout",
+                )
+            };
+            let done = Finished {
+                kind: op.kind,
+                claim: Some(c.name.clone()),
+                report: Report {
+                    outcome,
+                    duration: (now - op.started_at).to_std().unwrap_or_default(),
+                    tail: tail.into(),
+                },
+            };
+            if self
+                .record_outcome(&slot.name, &done, &mut claims, now)
+                .await
             {
-                let done = Finished {
-                    kind: op.kind,
-                    claim: Some(c.name.clone()),
-                    report: Report {
-                        outcome: OperationOutcome::TimedOut,
-                        duration: op.timeout,
-                        tail: "not running after a controller restart; judged by its timeout"
-                            .into(),
-                    },
-                };
-                if self
-                    .record_outcome(&slot.name, &done, &mut claims, now)
-                    .await
-                {
-                    out.writes += 1;
-                }
+                out.writes += 1;
             }
         }
 
@@ -574,6 +875,45 @@ where
                     claims[i] = next;
                 } else {
                     return out.with_claims(claims);
+                }
+            }
+        }
+
+        // Adoption: after the store came back without its claims, a machine found on with no
+        // claim is taken under a ready claim (reason Adopted) instead of being powered off.
+        if self.adopting && !blind && power == Some(Power::On) && claims.is_empty() {
+            let name = ClaimName::parse(&format!(
+                "{}-adopted-{:x}",
+                slot.name,
+                now.timestamp_millis()
+            ));
+            if let Ok(name) = name {
+                let c = Claim::adopted(name, slot.name.clone(), group.name.clone(), now, t);
+                match self
+                    .store
+                    .create(&c, &crate::store::claims::Seed::default())
+                    .await
+                {
+                    Ok(crate::store::claims::Created::Created) => {
+                        warn!(slot = %slot.name, claim = %c.name, "machine found on after the store lost its claims: adopted");
+                        self.metrics
+                            .moves
+                            .get_or_create(&MoveLabels {
+                                to: "ready".into(),
+                                reason: "Adopted".into(),
+                            })
+                            .inc();
+                        out.writes += 1;
+                        claims.push(c);
+                    }
+                    Ok(other) => debug!(slot = %slot.name, ?other, "adoption skipped"),
+                    Err(e) => {
+                        if matches!(e, ClaimStoreError::Fenced { .. }) {
+                            self.deposed
+                                .store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "adoption failed");
+                    }
                 }
             }
         }
@@ -760,14 +1100,26 @@ where
                 if streak >= t.max_attempts {
                     return false;
                 }
-                self.cordon(&slot.name, bench, "draining: no claim wants this machine")
-                    .await;
-                info!(slot = %slot.name, attempt = streak + 1, "shutting down a machine no claim wants");
+                // Recorded (fenced) before it runs, like every operation.
                 let mut status = status;
                 status.unclaimed_shutdowns = streak + 1;
                 status.last_unclaimed_shutdown_at = Some(now);
-                self.statuses.insert(key.clone(), status);
-                self.dirty.insert(key);
+                if let Err(e) = self
+                    .store
+                    .write_slots(&group.name, &[(slot.name.clone(), status.clone())])
+                    .await
+                {
+                    if matches!(e, ClaimStoreError::Fenced { .. }) {
+                        self.deposed
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the shutdown failed; not fired");
+                    return false;
+                }
+                self.statuses.insert(key, status);
+                self.cordon(&slot.name, bench, "draining: no claim wants this machine")
+                    .await;
+                info!(slot = %slot.name, attempt = streak + 1, "shutting down a machine no claim wants");
                 self.spawn(group, slot, None, OperationKind::Shutdown);
                 true
             }
@@ -909,6 +1261,12 @@ where
             }
             Ok(false) => {
                 debug!(claim = %old.name, "claim changed under this pass; read again next pass");
+                false
+            }
+            Err(ClaimStoreError::Fenced { group }) => {
+                warn!(claim = %old.name, %group, "write refused: a newer leader holds the fence");
+                self.deposed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 false
             }
             Err(e) => {

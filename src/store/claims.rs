@@ -23,6 +23,8 @@ const CREATE: &str = include_str!("lua/claim_create.lua");
 const WRITE: &str = include_str!("lua/claim_write.lua");
 const DELETE: &str = include_str!("lua/claim_delete.lua");
 const READ_GROUP: &str = include_str!("lua/group_read.lua");
+const WRITE_SLOTS: &str = include_str!("lua/slots_write.lua");
+const RAISE_FENCE: &str = include_str!("lua/fence_raise.lua");
 
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
@@ -84,6 +86,14 @@ pub enum ClaimStoreError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("raising the fence of group {group}")]
+    RaiseFence {
+        group: GroupName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("a write to group {group} was refused: a newer leader holds the group's fence")]
+    Fenced { group: GroupName },
     #[error("unexpected reply from Redis: {0}")]
     Reply(String),
 }
@@ -202,6 +212,9 @@ pub struct GroupClaims {
 pub struct ClaimStore<C> {
     conn: C,
     keys: Keys,
+    /// The leadership token this store's writes carry; `None` for requests (`fleet claim`, the
+    /// provider), which are not fenced.
+    fence: Option<String>,
 }
 
 fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
@@ -213,7 +226,42 @@ fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> 
 
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     pub fn new(conn: C, keys: Keys) -> Self {
-        Self { conn, keys }
+        Self {
+            conn,
+            keys,
+            fence: None,
+        }
+    }
+
+    /// The same store, its writes carrying the leadership `token` (SPEC §5.1).
+    pub fn fenced(&self, token: &str) -> Self {
+        Self {
+            fence: Some(token.to_owned()),
+            ..self.clone()
+        }
+    }
+
+    fn token(&self) -> &str {
+        self.fence.as_deref().unwrap_or("")
+    }
+
+    /// Raises `group`'s fence to `token`: from now on only writes carrying it are accepted.
+    /// Returns false when a newer leader's token is already there.
+    pub async fn raise_fence(
+        &self,
+        group: &GroupName,
+        token: &str,
+    ) -> Result<bool, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let raised: i64 = eval(RAISE_FENCE, &[self.keys.group(group).fence()])
+            .arg(token)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::RaiseFence {
+                group: group.clone(),
+                source,
+            })?;
+        Ok(raised == 1)
     }
 
     pub fn keys(&self) -> &Keys {
@@ -247,6 +295,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.claims(),
             g.timeline(&claim.name),
             g.last_claim(&claim.slot),
+            g.fence(),
         ];
         let entry = Entry::of(claim, Event::Created, claim.requested_at);
         let mut conn = self.conn.clone();
@@ -258,6 +307,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(TIMELINE_CAP)
             .arg(g.claim_prefix())
             .arg(&seed.raw)
+            .arg(self.token())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Create {
@@ -271,6 +321,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 .map_err(|e| ClaimStoreError::Reply(e.to_string())),
             -1 => Ok(Created::NameTaken),
             -2 => Ok(Created::SeedMoved),
+            -3 => Err(ClaimStoreError::Fenced {
+                group: claim.group.clone(),
+            }),
             other => Err(ClaimStoreError::Reply(format!("create returned {other}"))),
         }
     }
@@ -289,6 +342,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.live(&old.slot),
             g.timeline(&old.name),
             g.last_claim(&old.slot),
+            g.fence(),
         ];
         let terminal = next.phase.is_terminal();
         let digest = if terminal {
@@ -301,7 +355,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .transpose()?
             .unwrap_or_default();
         let mut conn = self.conn.clone();
-        let (code, _why): (i64, String) = eval(WRITE, &keys)
+        let (code, why): (i64, String) = eval(WRITE, &keys)
             .arg(old.version)
             .arg(json("a claim", next)?)
             .arg(if terminal { "1" } else { "0" })
@@ -309,12 +363,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(TIMELINE_CAP)
             .arg(digest)
             .arg(old.name.as_str())
+            .arg(self.token())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Write {
                 claim: old.name.clone(),
                 source,
             })?;
+        if why == "fenced" {
+            return Err(ClaimStoreError::Fenced {
+                group: old.group.clone(),
+            });
+        }
         Ok(code == 1)
     }
 
@@ -332,13 +392,14 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.live(&claim.slot),
             g.claims(),
             g.timeline(&claim.name),
+            g.fence(),
         ];
         let entry = entry
             .map(|e| json("a timeline entry", e))
             .transpose()?
             .unwrap_or_default();
         let mut conn = self.conn.clone();
-        let (code, _why): (i64, String) = eval(DELETE, &keys)
+        let (code, why): (i64, String) = eval(DELETE, &keys)
             .arg(claim.version)
             .arg(claim.name.as_str())
             .arg(entry)
@@ -348,12 +409,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                     .unwrap_or(u64::MAX)
                     .max(1),
             )
+            .arg(self.token())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Delete {
                 claim: claim.name.clone(),
                 source,
             })?;
+        if why == "fenced" {
+            return Err(ClaimStoreError::Fenced {
+                group: claim.group.clone(),
+            });
+        }
         Ok(code == 1)
     }
 
@@ -446,7 +513,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .collect())
     }
 
-    /// Writes slot statuses, in one round trip.
+    /// Writes slot statuses, in one round trip, fenced like every controller write.
     pub async fn write_slots(
         &self,
         group: &GroupName,
@@ -456,18 +523,28 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             return Ok(());
         }
         let g = self.keys.group(group);
-        let mut pipe = redis::pipe();
-        for (slot, status) in statuses {
-            pipe.set(g.slot(slot), json("a slot status", status)?)
-                .ignore();
+        let mut keys = vec![g.fence()];
+        keys.extend(statuses.iter().map(|(slot, _)| g.slot(slot)));
+        let mut cmd = eval(WRITE_SLOTS, &keys);
+        cmd.arg(self.token());
+        for (_, status) in statuses {
+            cmd.arg(json("a slot status", status)?);
         }
         let mut conn = self.conn.clone();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::WriteSlots {
+        let written: i64 =
+            cmd.query_async(&mut conn)
+                .await
+                .map_err(|source| ClaimStoreError::WriteSlots {
+                    group: group.clone(),
+                    source,
+                })?;
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(ClaimStoreError::Fenced {
                 group: group.clone(),
-                source,
             })
+        }
     }
 
     /// The server's time: every claim time is on the store's clock.

@@ -94,6 +94,22 @@ impl Keys {
     pub fn config(&self) -> String {
         format!("{}:config", self.tag)
     }
+
+    /// The leader lease: `<holder> <token>`, with a TTL the leader renews well inside.
+    pub fn leader(&self) -> String {
+        format!("{}:leader", self.tag)
+    }
+
+    /// The leadership epoch: the source of fencing tokens, growing with each new leadership.
+    pub fn leader_epoch(&self) -> String {
+        format!("{}:leader:epoch", self.tag)
+    }
+
+    /// The store's generation marker: set once, so a controller can tell a Redis that came back
+    /// without its data (the marker is gone) from one that kept it.
+    pub fn generation(&self) -> String {
+        format!("{}:generation", self.tag)
+    }
 }
 
 impl GroupKeys {
@@ -134,6 +150,12 @@ impl GroupKeys {
 
     pub fn last_claim_prefix(&self) -> String {
         format!("{}:last:", self.tag)
+    }
+
+    /// The group's fence: the token of the leader allowed to write the group's claims and
+    /// statuses. Raised by each new leader; a write carrying another token is refused.
+    pub fn fence(&self) -> String {
+        format!("{}:fence", self.tag)
     }
 
     /// A claim's timeline: a list of JSON entries, one per accepted move, capped in length, and
@@ -178,6 +200,10 @@ mod tests {
         assert_eq!(g.last_claim(&slot), "{fleet:pool-a}:last:bench-01");
         assert_eq!(g.timeline(&claim), "{fleet:pool-a}:timeline:bench-01-1");
         assert_eq!(Keys::default().config(), "{fleet}:config");
+        assert_eq!(g.fence(), "{fleet:pool-a}:fence");
+        assert_eq!(Keys::default().leader(), "{fleet}:leader");
+        assert_eq!(Keys::default().leader_epoch(), "{fleet}:leader:epoch");
+        assert_eq!(Keys::default().generation(), "{fleet}:generation");
     }
 
     #[test]

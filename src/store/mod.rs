@@ -7,4 +7,5 @@ pub mod claims;
 pub mod connect;
 pub mod counting;
 pub mod keys;
+pub mod lease;
 pub mod presence;

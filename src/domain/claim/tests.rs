@@ -555,6 +555,7 @@ fn every_reason_has_its_name() {
             "NodeDeleted",
             "CancelledByDecreaseTargetSize",
             "DeletedByHand",
+            "Adopted",
         ]
     );
     let deletions: Vec<Reason> = Reason::ALL
@@ -618,6 +619,26 @@ fn an_operation_is_recorded_before_it_runs_and_its_outcome_once() {
     assert_eq!(
         OperationOutcome::Completed.event(),
         crate::domain::fsm::Event::JobCompleted
+    );
+}
+
+#[test]
+fn an_adopted_claim_is_ready_with_no_deadline() {
+    let c = Claim::adopted(
+        ClaimName::parse("bench-01-adopted").unwrap(),
+        BenchName::parse("bench-01").unwrap(),
+        GroupName::parse("pool-a").unwrap(),
+        t(5),
+        &Timings::default(),
+    );
+    assert_eq!(
+        (c.phase, c.reason, c.deadline_at, c.attempt),
+        (Phase::Ready, Some(Reason::Adopted), None, 1)
+    );
+    assert!(c.is(ConditionKind::Ready) && c.wants_machine());
+    assert_eq!(
+        judge(&c, &ctx(10_000, Some(Power::On), &Timings::default())),
+        Judgment::Keep
     );
 }
 

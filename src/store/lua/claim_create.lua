@@ -9,6 +9,9 @@
 --
 -- Returns {1, name} when created; {0, holder} when the slot has a live claim; {-1, name} when a
 -- claim of that name exists; {-2, ''} when the digest moved since the creator read it (retry).
+-- Fenced: a controller's write carries its leadership token (ARGV[8]); it is refused
+-- unless the group's fence (KEYS[6]) holds that token. Requests ('' token) are not fenced.
+if ARGV[8] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[8] then return { -3, 'fenced' } end
 local holder = redis.call('GET', KEYS[1])
 if holder then
   -- The pointer counts while the claim it names is live; one left by a foreign write is not.

@@ -5,6 +5,9 @@
 -- KEYS[4] the timeline.
 -- ARGV[1] the expected version, ARGV[2] the claim name, ARGV[3] a timeline entry ('' for none),
 -- ARGV[4] the timeline's cap, ARGV[5] how long the timeline outlives the claim (ms).
+-- Fenced: a controller's write carries its leadership token (ARGV[6]); it is refused
+-- unless the group's fence (KEYS[5]) holds that token. Requests ('' token) are not fenced.
+if ARGV[6] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[6] then return { 0, 'fenced' } end
 local raw = redis.call('GET', KEYS[1])
 if not raw then return { 0, 'the claim does not exist' } end
 local ok, c = pcall(cjson.decode, raw)

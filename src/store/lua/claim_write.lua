@@ -8,6 +8,9 @@
 -- ('' for none), ARGV[7] the claim name.
 --
 -- Returns {1, ''} when written, {0, why} when refused.
+-- Fenced: a controller's write carries its leadership token (ARGV[8]); it is refused
+-- unless the group's fence (KEYS[5]) holds that token. Requests ('' token) are not fenced.
+if ARGV[8] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[8] then return { 0, 'fenced' } end
 local raw = redis.call('GET', KEYS[1])
 if not raw then return { 0, 'the claim does not exist' } end
 local ok, c = pcall(cjson.decode, raw)

@@ -1,0 +1,121 @@
+//! The leader lease and the store's generation marker (SPEC §5.1, §5.2).
+//!
+//! One `fleet serve` acts: the holder of a lease key with a TTL it renews well inside. Each new
+//! leadership takes a fencing token from the epoch; the leader raises every group's fence to it,
+//! and the claim scripts refuse a controller write whose token is not the fence's, so a paused or
+//! partitioned former leader can never overwrite its successor.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use super::keys::Keys;
+
+const ACQUIRE: &str = include_str!("lua/lease_acquire.lua");
+const RELEASE: &str = include_str!("lua/lease_release.lua");
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("taking or renewing the leader lease")]
+    Acquire(#[source] redis::RedisError),
+    #[error("releasing the leader lease")]
+    Release(#[source] redis::RedisError),
+    #[error("reading the store's generation marker")]
+    Generation(#[source] redis::RedisError),
+}
+
+/// Who leads, as one call saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    /// This process leads, with this fencing token.
+    Leader(String),
+    /// Another process leads (`<holder> <token>`).
+    Follower(String),
+}
+
+/// The lease of one would-be leader.
+#[derive(Clone)]
+pub struct Lease<C> {
+    conn: C,
+    keys: Keys,
+    id: String,
+    ttl: Duration,
+}
+
+impl<C: ConnectionLike + Clone + Send> Lease<C> {
+    /// `id` names this process in the lease (host and pid); `ttl` is the lease's length.
+    pub fn new(conn: C, keys: Keys, id: String, ttl: Duration) -> Self {
+        Self {
+            conn,
+            keys,
+            id,
+            ttl,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Takes the lease if it is free, renews it if `held` is this process's token.
+    pub async fn acquire(&self, held: Option<&str>) -> Result<Leadership, LeaseError> {
+        let mut conn = self.conn.clone();
+        let (won, value): (i64, String) = redis::cmd("EVAL")
+            .arg(ACQUIRE)
+            .arg(2)
+            .arg(self.keys.leader())
+            .arg(self.keys.leader_epoch())
+            .arg(&self.id)
+            .arg(
+                u64::try_from(self.ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            )
+            .arg(held.unwrap_or(""))
+            .query_async(&mut conn)
+            .await
+            .map_err(LeaseError::Acquire)?;
+        Ok(if won == 1 {
+            Leadership::Leader(value)
+        } else {
+            Leadership::Follower(value)
+        })
+    }
+
+    /// Gives the lease up (a clean stop), so a follower takes over at once.
+    pub async fn release(&self, token: &str) -> Result<bool, LeaseError> {
+        let mut conn = self.conn.clone();
+        let released: i64 = redis::cmd("EVAL")
+            .arg(RELEASE)
+            .arg(1)
+            .arg(self.keys.leader())
+            .arg(format!("{} {token}", self.id))
+            .query_async(&mut conn)
+            .await
+            .map_err(LeaseError::Release)?;
+        Ok(released == 1)
+    }
+
+    /// The store's generation marker, set to `fresh` if it is missing. Returns the marker now in
+    /// the store: a value other than the one seen before means the store lost its data.
+    pub async fn generation(&self, fresh: &str) -> Result<String, LeaseError> {
+        let mut conn = self.conn.clone();
+        let (_, value): ((), String) = redis::pipe()
+            .cmd("SET")
+            .arg(self.keys.generation())
+            .arg(fresh)
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(self.keys.generation())
+            .query_async(&mut conn)
+            .await
+            .map(|(v,): (String,)| ((), v))
+            .map_err(LeaseError::Generation)?;
+        Ok(value)
+    }
+}
