@@ -1,0 +1,375 @@
+//! The controller under faults (SPEC §5): one acting leader with fencing, blind is not DOWN, a
+//! wiped store adopts what is on, and an outage powers nothing off. Real redis-server, real
+//! operations; controllers in-process so a "paused" leader is simply one that is not driven.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::config::{self, Config};
+use fleet::domain::claim::{Claim, Move, Phase, Reason};
+use fleet::domain::name::{ClaimName, GroupName};
+use fleet::domain::state::State;
+use fleet::lifecycle::Exec;
+use fleet::reconcile::metrics::{Health, Metrics};
+use fleet::reconcile::{Controller, Faults};
+use fleet::store::claims::ClaimStore;
+use fleet::store::keys::Keys;
+use fleet::store::lease::Lease;
+use fleet::store::presence::Presence;
+use fleet::testing::{Options, RedisServer};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use support::*;
+use tokio::sync::watch;
+
+type Ctl = Controller<ConnectionManager, Exec>;
+
+const SLOTS: [&str; 4] = ["bench-01", "bench-02", "bench-03", "bench-04"];
+
+/// Startup makes the bench beat for an hour; shutdown records that it ran (a file per call) and
+/// powers the bench off, so a test can count every shutdown ever fired.
+fn yaml(server: &RedisServer, log: &Path) -> String {
+    let slots: String = SLOTS
+        .iter()
+        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
+        .collect();
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 4
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", "echo \"$FLEET_SLOT\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    timings: {{ job_monitor_poll_interval: 100ms, machine_gone_grace: 1s }}
+slots:
+{slots}"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url(),
+        log = log.display().to_string(),
+    )
+}
+
+struct World {
+    server: RedisServer,
+    dir: tempfile::TempDir,
+    cfg: Arc<Config>,
+}
+
+impl World {
+    fn new(aof: bool) -> World {
+        let server = RedisServer::with(Options {
+            aof,
+            ..Options::default()
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Arc::new(
+            config::parse(&yaml(&server, &dir.path().join("ops")), Path::new("t.yaml")).unwrap(),
+        );
+        World { server, dir, cfg }
+    }
+
+    /// A controller as `fleet serve` builds one: over a connection manager, which reconnects
+    /// after the server restarts.
+    async fn controller(&self, holder: &str, grace: Duration) -> Ctl {
+        let (_, rx) = watch::channel(self.cfg.clone());
+        let mut endpoint = self.server.endpoint();
+        endpoint.timeout = Duration::from_secs(2);
+        let manager = endpoint.manager().await.unwrap();
+        let lease = Lease::new(
+            manager.clone(),
+            Keys::default(),
+            holder.to_owned(),
+            Duration::from_millis(800),
+        );
+        Controller::new(
+            rx,
+            Presence::new(manager.clone(), Keys::default()),
+            ClaimStore::new(manager, Keys::default()),
+            Arc::new(Exec),
+            Arc::new(Metrics::default()),
+            Arc::new(Health::default()),
+        )
+        .with_lease(lease)
+        .with_faults(Faults {
+            blind_grace: grace,
+            ..Faults::default()
+        })
+    }
+
+    fn fired(&self, kind: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(format!("ops.{kind}")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    async fn store(&self) -> ClaimStore<MultiplexedConnection> {
+        ClaimStore::new(conn(&self.server).await, Keys::default())
+    }
+
+    async fn claims(&self) -> Vec<Claim> {
+        self.store()
+            .await
+            .read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .claims
+    }
+
+    async fn claim(&self, slot: &str) {
+        let store = self.store().await;
+        let seed = store.seed(&group(), &name(slot)).await.unwrap();
+        let now = store.now().await.unwrap();
+        let c = Claim::new(
+            ClaimName::parse(&format!("{slot}-1")).unwrap(),
+            name(slot),
+            group(),
+            seed.last.as_ref(),
+            now,
+            &Default::default(),
+            None,
+        );
+        store.create(&c, &seed).await.unwrap();
+    }
+
+    async fn state(&self, slot: &str) -> State {
+        let p = presence(&self.server).await;
+        let snap = p.read(&[name(slot)]).await.unwrap();
+        snap.benches[0].verdict(snap.now).state
+    }
+}
+
+fn group() -> GroupName {
+    GroupName::parse("pool-a").unwrap()
+}
+
+/// Leads, then runs passes (waiting for their operations) until one changes nothing.
+async fn settle(ctl: &mut Ctl) {
+    assert!(ctl.lead().await, "the controller should lead");
+    for _ in 0..20 {
+        let r = bounded("a pass", ctl.pass()).await.unwrap();
+        if r.started.is_empty() && r.stopped.is_empty() && r.writes == 0 {
+            return;
+        }
+        while r.started.iter().chain(&r.stopped).any(|s| ctl.running(s)) {
+            bounded("an operation", ctl.operation_ended()).await;
+        }
+    }
+    panic!("never settled");
+}
+
+/// Waits, on the local clock, for `d` to pass: the lease and the graces are real time.
+async fn wait(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// Brings every slot up under a ready claim, after the first start's blind grace.
+async fn all_ready(w: &World, ctl: &mut Ctl, grace: Duration) {
+    settle(ctl).await;
+    wait(grace + Duration::from_millis(50)).await;
+    for slot in SLOTS {
+        w.claim(slot).await;
+    }
+    settle(ctl).await;
+    let phases: Vec<Phase> = w.claims().await.iter().map(|c| c.phase).collect();
+    assert_eq!(phases, [Phase::Ready; 4]);
+}
+
+// SPEC §5.1: one leader; a second controller does not act; a leader that stops renewing is
+// replaced within one lease, and its late writes are refused by the fence.
+#[tokio::test]
+async fn one_leader_acts_and_a_paused_leaders_writes_are_refused() {
+    let w = World::new(false);
+    let mut a = w.controller("a", Duration::from_millis(200)).await;
+    let mut b = w.controller("b", Duration::from_millis(200)).await;
+    assert!(a.lead().await);
+    assert!(!b.lead().await, "the lease is a's");
+    all_ready(&w, &mut a, Duration::from_millis(200)).await;
+    let token_a = a.token().unwrap().to_owned();
+    // a is paused (not driven) past its lease; b takes over with a newer token.
+    wait(Duration::from_millis(900)).await;
+    assert!(b.lead().await, "b leads once a's lease lapsed");
+    assert!(b.token().unwrap() > token_a.as_str());
+    // a resumes and, not knowing, tries to act: a scale-down it would reverse is refused.
+    let c = w.claims().await.remove(0);
+    let marked = c.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(
+        w.store().await.write(&c, &marked, None).await.unwrap(),
+        "a request, unfenced"
+    );
+    let before = w.claims().await;
+    let report = a.pass().await;
+    assert!(
+        report.is_err() || report.unwrap().stopped.is_empty(),
+        "a fired nothing"
+    );
+    assert_eq!(
+        w.claims().await,
+        before,
+        "every write of the deposed leader was refused"
+    );
+    assert!(w.fired("shutdown").is_empty());
+    assert!(!a.lead().await, "a learns it lost");
+    // b acts on it.
+    settle(&mut b).await;
+    let done = w
+        .claims()
+        .await
+        .into_iter()
+        .find(|x| x.name == c.name)
+        .unwrap();
+    assert_eq!(done.phase, Phase::Completed);
+    assert_eq!(w.fired("shutdown"), [c.slot.to_string()]);
+}
+
+// SPEC §5.1: a clean stop hands over at once.
+#[tokio::test]
+async fn a_clean_stop_hands_over_at_once() {
+    let w = World::new(false);
+    let a = w.controller("a", Duration::ZERO).await;
+    let mut b = w.controller("b", Duration::ZERO).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(a.run_leading(
+        Duration::from_millis(50),
+        Duration::from_secs(1),
+        shutdown.clone(),
+    ));
+    // Wait until a holds the lease (its loop took it), then b is refused.
+    bounded("a to lead", async {
+        loop {
+            let holder: Option<String> = raw(&w.server, &["GET", &Keys::default().leader()]).await;
+            if holder.is_some_and(|h| h.starts_with("a ")) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(!b.lead().await);
+    shutdown.cancel();
+    bounded("a to stop", running).await.unwrap();
+    assert!(b.lead().await, "a released the lease on its way out");
+}
+
+// SPEC §5.2: half the machines that were on vanish in one pass: blind, nothing judged, nothing
+// powered; after the grace, what is really gone is judged.
+#[tokio::test]
+async fn half_the_fleet_vanishing_at_once_powers_nothing_off() {
+    let w = World::new(false);
+    let mut ctl = w.controller("a", Duration::from_millis(200)).await;
+    all_ready(&w, &mut ctl, Duration::from_millis(200)).await;
+    let p = presence(&w.server).await;
+    for slot in &SLOTS[..2] {
+        p.beat(&beat(slot, Duration::ZERO)).await.unwrap();
+    }
+    let report = ctl.pass().await.unwrap();
+    assert!(report.blind);
+    assert!(
+        w.claims()
+            .await
+            .iter()
+            .all(|c| c.phase == Phase::Ready && c.conditions.len() == 2),
+        "nothing was observed off"
+    );
+    assert!(w.fired("shutdown").is_empty());
+    // The benches come back within the grace: nothing happened.
+    for slot in &SLOTS[..2] {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    wait(Duration::from_millis(250)).await;
+    settle(&mut ctl).await;
+    assert!(w.claims().await.iter().all(|c| c.phase == Phase::Ready));
+    assert!(w.fired("shutdown").is_empty());
+}
+
+// SPEC §5.2/§5.3: Redis restarted empty while every machine is on: no machine is powered off;
+// after the grace the running machines are adopted under ready claims.
+#[tokio::test]
+async fn a_store_wiped_while_machines_are_on_adopts_them_and_powers_nothing_off() {
+    let w = World::new(false);
+    let mut ctl = w.controller("a", Duration::from_millis(300)).await;
+    all_ready(&w, &mut ctl, Duration::from_millis(300)).await;
+    let _: () = raw(&w.server, &["FLUSHALL"]).await;
+    // The lease went with the data; the controller takes it again.
+    assert!(ctl.lead().await);
+    let report = ctl.pass().await.unwrap();
+    assert!(
+        report.blind,
+        "a store that lost its marker makes the controller blind"
+    );
+    // The benches keep beating (their agents re-register them).
+    let p = presence(&w.server).await;
+    for slot in SLOTS {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    wait(Duration::from_millis(350)).await;
+    settle(&mut ctl).await;
+    let claims = w.claims().await;
+    assert_eq!(claims.len(), 4);
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.phase == Phase::Ready && c.reason == Some(Reason::Adopted)),
+        "{claims:?}"
+    );
+    assert!(w.fired("shutdown").is_empty(), "no machine was powered off");
+    for slot in SLOTS {
+        assert_eq!(w.state(slot).await, State::Up);
+    }
+}
+
+// SPEC §5.2: Redis stopped for longer than a TTL, claims kept by AOF: while it is down the
+// controller is blind; when it returns, the grace lets the benches be heard before anything is
+// judged, and nothing is powered off.
+#[tokio::test]
+async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
+    let mut w = World::new(true);
+    let mut ctl = w.controller("a", Duration::from_millis(400)).await;
+    all_ready(&w, &mut ctl, Duration::from_millis(400)).await;
+    // Short promises, so the keys expire during the outage.
+    let p = presence(&w.server).await;
+    for slot in SLOTS {
+        p.beat(&beat(slot, Duration::from_millis(300)))
+            .await
+            .unwrap();
+    }
+    w.server.kill();
+    assert!(ctl.pass().await.is_err() || ctl.pass().await.unwrap().blind);
+    wait(Duration::from_millis(500)).await;
+    w.server.restart().unwrap();
+    // The keys expired; the benches beat again once Redis is back. The connection manager
+    // reconnects after its first failed call.
+    bounded("leading again", async {
+        while !ctl.lead().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let report = ctl.pass().await.unwrap();
+    assert!(report.blind, "blind for the grace after sight returns");
+    let p = presence(&w.server).await;
+    for slot in SLOTS {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    wait(Duration::from_millis(450)).await;
+    settle(&mut ctl).await;
+    assert!(
+        w.claims().await.iter().all(|c| c.phase == Phase::Ready),
+        "{:?}",
+        w.claims().await
+    );
+    assert!(w.fired("shutdown").is_empty());
+    let _ = Move::to(Phase::Ready);
+}
