@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::config::{self, Config};
-use fleet::domain::claim::{Claim, Move, Phase, Reason};
+use fleet::domain::claim::{Claim, Phase, Reason};
 use fleet::domain::name::{ClaimName, GroupName};
 use fleet::domain::state::State;
 use fleet::lifecycle::Exec;
@@ -371,5 +371,4 @@ async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
         w.claims().await
     );
     assert!(w.fired("shutdown").is_empty());
-    let _ = Move::to(Phase::Ready);
 }
