@@ -17,3 +17,4 @@ lint:
 bench: deps
 	cargo bench --bench presence
 	cargo bench --bench controller
+	cargo bench --bench faults

@@ -335,6 +335,27 @@ mod tests {
     }
 
     #[test]
+    fn names_serialize_as_their_text_and_refuse_bad_text() {
+        let b = BenchName::parse("bench-01").unwrap();
+        let g = GroupName::parse("pool-a").unwrap();
+        let c = ClaimName::parse("bench-01-1").unwrap();
+        assert_eq!(
+            serde_json::to_string(&(&b, &g, &c)).unwrap(),
+            r#"["bench-01","pool-a","bench-01-1"]"#
+        );
+        assert_eq!(
+            (b.to_string(), g.to_string(), c.to_string()),
+            ("bench-01".into(), "pool-a".into(), "bench-01-1".into())
+        );
+        let back: (BenchName, GroupName, ClaimName) =
+            serde_json::from_str(r#"["bench-01","pool-a","bench-01-1"]"#).unwrap();
+        assert_eq!(back, (b, g, c));
+        assert!(serde_json::from_str::<BenchName>(r#""Bad""#).is_err());
+        assert!(serde_json::from_str::<GroupName>(r#""a.b""#).is_err());
+        assert!(serde_json::from_str::<ClaimName>(r#""""#).is_err());
+    }
+
+    #[test]
     fn reasons_are_one_printable_line() {
         assert_eq!(
             Reason::parse("kernel upgrade").unwrap().as_str(),

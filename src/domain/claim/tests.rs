@@ -643,6 +643,73 @@ fn an_adopted_claim_is_ready_with_no_deadline() {
 }
 
 #[test]
+fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+    let ready = claim()
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .apply(Move::to(Phase::Ready), t(2))
+        .unwrap();
+    let off = ready.watched(Watch::MarkObservedOff, t(10)).unwrap();
+    let again = off.watched(Watch::MarkObservedOff, t(20)).unwrap();
+    let since = |c: &Claim| {
+        c.condition(ConditionKind::MachineObservedOff)
+            .unwrap()
+            .last_transition_time
+    };
+    assert_eq!(
+        (since(&off), since(&again)),
+        (t(10), t(10)),
+        "the clock is the first observation"
+    );
+    assert_eq!(
+        ready.watched(Watch::Unchanged, t(30)).unwrap(),
+        ready,
+        "an unchanged watch writes nothing"
+    );
+}
+
+#[test]
+fn every_write_bumps_the_version_by_one() {
+    let timings = Timings::default();
+    let c = claim();
+    assert_eq!(c.reset_shutdown_attempts().version, c.version + 1);
+    assert_eq!(
+        c.record_shutdown_attempt(t(1), &timings).version,
+        c.version + 1
+    );
+    assert_eq!(c.warn(Reason::ShutdownJobTimeout).version, c.version + 1);
+    let booting = c.apply(Move::to(Phase::Booting), t(1)).unwrap();
+    assert_eq!(
+        booting
+            .mark_for_deletion(Reason::NodeDeleted)
+            .unwrap()
+            .version,
+        booting.version + 1
+    );
+    assert_eq!(
+        booting
+            .watched(Watch::MarkObservedOff, t(2))
+            .unwrap()
+            .version,
+        booting.version + 1
+    );
+}
+
+#[test]
+fn a_terminal_claim_without_a_finish_time_is_kept_until_a_ttl_after_its_request() {
+    let timings = Timings::default();
+    let mut foreign = claim()
+        .apply(Move::because(Phase::Failed, Reason::StartupJobFailed), t(0))
+        .unwrap();
+    foreign.finished_at = None;
+    assert_eq!(judge(&foreign, &ctx(3599, None, &timings)), Judgment::Keep);
+    assert_eq!(
+        judge(&foreign, &ctx(3600, None, &timings)),
+        Judgment::Collect
+    );
+}
+
+#[test]
 fn phases_have_their_names() {
     assert_eq!(
         Phase::ALL.map(|p| p.to_string()),
