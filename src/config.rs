@@ -38,13 +38,14 @@ pub const RESERVED_ENV_PREFIX: &str = "FLEET_";
 
 /// The variables fleet sets for every operation; the file may not set them, nor any other name
 /// with the same prefix (a later fleet may set more).
-pub const RESERVED_ENV: [&str; 6] = [
+pub const RESERVED_ENV: [&str; 7] = [
     "FLEET_SLOT",
     "FLEET_GROUP",
     "FLEET_CLAIM",
     "FLEET_ATTEMPT",
     "FLEET_PROVIDER_ID",
     "FLEET_OPERATION",
+    "FLEET_CONTROLLER",
 ];
 
 /// The suffixes a quantity may carry: binary (Ki..Ei), then decimal (n..E). Two-letter suffixes

@@ -5,6 +5,7 @@
 mod support;
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use fleet::testing::RedisServer;
 use support::*;
@@ -154,4 +155,128 @@ async fn a_stopped_leader_is_replaced_and_its_late_writes_are_refused() {
     a.signal("-TERM");
     let status = bounded("a to stop", a.child.wait()).await.unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Scale cycles through three `fleet serve` processes while the leader is stopped (SIGSTOP past
+/// its lease, then resumed) or killed (SIGKILL, then replaced) at random, seeded. Every cycle
+/// converges; every claim's startup and shutdown each ran exactly once.
+async fn cycles_through_three_leaders(cycles: usize) {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("FLEET_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.yaml");
+    std::fs::write(&config, yaml(&server, &dir.path().join("ops"))).unwrap();
+    let names = [
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+    ];
+    let mut next = 0;
+    let mut procs: Vec<Serve> = Vec::new();
+    for _ in 0..3 {
+        procs.push(Serve::start(names[next], &server, &config));
+        next += 1;
+    }
+    procs[0].log(&["fleet serve started"]).await;
+    let store = fleet::store::claims::ClaimStore::new(
+        conn(&server).await,
+        fleet::store::keys::Keys::default(),
+    );
+    let group = fleet::domain::name::GroupName::parse("pool-a").unwrap();
+    let phase_of = |name: String| {
+        let store = store.clone();
+        let group = group.clone();
+        async move {
+            store
+                .read_groups(&[group])
+                .await
+                .unwrap()
+                .remove(0)
+                .claims
+                .into_iter()
+                .find(|c| c.name.as_str() == name)
+                .map(|c| c.phase)
+        }
+    };
+    let leader = |server: &RedisServer| {
+        let url = server.url();
+        async move {
+            let mut c = fleet::store::connect::Endpoint::new(url, Duration::from_secs(5))
+                .connect()
+                .await
+                .unwrap();
+            let holder: Option<String> = redis::cmd("GET")
+                .arg(fleet::store::keys::Keys::default().leader())
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            holder.and_then(|h| h.split(' ').next().map(str::to_owned))
+        }
+    };
+    let mut claims = Vec::new();
+    for cycle in 0..cycles {
+        let out = fleet(&server, &["claim", "bench-01"]);
+        let name = out.split_whitespace().nth(2).unwrap().to_owned();
+        // A fault while the claim is in flight.
+        let fault = rng.random_range(0..3);
+        if fault > 0
+            && let Some(holder) = leader(&server).await
+            && let Some(i) = procs.iter().position(|p| p.name == holder)
+        {
+            if fault == 1 {
+                procs[i].signal("-STOP");
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                procs[i].signal("-CONT");
+            } else {
+                procs[i].signal("-KILL");
+                let _ = procs[i].child.wait().await;
+                procs.remove(i);
+                procs.push(Serve::start(names[next % names.len()], &server, &config));
+                next += 1;
+            }
+        }
+        for (want, step) in [("ready", 0), ("completed", 1)] {
+            if step == 1 {
+                fleet(&server, &["cancel", &name]);
+            }
+            bounded(
+                &format!("cycle {cycle} (seed {seed}): {name} to be {want}"),
+                async {
+                    loop {
+                        if phase_of(name.clone())
+                            .await
+                            .is_some_and(|p| p.as_str() == want)
+                        {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+            )
+            .await;
+        }
+        claims.push(name);
+    }
+    for kind in ["startup", "shutdown"] {
+        let log =
+            std::fs::read_to_string(dir.path().join(format!("ops.{kind}"))).unwrap_or_default();
+        for name in &claims {
+            let n = log.lines().filter(|l| l == name).count();
+            assert_eq!(n, 1, "seed {seed}: {kind} of {name} ran {n} times");
+        }
+    }
+}
+
+#[tokio::test]
+async fn scale_cycles_through_three_leaders_with_faults_converge() {
+    cycles_through_three_leaders(4).await;
+}
+
+#[tokio::test]
+#[ignore = "the long form: 50 cycles through three leaders (a few minutes)"]
+async fn fifty_scale_cycles_through_three_leaders_with_faults() {
+    cycles_through_three_leaders(50).await;
 }

@@ -33,6 +33,8 @@ pub struct Request {
     pub env: BTreeMap<String, String>,
     pub dir: Option<PathBuf>,
     pub timeout: Duration,
+    /// The controller that runs it (its lease holder id), for the operation's own records.
+    pub controller: String,
 }
 
 impl Request {
@@ -50,6 +52,7 @@ impl Request {
             ),
             ("FLEET_ATTEMPT", self.attempt.to_string()),
             ("FLEET_PROVIDER_ID", self.provider_id.clone()),
+            ("FLEET_CONTROLLER", self.controller.clone()),
             ("FLEET_OPERATION", self.kind.as_str().to_owned()),
         ]
     }
@@ -194,6 +197,7 @@ mod tests {
             env: BTreeMap::from([("BMC".to_owned(), "10.0.0.9".to_owned())]),
             dir: None,
             timeout,
+            controller: "ctl-1".into(),
         }
     }
 

@@ -1142,6 +1142,11 @@ where
             env: op.env.clone(),
             dir: op.dir.clone(),
             timeout: op.timeout,
+            controller: self
+                .lease
+                .as_ref()
+                .map(|l| l.id().to_owned())
+                .unwrap_or_default(),
         };
         self.running.insert(slot.name.clone(), kind);
         let (runner, done, slot_name) =
