@@ -144,6 +144,14 @@ mod tests {
             }
         );
         assert_eq!(taint("a=b:NoSchedule").value.as_deref(), Some("b"));
+        assert_eq!(
+            ["a:NoSchedule", "a:PreferNoSchedule", "a:NoExecute"].map(|t| taint(t).effect),
+            [
+                Effect::NoSchedule,
+                Effect::PreferNoSchedule,
+                Effect::NoExecute
+            ]
+        );
         for bad in ["", "a", "a:Never", ":NoSchedule", "a b:NoSchedule"] {
             let err = bad.parse::<Taint>().unwrap_err().to_string();
             assert!(err.contains("key[=value]:Effect"), "{bad}: {err}");

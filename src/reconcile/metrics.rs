@@ -135,6 +135,7 @@ impl Metrics {
 pub struct Health {
     last_pass: Mutex<Option<Instant>>,
     blind: AtomicBool,
+    follower: AtomicBool,
 }
 
 impl Health {
@@ -143,8 +144,17 @@ impl Health {
         self.blind.store(blind, Ordering::Relaxed);
     }
 
-    /// Ready: a pass finished within `within`, and the controller can see. Why not, otherwise.
+    /// Records whether this process follows (another leads).
+    pub fn following(&self, follower: bool) {
+        self.follower.store(follower, Ordering::Relaxed);
+    }
+
+    /// Ready: this process leads, a pass finished within `within`, and the controller can see.
+    /// Why not, otherwise.
     pub fn ready(&self, within: Duration) -> Result<(), String> {
+        if self.follower.load(Ordering::Relaxed) {
+            return Err("follower: another fleet serve holds the leader lease".to_owned());
+        }
         match *self.last_pass.lock().expect("health lock") {
             None => Err("no controller pass has finished yet".to_owned()),
             Some(at) if at.elapsed() > within => Err(format!(
@@ -247,5 +257,11 @@ mod tests {
         h.passed(false);
         assert_eq!(h.ready(Duration::from_secs(5)), Ok(()));
         assert!(h.ready(Duration::ZERO).is_err());
+        h.following(true);
+        assert!(
+            h.ready(Duration::from_secs(5))
+                .unwrap_err()
+                .contains("follower")
+        );
     }
 }

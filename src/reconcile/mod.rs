@@ -295,9 +295,11 @@ where
                 self.loaded = false;
                 self.statuses.clear();
                 self.metrics.leader.set(1);
+                self.health.following(false);
                 true
             }
             Ok(Leadership::Follower(holder)) => {
+                self.health.following(true);
                 if self.token.is_some() {
                     self.follow(&format!("the lease is held by {holder}"));
                 }
