@@ -833,6 +833,14 @@ where
         }
         claims.retain(|c| !collected.contains(&c.name));
 
+        // A claim that wants the machine lifts fleet's own cordon, wherever a crash left it.
+        if !blind
+            && self.token.is_some() == self.lease.is_some()
+            && claims.iter().any(|c| c.wants_machine())
+        {
+            self.uncordon(&slot.name, bench).await;
+        }
+
         // The readiness gate.
         if !blind
             && let Some(i) = claims
@@ -1015,6 +1023,10 @@ where
             return false;
         };
         let next = booting.start_operation(OperationKind::Startup, group.startup.timeout, now);
+        // The cordon is lifted before the boot is recorded: a controller that dies between the
+        // two leaves a pending claim with no cordon, which the next pass boots; the other order
+        // could leave a booted bench carrying a cordon no pass lifts.
+        self.uncordon(&slot.name, bench).await;
         if !self
             .write(
                 c,
@@ -1030,7 +1042,6 @@ where
         if let Some(i) = claims.iter().position(|x| x.name == c.name) {
             claims[i] = next.clone();
         }
-        self.uncordon(&slot.name, bench).await;
         info!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "starting machine");
         self.spawn(group, slot, Some(&next), OperationKind::Startup);
         true
