@@ -584,7 +584,7 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "an env name fleet sets itself",
             with_startup("env: { FLEET_SLOT: x }"),
             format!("{g}.startup.env.FLEET_SLOT"),
-            "is reserved: fleet sets FLEET_SLOT, FLEET_GROUP, FLEET_CLAIM, FLEET_ATTEMPT, FLEET_PROVIDER_ID, FLEET_OPERATION itself",
+            "is reserved: fleet sets FLEET_SLOT, FLEET_GROUP, FLEET_CLAIM, FLEET_ATTEMPT, FLEET_PROVIDER_ID, FLEET_OPERATION, FLEET_CONTROLLER itself",
         ),
         (
             "an empty working directory",

