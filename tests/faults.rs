@@ -372,3 +372,77 @@ async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
     );
     assert!(w.fired("shutdown").is_empty());
 }
+
+// SPEC §5.3: the wipe record lives in the store, so a leader that takes over during the grace
+// keeps the grace and adopts; it never powers the running machines off.
+#[tokio::test]
+async fn a_leader_that_takes_over_after_a_wipe_keeps_the_grace_and_adopts() {
+    let w = World::new(false);
+    let mut a = w.controller("a", Duration::from_millis(600)).await;
+    all_ready(&w, &mut a, Duration::from_millis(600)).await;
+    let _: () = raw(&w.server, &["FLUSHALL"]).await;
+    assert!(a.lead().await);
+    assert!(a.pass().await.unwrap().blind, "a saw the wipe");
+    drop(a); // a dies during the grace
+    let mut b = w.controller("b", Duration::from_millis(600)).await;
+    bounded("b to lead", async {
+        while !b.lead().await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let p = presence(&w.server).await;
+    for slot in SLOTS {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    let report = b.pass().await.unwrap();
+    assert!(
+        report.blind || report.stopped.is_empty(),
+        "b keeps the grace a started"
+    );
+    wait(Duration::from_millis(700)).await;
+    settle(&mut b).await;
+    let claims = w.claims().await;
+    assert_eq!(claims.len(), 4, "{claims:?}");
+    assert!(claims.iter().all(|c| c.reason == Some(Reason::Adopted)));
+    assert!(w.fired("shutdown").is_empty(), "no machine was powered off");
+}
+
+// A claim that cannot be read may be its slot's live claim: no power action on that slot.
+#[tokio::test]
+async fn an_unreadable_claim_holds_its_slots_machine() {
+    let w = World::new(false);
+    let mut ctl = w.controller("a", Duration::ZERO).await;
+    settle(&mut ctl).await;
+    let g = Keys::default().group(&group());
+    let junk = r#"{"name":"bench-01-x","slot":"bench-01","phase":"from-a-newer-fleet"}"#;
+    let _: () = raw(
+        &w.server,
+        &[
+            "SET",
+            &g.claim(&ClaimName::parse("bench-01-x").unwrap()),
+            junk,
+        ],
+    )
+    .await;
+    let _: () = raw(&w.server, &["ZADD", &g.claims(), "1", "bench-01-x"]).await;
+    presence(&w.server)
+        .await
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    presence(&w.server)
+        .await
+        .beat(&beat("bench-02", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    settle(&mut ctl).await;
+    // A first start adopts what is on (bench-02); bench-01 is neither adopted nor shut down.
+    assert!(w.fired("shutdown").is_empty());
+    let claims = w.claims().await;
+    let slots: Vec<&str> = claims.iter().map(|c| c.slot.as_str()).collect();
+    assert_eq!(slots, ["bench-02"], "{claims:?}");
+    assert_eq!(claims[0].reason, Some(Reason::Adopted));
+}

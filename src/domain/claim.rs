@@ -812,9 +812,14 @@ pub fn judge(claim: &Claim, ctx: &Context<'_>) -> Judgment {
         return Judgment::Fail(Reason::DeadlineExceeded);
     }
     if let Some(reason) = claim.marked_for_deletion {
-        return match power {
-            Power::Off => Judgment::Complete(reason),
-            Power::On => Judgment::Keep,
+        // A boot is reversed, never interrupted: a machine observed off while its startup is
+        // still in flight has not come up yet, so the claim cannot complete before it has.
+        let booting = claim
+            .running_operation()
+            .is_some_and(|op| op.kind == OperationKind::Startup);
+        return match (power, booting) {
+            (Power::Off, false) => Judgment::Complete(reason),
+            (Power::Off, true) | (Power::On, _) => Judgment::Keep,
         };
     }
     match watch_machine(claim, power, ctx.now, t) {

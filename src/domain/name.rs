@@ -182,6 +182,38 @@ impl ClaimName {
         BenchName::parse(name).map(|n| Self(n.0))
     }
 
+    /// A claim name for `slot` with a `suffix` of lowercase letters and digits: `<slot>-<suffix>`
+    /// while that keeps the last label within 63 characters, else `<slot>.<suffix>`; a slot name
+    /// too long for either gives way to a short digest of itself. Always valid.
+    pub fn for_slot(slot: &BenchName, suffix: &str) -> Self {
+        let suffix: String = suffix
+            .chars()
+            .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            .take(MAX_LABEL_LEN - 1)
+            .collect();
+        let suffix = if suffix.is_empty() {
+            "0".to_owned()
+        } else {
+            suffix
+        };
+        let slot = slot.as_str();
+        let last = slot.rsplit('.').next().unwrap_or(slot);
+        let candidates = [
+            (last.len() + 1 + suffix.len() <= MAX_LABEL_LEN).then(|| format!("{slot}-{suffix}")),
+            Some(format!("{slot}.{suffix}")),
+        ];
+        for name in candidates.into_iter().flatten() {
+            if let Ok(n) = Self::parse(&name) {
+                return n;
+            }
+        }
+        // FNV-1a of the slot name: stable, and short enough for any suffix.
+        let digest = slot.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Self(format!("s{digest:x}.{suffix}"))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -353,6 +385,32 @@ mod tests {
         assert!(serde_json::from_str::<BenchName>(r#""Bad""#).is_err());
         assert!(serde_json::from_str::<GroupName>(r#""a.b""#).is_err());
         assert!(serde_json::from_str::<ClaimName>(r#""""#).is_err());
+    }
+
+    #[test]
+    fn claim_names_for_any_slot_are_valid() {
+        let short = BenchName::parse("bench-01").unwrap();
+        assert_eq!(
+            ClaimName::for_slot(&short, "1a2b").as_str(),
+            "bench-01-1a2b"
+        );
+        let long_label = BenchName::parse(&"a".repeat(60)).unwrap();
+        assert_eq!(
+            ClaimName::for_slot(&long_label, "1a2b").as_str(),
+            format!("{}.1a2b", "a".repeat(60))
+        );
+        let longest = BenchName::parse(&format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        ))
+        .unwrap();
+        let n = ClaimName::for_slot(&longest, "1a22b2ddcef");
+        assert!(ClaimName::parse(n.as_str()).is_ok(), "{n}");
+        assert!(n.as_str().ends_with(".1a22b2ddcef"));
+        assert_eq!(ClaimName::for_slot(&short, "-!").as_str(), "bench-01-0");
     }
 
     #[test]

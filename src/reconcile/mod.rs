@@ -65,6 +65,8 @@ pub struct PassReport {
 struct Finished {
     kind: OperationKind,
     claim: Option<ClaimName>,
+    /// When the operation was recorded as started on its claim: an outcome only closes that one.
+    started_at: Option<DateTime<Utc>>,
     report: Report,
 }
 
@@ -134,6 +136,9 @@ pub struct Controller<C, R, N = NoNodes> {
     blind_until: Option<DateTime<Utc>>,
     /// The last pass could not read presence.
     sight_lost: bool,
+    /// The groups whose fence this leadership has raised (a group added on reload is raised on
+    /// the next pass).
+    fenced: std::collections::HashSet<GroupName>,
     /// The store came back without its claims: after the blind grace, machines found on with no
     /// claim are adopted rather than powered off.
     adopting: bool,
@@ -199,6 +204,7 @@ where
             generation: None,
             blind_until: None,
             sight_lost: false,
+            fenced: std::collections::HashSet::new(),
             adopting: false,
         }
     }
@@ -230,6 +236,7 @@ where
             generation: self.generation,
             blind_until: self.blind_until,
             sight_lost: self.sight_lost,
+            fenced: self.fenced,
             adopting: self.adopting,
         }
     }
@@ -275,18 +282,9 @@ where
             Ok(Leadership::Leader(token)) if self.token.as_deref() == Some(token.as_str()) => true,
             Ok(Leadership::Leader(token)) => {
                 let config = self.config.borrow().clone();
-                for group in config.groups.keys() {
-                    match self.base_store.raise_fence(group, &token).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            warn!(%group, token, "a newer leader's fence is up; not leading");
-                            return false;
-                        }
-                        Err(e) => {
-                            warn!(%group, error = format!("{:#}", anyhow::Error::new(e)), "raising the fence failed; not leading yet");
-                            return false;
-                        }
-                    }
+                self.fenced.clear();
+                if !self.raise_fences(&config, &token).await {
+                    return false;
                 }
                 info!(holder = lease.id(), token, "became the leader");
                 self.store = self.base_store.fenced(&token);
@@ -317,6 +315,30 @@ where
                 false
             }
         }
+    }
+
+    /// Raises the fence of every group not raised yet in this leadership. Returns false when a
+    /// newer leader's fence is up (or Redis refused), so this controller must not act.
+    async fn raise_fences(&mut self, config: &Config, token: &str) -> bool {
+        for group in config.groups.keys() {
+            if self.fenced.contains(group) {
+                continue;
+            }
+            match self.base_store.raise_fence(group, token).await {
+                Ok(true) => {
+                    self.fenced.insert(group.clone());
+                }
+                Ok(false) => {
+                    warn!(%group, token, "a newer leader's fence is up; not leading");
+                    return false;
+                }
+                Err(e) => {
+                    warn!(%group, error = format!("{:#}", anyhow::Error::new(e)), "raising the fence failed; not leading yet");
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     fn follow(&mut self, why: &str) {
@@ -436,6 +458,12 @@ where
         }
         let config = self.config.borrow().clone();
         let groups: Vec<GroupName> = config.groups.keys().cloned().collect();
+        if let Some(token) = self.token.clone()
+            && !self.raise_fences(&config, &token).await
+        {
+            self.follow("a group's fence could not be raised");
+            return Ok(PassReport::default());
+        }
 
         // Observe: presence (blind when it cannot be read) and every group's claims.
         let read_started = Instant::now();
@@ -466,30 +494,43 @@ where
             Some(snap) => snap.now,
             None => read.first().map_or_else(Utc::now, |g| g.now),
         };
-        // The store came back without its data: blind for the grace, then adopt (SPEC §5.3).
+        // The store came back without its data: blind for the grace, then adopt (SPEC §5.3). The
+        // wipe record is in the store, so a leader that takes over during the grace keeps it.
+        let mut wiped: Option<(i64, i64)> = None;
         if let Some(lease) = self.lease.clone() {
             let fresh = format!("{}-{}", lease.id(), now_seen.timestamp_micros());
-            match lease.generation(&fresh).await {
-                Ok(marker) => {
+            let adopt_window = self.faults.blind_grace.max(Duration::from_secs(60));
+            match lease
+                .generation(&fresh, self.faults.blind_grace, adopt_window)
+                .await
+            {
+                Ok((marker, record)) => {
                     if self.generation.as_deref() != Some(marker.as_str()) {
                         if marker == fresh {
                             warn!(
                                 generation = marker,
                                 "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
                             );
-                            self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
-                            self.adopting = true;
-                            self.loaded = false;
-                            self.statuses.clear();
                         }
+                        self.loaded = false;
+                        self.statuses.clear();
                         self.generation = Some(marker);
                     }
+                    wiped = record;
                 }
                 Err(e) => warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
                     "cannot read the generation marker"
                 ),
             }
+        }
+        let now_ms = now_seen.timestamp_millis();
+        self.adopting = wiped.is_some_and(|(_, adopt_until)| now_ms < adopt_until);
+        if let Some((blind_until, _)) = wiped
+            && now_ms < blind_until
+        {
+            let until = DateTime::from_timestamp_millis(blind_until).unwrap_or(now_seen);
+            self.blind_until = Some(self.blind_until.map_or(until, |u| u.max(until)));
         }
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
@@ -544,15 +585,26 @@ where
             for (name, why) in &group_claims.unreadable {
                 warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");
             }
+            // A claim that cannot be read may be the live claim of its slot: no power action on
+            // that slot, or on the whole group when the claim does not even say its slot.
+            let unknown_unreadable = group_claims.unreadable_slots.iter().any(Option::is_none);
+            let unreadable_slots: Vec<String> = group_claims
+                .unreadable_slots
+                .iter()
+                .flatten()
+                .cloned()
+                .collect();
             let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
             for c in group_claims.claims {
                 by_slot.entry(c.slot.clone()).or_default().push(c);
             }
             // Claims of slots that left the configuration end SlotDeleted.
-            for (slot, claims) in by_slot
-                .iter()
-                .filter(|(s, _)| !config.slots.contains_key(*s))
-            {
+            for (slot, claims) in by_slot.iter().filter(|(s, _)| {
+                config
+                    .slots
+                    .get(*s)
+                    .is_none_or(|slot| slot.group != group.name)
+            }) {
                 for c in claims.iter().filter(|c| c.phase.is_live()) {
                     let ctx = Context {
                         now,
@@ -578,7 +630,14 @@ where
                 }
                 let claims = by_slot.remove(&slot.name).unwrap_or_default();
                 let bench = snapshot.as_ref().and_then(|s| bench_of(s, &slot.name));
-                let outcome = self.slot_pass(group, slot, claims, bench, blind, now).await;
+                let unreadable =
+                    unknown_unreadable || unreadable_slots.iter().any(|s| s == slot.name.as_str());
+                let seen = Seen {
+                    bench,
+                    blind,
+                    unreadable,
+                };
+                let outcome = self.slot_pass(group, slot, claims, seen, now).await;
                 report.slots += 1;
                 report.writes += outcome.writes;
                 if outcome.started {
@@ -619,9 +678,6 @@ where
             for (slot, status) in statuses {
                 self.statuses.insert((group.clone(), slot), status);
             }
-        }
-        if !blind {
-            self.adopting = false;
         }
         self.count_slot_phases(&config);
         self.metrics
@@ -705,10 +761,14 @@ where
         group: &Group,
         slot: &Slot,
         mut claims: Vec<Claim>,
-        bench: Option<&Bench>,
-        blind: bool,
+        seen: Seen<'_>,
         now: DateTime<Utc>,
     ) -> SlotOutcome {
+        let Seen {
+            bench,
+            blind,
+            unreadable,
+        } = seen;
         let t = &group.timings;
         let mut out = SlotOutcome::default();
         // Observe.
@@ -740,7 +800,10 @@ where
             let Some(op) = c.running_operation() else {
                 continue;
             };
-            if self.running.contains_key(&slot.name) || blind {
+            if self.running.contains_key(&slot.name)
+                || self.finished.contains_key(&slot.name)
+                || blind
+            {
                 continue;
             }
             let confirmed = match op.kind {
@@ -765,6 +828,7 @@ where
             let done = Finished {
                 kind: op.kind,
                 claim: Some(c.name.clone()),
+                started_at: Some(op.started_at),
                 report: Report {
                     outcome,
                     duration: (now - op.started_at).to_std().unwrap_or_default(),
@@ -841,8 +905,19 @@ where
             self.uncordon(&slot.name, bench).await;
         }
 
-        // The readiness gate.
+        // The readiness gate. Not while a shutdown of the slot is in flight or settling: a machine
+        // on its way off is not capacity, whatever it reports this instant.
+        let shutting_down = self.running.get(&slot.name) == Some(&OperationKind::Shutdown)
+            || self
+                .finished
+                .get(&slot.name)
+                .is_some_and(|f| f.kind == OperationKind::Shutdown)
+            || claims.iter().any(|c| {
+                c.running_operation()
+                    .is_some_and(|op| op.kind == OperationKind::Shutdown)
+            });
         if !blind
+            && !shutting_down
             && let Some(i) = claims
                 .iter()
                 .position(|c| c.wants_machine() && c.phase.in_boot_window())
@@ -891,39 +966,41 @@ where
 
         // Adoption: after the store came back without its claims, a machine found on with no
         // claim is taken under a ready claim (reason Adopted) instead of being powered off.
-        if self.adopting && !blind && power == Some(Power::On) && claims.is_empty() {
-            let name = ClaimName::parse(&format!(
-                "{}-adopted-{:x}",
-                slot.name,
-                now.timestamp_millis()
-            ));
-            if let Ok(name) = name {
-                let c = Claim::adopted(name, slot.name.clone(), group.name.clone(), now, t);
-                match self
-                    .store
-                    .create(&c, &crate::store::claims::Seed::default())
-                    .await
-                {
-                    Ok(crate::store::claims::Created::Created) => {
-                        warn!(slot = %slot.name, claim = %c.name, "machine found on after the store lost its claims: adopted");
-                        self.metrics
-                            .moves
-                            .get_or_create(&MoveLabels {
-                                to: "ready".into(),
-                                reason: "Adopted".into(),
-                            })
-                            .inc();
-                        out.writes += 1;
-                        claims.push(c);
+        let mut hold_power = false;
+        if self.adopting && !blind && !unreadable && power == Some(Power::On) && claims.is_empty() {
+            // Until the adoption is written, no power action on this slot: an adoption that
+            // failed must not fall through to the law, which would power the machine off.
+            hold_power = true;
+            let name =
+                ClaimName::for_slot(&slot.name, &format!("adopted{:x}", now.timestamp_millis()));
+            let c = Claim::adopted(name, slot.name.clone(), group.name.clone(), now, t);
+            let created = match self.store.seed(&group.name, &slot.name).await {
+                Ok(seed) => self.store.create(&c, &seed).await,
+                Err(e) => Err(e),
+            };
+            match created {
+                Ok(crate::store::claims::Created::Created) => {
+                    warn!(slot = %slot.name, claim = %c.name, "machine found on after the store lost its claims: adopted");
+                    self.metrics
+                        .moves
+                        .get_or_create(&MoveLabels {
+                            to: "ready".into(),
+                            reason: "Adopted".into(),
+                        })
+                        .inc();
+                    out.writes += 1;
+                    claims.push(c);
+                    hold_power = false;
+                }
+                Ok(other) => {
+                    debug!(slot = %slot.name, ?other, "adoption not written this pass; no power action")
+                }
+                Err(e) => {
+                    if matches!(e, ClaimStoreError::Fenced { .. }) {
+                        self.deposed
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    Ok(other) => debug!(slot = %slot.name, ?other, "adoption skipped"),
-                    Err(e) => {
-                        if matches!(e, ClaimStoreError::Fenced { .. }) {
-                            self.deposed
-                                .store(true, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "adoption failed");
-                    }
+                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "adoption failed; no power action");
                 }
             }
         }
@@ -946,7 +1023,12 @@ where
                 usable,
             };
             let decision = law::decide(input);
-            if !self.running.contains_key(&slot.name) && !self.finished.contains_key(&slot.name) {
+            // An operation in flight, here or recorded on any of the slot's claims by a controller
+            // that died, blocks every new one: the seed's "an operation owns this slot".
+            let in_flight = self.running.contains_key(&slot.name)
+                || self.finished.contains_key(&slot.name)
+                || claims.iter().any(|c| c.running_operation().is_some());
+            if !in_flight && !hold_power && !unreadable {
                 match decision.fires {
                     Fires::StartNode => {
                         if let Some(c) = current.as_ref() {
@@ -1165,6 +1247,9 @@ where
         let (runner, done, slot_name) =
             (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
         let claim = request.claim.clone();
+        let started_at = c
+            .and_then(|c| c.running_operation())
+            .map(|op| op.started_at);
         self.tasks.spawn(async move {
             let report = runner.run(request).await;
             let _ = done.send((
@@ -1172,6 +1257,7 @@ where
                 Finished {
                     kind,
                     claim,
+                    started_at,
                     report,
                 },
             ));
@@ -1207,6 +1293,10 @@ where
             return true;
         };
         let c = claims[i].clone();
+        if c.running_operation().map(|op| op.started_at) != done.started_at {
+            // An outcome of an older operation than the one recorded: nothing to write.
+            return true;
+        }
         let Some(mut next) = c.finish_operation(outcome, now) else {
             return true;
         };
@@ -1316,6 +1406,16 @@ where
             warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "uncordon failed");
         }
     }
+}
+
+/// What a pass sees of one slot.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    bench: Option<&'a Bench>,
+    /// The controller cannot see the machines: no power action.
+    blind: bool,
+    /// A claim of this slot cannot be read: no power action on the slot.
+    unreadable: bool,
 }
 
 #[derive(Default)]

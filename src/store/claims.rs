@@ -205,6 +205,9 @@ pub struct GroupClaims {
     pub claims: Vec<Claim>,
     /// Claims whose stored JSON does not decode: reported, never acted on.
     pub unreadable: Vec<(String, String)>,
+    /// The slot each unreadable claim names, when that much can be read; the controller takes
+    /// no power action on those slots (or on the whole group, for one it cannot tell).
+    pub unreadable_slots: Vec<Option<String>>,
 }
 
 /// The claim store over one connection.
@@ -459,10 +462,23 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 })?;
                 let mut claims = Vec::with_capacity(names.len());
                 let mut unreadable = Vec::new();
+                let mut unreadable_slots = Vec::new();
                 for (name, value) in names.into_iter().zip(values) {
-                    match value.map(|v| serde_json::from_str::<Claim>(&v)) {
-                        Some(Ok(claim)) => claims.push(claim),
-                        Some(Err(e)) => unreadable.push((name, e.to_string())),
+                    match value
+                        .as_deref()
+                        .map(|v| (v, serde_json::from_str::<Claim>(v)))
+                    {
+                        Some((_, Ok(claim))) => claims.push(claim),
+                        Some((raw, Err(e))) => {
+                            // What can still be read of it: the slot it names.
+                            let slot = serde_json::from_str::<serde_json::Value>(raw)
+                                .ok()
+                                .and_then(|v| {
+                                    v.get("slot").and_then(|s| s.as_str()).map(str::to_owned)
+                                });
+                            unreadable_slots.push(slot);
+                            unreadable.push((name, e.to_string()));
+                        }
                         // Listed but gone: deleted between the index and the read. Not a claim.
                         None => {}
                     }
@@ -472,6 +488,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                     now,
                     claims,
                     unreadable,
+                    unreadable_slots,
                 })
             })
             .collect()

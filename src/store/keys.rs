@@ -110,6 +110,12 @@ impl Keys {
     pub fn generation(&self) -> String {
         format!("{}:generation", self.tag)
     }
+
+    /// The wipe record: `<blind until ms> <adopt until ms>`, set with a fresh generation marker
+    /// and expiring when adoption ends, so every leader keeps the same grace.
+    pub fn wiped(&self) -> String {
+        format!("{}:wiped", self.tag)
+    }
 }
 
 impl GroupKeys {

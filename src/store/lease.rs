@@ -13,6 +13,7 @@ use super::keys::Keys;
 
 const ACQUIRE: &str = include_str!("lua/lease_acquire.lua");
 const RELEASE: &str = include_str!("lua/lease_release.lua");
+const GENERATION: &str = include_str!("lua/generation.lua");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -100,22 +101,31 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
         Ok(released == 1)
     }
 
-    /// The store's generation marker, set to `fresh` if it is missing. Returns the marker now in
-    /// the store: a value other than the one seen before means the store lost its data.
-    pub async fn generation(&self, fresh: &str) -> Result<String, LeaseError> {
+    /// The store's generation marker, set to `fresh` (with a wipe record: blind for `grace`,
+    /// then adopting for `adopt`) if it is missing. Returns the marker and the wipe record as
+    /// server times in ms, if one stands.
+    pub async fn generation(
+        &self,
+        fresh: &str,
+        grace: Duration,
+        adopt: Duration,
+    ) -> Result<(String, Option<(i64, i64)>), LeaseError> {
         let mut conn = self.conn.clone();
-        let (_, value): ((), String) = redis::pipe()
-            .cmd("SET")
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (marker, wiped): (String, String) = redis::cmd("EVAL")
+            .arg(GENERATION)
+            .arg(2)
             .arg(self.keys.generation())
+            .arg(self.keys.wiped())
             .arg(fresh)
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(self.keys.generation())
+            .arg(ms(grace))
+            .arg(ms(adopt))
             .query_async(&mut conn)
             .await
-            .map(|(v,): (String,)| ((), v))
             .map_err(LeaseError::Generation)?;
-        Ok(value)
+        let record = wiped
+            .split_once(' ')
+            .and_then(|(b, a)| Some((b.parse().ok()?, a.parse().ok()?)));
+        Ok((marker, record))
     }
 }

@@ -710,6 +710,27 @@ fn a_terminal_claim_without_a_finish_time_is_kept_until_a_ttl_after_its_request(
 }
 
 #[test]
+fn a_marked_claim_does_not_complete_while_its_startup_is_in_flight() {
+    let timings = Timings::default();
+    let booting = claim()
+        .apply(Move::to(Phase::Booting), t(1))
+        .unwrap()
+        .start_operation(OperationKind::Startup, Duration::from_secs(300), t(1));
+    let marked = booting.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert_eq!(
+        judge(&marked, &ctx(10, Some(Power::Off), &timings)),
+        Judgment::Keep
+    );
+    let done = marked
+        .finish_operation(OperationOutcome::Completed, t(20))
+        .unwrap();
+    assert_eq!(
+        judge(&done, &ctx(30, Some(Power::Off), &timings)),
+        Judgment::Complete(Reason::NodeDeleted)
+    );
+}
+
+#[test]
 fn phases_have_their_names() {
     assert_eq!(
         Phase::ALL.map(|p| p.to_string()),
