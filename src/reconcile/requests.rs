@@ -53,8 +53,7 @@ pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
     // millisecond) or a digest that moved under us is retried a bounded number of times.
     for n in 0..8 {
         let seed = store.seed(&group.name, slot).await?;
-        let name = ClaimName::parse(&format!("{slot}-{:x}", now.timestamp_millis() + n))
-            .map_err(|e| ClaimStoreError::Reply(e.to_string()))?;
+        let name = ClaimName::for_slot(slot, &format!("{:x}", now.timestamp_millis() + n));
         let c = Claim::new(
             name,
             slot.clone(),
