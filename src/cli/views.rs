@@ -193,6 +193,31 @@ pub fn group_rows(world: &World) -> Vec<GroupRow> {
         .collect()
 }
 
+/// The store, the catalog, the named claim and the server's time: what a verb on one claim needs.
+pub async fn find_claim(
+    ctx: &Ctx,
+    name: &ClaimName,
+) -> Result<
+    (
+        ClaimStore<MultiplexedConnection>,
+        Catalog,
+        Claim,
+        DateTime<Utc>,
+    ),
+    Error,
+> {
+    let mut conn = ctx.endpoint.connect().await?;
+    let catalog = Catalog::read(&mut conn, &ctx.keys)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let store = ClaimStore::new(conn, ctx.keys.clone());
+    let c = crate::reconcile::requests::find_claim(&store, &catalog.group_names(), name)
+        .await
+        .map_err(super::claim::request_error)?;
+    let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
+    Ok((store, catalog, c, now))
+}
+
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

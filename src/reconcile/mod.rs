@@ -1110,13 +1110,29 @@ where
         // could leave a booted bench carrying a cordon no pass lifts.
         self.uncordon(&slot.name, bench).await;
         if !self
-            .write(
-                c,
-                &next,
-                Event::Booting,
-                now,
-                Some((Some(OperationKind::Startup), None, None)),
-            )
+            .record_start(c, &next, Event::Booting, now, claims)
+            .await
+        {
+            return false;
+        }
+        info!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "starting machine");
+        self.spawn(group, slot, Some(&next), OperationKind::Startup);
+        true
+    }
+
+    /// Records an operation's start on its claim (the write that must land before it runs), and
+    /// keeps the pass's copy of the claim current.
+    async fn record_start(
+        &self,
+        c: &Claim,
+        next: &Claim,
+        event: Event,
+        now: DateTime<Utc>,
+        claims: &mut [Claim],
+    ) -> bool {
+        let kind = next.running_operation().map(|op| op.kind);
+        if !self
+            .write(c, next, event, now, Some((kind, None, None)))
             .await
         {
             return false;
@@ -1124,8 +1140,6 @@ where
         if let Some(i) = claims.iter().position(|x| x.name == c.name) {
             claims[i] = next.clone();
         }
-        info!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "starting machine");
-        self.spawn(group, slot, Some(&next), OperationKind::Startup);
         true
     }
 
@@ -1164,19 +1178,10 @@ where
                     now,
                 );
                 if !self
-                    .write(
-                        c,
-                        &next,
-                        Event::Shutdown,
-                        now,
-                        Some((Some(OperationKind::Shutdown), None, None)),
-                    )
+                    .record_start(c, &next, Event::Shutdown, now, claims)
                     .await
                 {
                     return false;
-                }
-                if let Some(i) = claims.iter().position(|x| x.name == c.name) {
-                    claims[i] = next.clone();
                 }
                 self.cordon(&slot.name, bench, &format!("draining for claim {}", c.name))
                     .await;

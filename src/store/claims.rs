@@ -373,12 +373,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 claim: old.name.clone(),
                 source,
             })?;
-        if why == "fenced" {
-            return Err(ClaimStoreError::Fenced {
-                group: old.group.clone(),
-            });
-        }
-        Ok(code == 1)
+        settled(code, &why, &old.group)
     }
 
     /// Deletes `claim` (a pending claim cancelled, or a terminal one collected) if it is still at
@@ -419,12 +414,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 claim: claim.name.clone(),
                 source,
             })?;
-        if why == "fenced" {
-            return Err(ClaimStoreError::Fenced {
-                group: claim.group.clone(),
-            });
-        }
-        Ok(code == 1)
+        settled(code, &why, &claim.group)
     }
 
     /// Reads the claims of every group in `groups`, in one round trip.
@@ -597,6 +587,16 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .filter_map(|e| serde_json::from_str(e).ok())
             .collect())
     }
+}
+
+/// A compare-and-set script's answer: written, refused (another writer won), or fenced.
+fn settled(code: i64, why: &str, group: &GroupName) -> Result<bool, ClaimStoreError> {
+    if why == "fenced" {
+        return Err(ClaimStoreError::Fenced {
+            group: group.clone(),
+        });
+    }
+    Ok(code == 1)
 }
 
 fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
