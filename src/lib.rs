@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod lifecycle;
+pub mod provider;
 pub mod reconcile;
 pub mod store;
 pub mod testing;
