@@ -4,14 +4,10 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use fleet::testing::RedisServer;
 use support::*;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
-use tokio::sync::mpsc;
 
 fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
     format!(
@@ -32,67 +28,24 @@ slots:
     )
 }
 
-struct Serve {
-    name: &'static str,
-    child: Child,
-    lines: mpsc::UnboundedReceiver<String>,
-}
+const ARGS: [&str; 10] = [
+    "--metrics-addr",
+    "127.0.0.1:0",
+    "--interval",
+    "100ms",
+    "--lease",
+    "1s",
+    "--blind-grace",
+    "0s",
+    "--holder",
+    "",
+];
 
-impl Serve {
-    fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> Serve {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .args(["--redis", &server.url(), "serve", "--config"])
-            .arg(config)
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--interval",
-                "100ms",
-                "--lease",
-                "1s",
-                "--blind-grace",
-                "0s",
-                "--holder",
-                name,
-            ])
-            .env("FLEET_LOG", "info")
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let (tx, lines) = mpsc::unbounded_channel();
-        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = reader.next_line().await {
-                let _ = tx.send(line);
-            }
-        });
-        Serve { name, child, lines }
-    }
-
-    async fn log(&mut self, words: &[&str]) -> String {
-        let name = self.name;
-        bounded(&format!("{name} to log {words:?}"), async {
-            while let Some(line) = self.lines.recv().await {
-                if words.iter().all(|w| line.contains(w)) {
-                    return line;
-                }
-            }
-            panic!("{name} ended before logging {words:?}");
-        })
-        .await
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().unwrap().to_string();
-        assert!(
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
+/// Starts a `fleet serve` named `name` (its lease holder id).
+fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> Serve {
+    let mut args = ARGS;
+    args[9] = name;
+    Serve::start(name, server, config, &args)
 }
 
 fn fleet(server: &RedisServer, args: &[&str]) -> String {
@@ -123,9 +76,9 @@ async fn a_stopped_leader_is_replaced_and_its_late_writes_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("fleet.yaml");
     std::fs::write(&config, yaml(&server, &dir.path().join("ops"))).unwrap();
-    let mut a = Serve::start("a", &server, &config);
+    let mut a = start("a", &server, &config);
     a.log(&["became the leader"]).await;
-    let mut b = Serve::start("b", &server, &config);
+    let mut b = start("b", &server, &config);
     b.log(&["fleet serve started"]).await;
 
     fleet(&server, &["claim", "bench-01"]);
@@ -177,7 +130,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
     let mut next = 0;
     let mut procs: Vec<Serve> = Vec::new();
     for _ in 0..3 {
-        procs.push(Serve::start(names[next], &server, &config));
+        procs.push(start(names[next], &server, &config));
         next += 1;
     }
     procs[0].log(&["fleet serve started"]).await;
@@ -234,7 +187,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
                 procs[i].signal("-KILL");
                 let _ = procs[i].child.wait().await;
                 procs.remove(i);
-                procs.push(Serve::start(names[next % names.len()], &server, &config));
+                procs.push(start(names[next % names.len()], &server, &config));
                 next += 1;
             }
         }

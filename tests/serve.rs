@@ -5,13 +5,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::process::Stdio;
 use std::time::Duration;
 
 use fleet::testing::RedisServer;
 use support::*;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStderr};
 
 fn yaml(server: &RedisServer, slots: &[&str]) -> String {
     let slots: String = slots
@@ -70,57 +67,6 @@ fn get(port: u16, path: &str) -> (u16, String) {
     (status, body)
 }
 
-struct Serve {
-    child: Child,
-    lines: Lines<BufReader<ChildStderr>>,
-}
-
-impl Serve {
-    fn start(server: &RedisServer, config: &std::path::Path, port: u16) -> Serve {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .args(["--redis", &server.url(), "serve", "--config"])
-            .arg(config)
-            .args([
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-                "--interval",
-                "100ms",
-            ])
-            .args(["--blind-grace", "0s", "--lease", "1s"])
-            .env("FLEET_LOG", "info")
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        Serve { child, lines }
-    }
-
-    /// Reads the log until a line contains every one of `words`.
-    async fn log(&mut self, words: &[&str]) -> String {
-        bounded(&format!("a log line with {words:?}"), async {
-            while let Some(line) = self.lines.next_line().await.unwrap() {
-                if words.iter().all(|w| line.contains(w)) {
-                    return line;
-                }
-            }
-            panic!("fleet serve ended before logging {words:?}");
-        })
-        .await
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().unwrap().to_string();
-        assert!(
-            std::process::Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-}
-
 #[test]
 fn an_invalid_config_exits_2_listing_every_problem() {
     let server = server();
@@ -159,7 +105,18 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     let path = dir.path().join("fleet.yaml");
     std::fs::write(&path, yaml(&server, &["bench-01", "bench-02"])).unwrap();
     let port = free_port();
-    let mut serve = Serve::start(&server, &path, port);
+    let addr = format!("127.0.0.1:{port}");
+    let args = [
+        "--metrics-addr",
+        &addr,
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+    ];
+    let mut serve = Serve::start("serve", &server, &path, &args);
     serve.log(&["fleet serve started"]).await;
 
     let o = fleet(&server, &["claim", "bench-01"]);

@@ -357,7 +357,8 @@ where
         grace: Duration,
         shutdown: CancellationToken,
     ) {
-        self.metrics.leader.set(0);
+        // Without a lease there is no one else: this controller acts from the start.
+        self.metrics.leader.set(i64::from(self.lease.is_none()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -387,35 +388,16 @@ where
                     "releasing the lease failed; it lapses on its own"
                 ),
             }
-            self.metrics.leader.set(0);
         }
+        self.metrics.leader.set(0);
         self.finish(grace).await;
     }
 
     /// Runs passes every `interval`, and at once when an operation ends, until `shutdown`; then
-    /// waits up to `grace` for the operations in flight.
-    pub async fn run(mut self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
-        self.metrics.leader.set(1);
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-                Some((slot, done)) = self.done_rx.recv() => {
-                    self.running.remove(&slot);
-                    self.finished.insert(slot, done);
-                }
-            }
-            if let Err(e) = self.pass().await {
-                warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
-                    "controller pass failed; retrying"
-                );
-            }
-        }
-        self.metrics.leader.set(0);
-        self.finish(grace).await;
+    /// waits up to `grace` for the operations in flight. Without a lease this controller is the
+    /// only one and always acts; with one, it acts while it leads (`run_leading`).
+    pub async fn run(self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
+        self.run_leading(interval, grace, shutdown).await;
     }
 
     async fn finish(&mut self, grace: Duration) {

@@ -55,3 +55,65 @@ pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
         .await
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
+
+/// A `fleet serve` process, its log lines read as they come.
+pub struct Serve {
+    pub name: &'static str,
+    pub child: tokio::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Serve {
+    /// Starts `fleet serve` on `server` with `config` and the extra `args` (its log at INFO).
+    pub fn start(
+        name: &'static str,
+        server: &RedisServer,
+        config: &std::path::Path,
+        args: &[&str],
+    ) -> Serve {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(["--redis", &server.url(), "serve", "--config"])
+            .arg(config)
+            .args(args)
+            .env("FLEET_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting fleet serve");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        let mut reader = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = reader.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        Serve { name, child, lines }
+    }
+
+    /// Reads the log until a line contains every one of `words`.
+    pub async fn log(&mut self, words: &[&str]) -> String {
+        let name = self.name;
+        bounded(&format!("{name} to log {words:?}"), async {
+            while let Some(line) = self.lines.recv().await {
+                if words.iter().all(|w| line.contains(w)) {
+                    return line;
+                }
+            }
+            panic!("{name} ended before logging {words:?}");
+        })
+        .await
+    }
+
+    /// Sends a signal (`-TERM`, `-STOP`, ...) to the process.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .expect("kill")
+                .success()
+        );
+    }
+}
