@@ -5,6 +5,8 @@
 //! tonic-prost-build; no system protoc) and never leave this folder: the rest of fleet speaks
 //! domain types, and the conversions live here.
 
+pub mod service;
+
 /// The generated wire types, client and server of `clusterautoscaler.cloudprovider.v1.externalgrpc`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod wire {
