@@ -566,18 +566,7 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
     )
     .with_nodes(nodes.clone());
     let store = ClaimStore::new(conn(&server).await, Keys::default());
-    let seed = store.seed(&group(), &name("bench-01")).await.unwrap();
-    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
-    let c = Claim::new(
-        ClaimName::parse("bench-01-1").unwrap(),
-        name("bench-01"),
-        group(),
-        None,
-        chrono::DateTime::from_timestamp(secs, 0).unwrap(),
-        &fleet::domain::claim::Timings::default(),
-        None,
-    );
-    store.create(&c, &seed).await.unwrap();
+    request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
     let phase = |store: ClaimStore<MultiplexedConnection>| async move {
         store
             .read_groups(&[group()])
@@ -650,18 +639,7 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
         }
     };
     let store = ClaimStore::new(conn(&server).await, Keys::default());
-    let seed = store.seed(&group(), &name("bench-01")).await.unwrap();
-    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
-    let c = Claim::new(
-        ClaimName::parse("bench-01-1").unwrap(),
-        name("bench-01"),
-        group(),
-        None,
-        chrono::DateTime::from_timestamp(secs, 0).unwrap(),
-        &fleet::domain::claim::Timings::default(),
-        None,
-    );
-    store.create(&c, &seed).await.unwrap();
+    request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
     let mut first = make(cfg.clone()).await;
     assert_eq!(first.pass().await.unwrap().started.len(), 1);
     drop(first); // the controller is gone; its operation is recorded on the claim as running

@@ -123,19 +123,7 @@ impl World {
     }
 
     async fn claim(&self, slot: &str) {
-        let store = self.store().await;
-        let seed = store.seed(&group(), &name(slot)).await.unwrap();
-        let now = store.now().await.unwrap();
-        let c = Claim::new(
-            ClaimName::parse(&format!("{slot}-1")).unwrap(),
-            name(slot),
-            group(),
-            seed.last.as_ref(),
-            now,
-            &Default::default(),
-            None,
-        );
-        store.create(&c, &seed).await.unwrap();
+        request_claim(&self.server, "pool-a", slot, &format!("{slot}-1")).await;
     }
 
     async fn state(&self, slot: &str) -> State {

@@ -35,9 +35,7 @@ impl Args {
         claims.sort_by_key(|c| (c.requested_at, c.name.clone()));
         let rows: Vec<_> = claims.iter().map(|c| claim_row(c)).collect();
         if self.format == ClaimsFormat::Json {
-            serde_json::to_writer_pretty(&mut *out, &rows).map_err(|e| Error::Runtime(e.into()))?;
-            writeln!(out)?;
-            return Ok(());
+            return Ok(super::output::json(out, &rows)?);
         }
         let wide = self.format == ClaimsFormat::Wide;
         let cells: Vec<Vec<String>> = rows

@@ -64,9 +64,7 @@ impl Args {
             timeline,
         };
         if self.format == ViewFormat::Json {
-            serde_json::to_writer_pretty(&mut *out, &d).map_err(|e| Error::Runtime(e.into()))?;
-            writeln!(out)?;
-            return Ok(());
+            return Ok(super::output::json(out, &d)?);
         }
         let s = &d.slot;
         writeln!(out, "Slot:        {} (group {})", s.name, s.group)?;

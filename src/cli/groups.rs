@@ -17,9 +17,7 @@ impl Args {
         let world = World::read(ctx).await?;
         let rows = group_rows(&world);
         if self.format == ViewFormat::Json {
-            serde_json::to_writer_pretty(&mut *out, &rows).map_err(|e| Error::Runtime(e.into()))?;
-            writeln!(out)?;
-            return Ok(());
+            return Ok(super::output::json(out, &rows)?);
         }
         let cells: Vec<Vec<String>> = rows
             .iter()

@@ -123,6 +123,12 @@ fn table(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `value` as pretty JSON and a newline: the `-o json` of every view.
+pub fn json<T: serde::Serialize + ?Sized>(out: &mut dyn Write, value: &T) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)
+}
+
 /// Writes an aligned table: a header line and one line per row.
 pub fn grid(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();

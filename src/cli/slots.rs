@@ -31,9 +31,7 @@ impl Args {
             .filter(|r| self.group.as_ref().is_none_or(|g| r.group == g.as_str()))
             .collect();
         if self.format == ViewFormat::Json {
-            serde_json::to_writer_pretty(&mut *out, &rows).map_err(|e| Error::Runtime(e.into()))?;
-            writeln!(out)?;
-            return Ok(());
+            return Ok(super::output::json(out, &rows)?);
         }
         let cells: Vec<Vec<String>> = rows
             .iter()

@@ -117,3 +117,32 @@ impl Serve {
         );
     }
 }
+
+/// Asks for a machine on `slot` of `group` as a request would: a pending claim named `claim`,
+/// its attempt seeded from the slot's digest, requested at the server's time, default timings.
+pub async fn request_claim(
+    server: &RedisServer,
+    group: &str,
+    slot: &str,
+    claim: &str,
+) -> fleet::domain::claim::Claim {
+    use fleet::store::claims::{ClaimStore, Created};
+    let store = ClaimStore::new(conn(server).await, fleet::store::keys::Keys::default());
+    let group = fleet::domain::name::GroupName::parse(group).expect("valid group");
+    let seed = store.seed(&group, &name(slot)).await.expect("seed");
+    let now = store.now().await.expect("TIME");
+    let c = fleet::domain::claim::Claim::new(
+        fleet::domain::name::ClaimName::parse(claim).expect("valid claim name"),
+        name(slot),
+        group,
+        seed.last.as_ref(),
+        now,
+        &Default::default(),
+        None,
+    );
+    assert_eq!(
+        store.create(&c, &seed).await.expect("create"),
+        Created::Created
+    );
+    c
+}
