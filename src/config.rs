@@ -26,9 +26,6 @@ use crate::domain::node::Taint;
 /// agent is up on it.
 pub const DEFAULT_READINESS_TAINT: &str = "node.cilium.io/agent-not-ready:NoExecute";
 
-/// How long a slot whose attempts are spent rests before it is tried again, when unset.
-pub const DEFAULT_FAILED_SLOT_COOLDOWN: Duration = Duration::from_secs(30 * 60);
-
 /// The longest duration the file accepts. No timing of fleet is meant to be longer than a year;
 /// the cap also keeps sums such as the attempt budget and the deadlines far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -77,11 +74,28 @@ pub struct Group {
     /// Every unset field takes `Timings::default()`, except `machine_gone_grace`, which takes the
     /// attempt budget of these timings (one boot window).
     pub timings: Timings,
-    pub failed_slot_cooldown: Duration,
     /// What a node of this group looks like before one exists (for scale-up from zero).
     pub template: Option<Template>,
-    /// Opt-in for the group's autoscaling options over gRPC.
-    pub autoscaling_options: bool,
+    /// Opt-in for the group's autoscaling options over gRPC (NodeGroupGetOptions): `None`
+    /// answers UNIMPLEMENTED so cluster-autoscaler's flags rule.
+    pub autoscaling_options: Option<AutoscalingOptions>,
+}
+
+/// The options a group overrides when cluster-autoscaler asks for them; every unset one echoes
+/// cluster-autoscaler's own default. The group's `max_node_provision_time` is the provision
+/// time it sets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutoscalingOptions {
+    /// From 0 to 1.
+    pub scale_down_utilization_threshold: Option<f64>,
+    /// From 0 to 1.
+    pub scale_down_gpu_utilization_threshold: Option<f64>,
+    pub scale_down_unneeded_time: Option<Duration>,
+    pub scale_down_unready_time: Option<Duration>,
+    /// Only cluster-autoscaler versions that read field 11 use it (SPEC §6.3).
+    pub max_node_startup_time: Option<Duration>,
+    pub zero_or_max_node_scaling: Option<bool>,
+    pub ignore_daemonsets_utilization: Option<bool>,
 }
 
 /// A command fleet runs to power a slot's machine on (startup) or off (shutdown).
@@ -385,8 +399,48 @@ struct RawGroup {
     timings: Option<RawTimings>,
     #[serde(default)]
     template: Option<RawTemplate>,
+    #[serde(default, deserialize_with = "raw_options")]
+    autoscaling_options: Option<RawOptions>,
+}
+
+/// `autoscaling_options: true` (echo cluster-autoscaler's defaults), `false`, or the overrides.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawOptions {
+    On(bool),
+    Set(RawOptionValues),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOptionValues {
     #[serde(default)]
-    autoscaling_options: bool,
+    scale_down_utilization_threshold: Option<f64>,
+    #[serde(default)]
+    scale_down_gpu_utilization_threshold: Option<f64>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    scale_down_unneeded_time: Option<Checked<Duration>>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    scale_down_unready_time: Option<Checked<Duration>>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    max_node_startup_time: Option<Checked<Duration>>,
+    #[serde(default)]
+    zero_or_max_node_scaling: Option<bool>,
+    #[serde(default)]
+    ignore_daemonsets_utilization: Option<bool>,
+}
+
+/// The untagged enum's own error names no field; this one says what is accepted.
+fn raw_options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawOptions>, D::Error> {
+    Option::<RawOptions>::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(
+            "autoscaling_options is true, false, or a mapping of overrides among \
+             scale_down_utilization_threshold, scale_down_gpu_utilization_threshold (0 to 1), \
+             scale_down_unneeded_time, scale_down_unready_time, max_node_startup_time \
+             (durations like 10m), zero_or_max_node_scaling and \
+             ignore_daemonsets_utilization (true or false)",
+        )
+    })
 }
 
 #[derive(Deserialize)]
@@ -762,8 +816,7 @@ fn group(
         Some(list) => taints(list, &format!("{place}.readiness_taints"), problems),
     };
 
-    let (timings, failed_slot_cooldown) =
-        timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
+    let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
     let startup = operation(
         &raw.startup,
         timings.job_timeout,
@@ -774,6 +827,11 @@ fn group(
         &raw.shutdown,
         timings.job_timeout,
         &format!("{place}.shutdown"),
+        problems,
+    );
+    let options = autoscaling_options(
+        raw.autoscaling_options.as_ref(),
+        &format!("{place}.autoscaling_options"),
         problems,
     );
     let template = match &raw.template {
@@ -790,10 +848,60 @@ fn group(
         startup: startup?,
         shutdown: shutdown?,
         timings,
-        failed_slot_cooldown,
         template: template?,
-        autoscaling_options: raw.autoscaling_options,
+        autoscaling_options: options?,
     })
+}
+
+/// The group's opt-in and overrides; `Some(None)` when it does not opt in, `None` when a value
+/// is a problem.
+fn autoscaling_options(
+    raw: Option<&RawOptions>,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<Option<AutoscalingOptions>> {
+    let values = match raw {
+        None | Some(RawOptions::On(false)) => return Some(None),
+        Some(RawOptions::On(true)) => return Some(Some(AutoscalingOptions::default())),
+        Some(RawOptions::Set(values)) => values,
+    };
+    let before = problems.len();
+    let ratio = |value: Option<f64>, name: &str, problems: &mut Problems| {
+        if let Some(v) = value
+            && !(v.is_finite() && (0.0..=1.0).contains(&v))
+        {
+            problems.push(
+                format!("{place}.{name}"),
+                format!("invalid {name} {v}: a number from 0 to 1, like 0.5"),
+            );
+        }
+        value
+    };
+    let options = AutoscalingOptions {
+        scale_down_utilization_threshold: ratio(
+            values.scale_down_utilization_threshold,
+            "scale_down_utilization_threshold",
+            problems,
+        ),
+        scale_down_gpu_utilization_threshold: ratio(
+            values.scale_down_gpu_utilization_threshold,
+            "scale_down_gpu_utilization_threshold",
+            problems,
+        ),
+        scale_down_unneeded_time: values.scale_down_unneeded_time.as_ref().and_then(|v| {
+            duration(v, &format!("{place}.scale_down_unneeded_time"), problems)
+        }),
+        scale_down_unready_time: values.scale_down_unready_time.as_ref().and_then(|v| {
+            duration(v, &format!("{place}.scale_down_unready_time"), problems)
+        }),
+        max_node_startup_time: values
+            .max_node_startup_time
+            .as_ref()
+            .and_then(|v| duration(v, &format!("{place}.max_node_startup_time"), problems)),
+        zero_or_max_node_scaling: values.zero_or_max_node_scaling,
+        ignore_daemonsets_utilization: values.ignore_daemonsets_utilization,
+    };
+    (problems.len() == before).then_some(Some(options))
 }
 
 fn checked<T: Copy>(value: &Checked<T>, place: &str, problems: &mut Problems) -> Option<T> {
@@ -848,10 +956,10 @@ fn taints(list: &[String], place: &str, problems: &mut Problems) -> Option<Vec<T
     parsed.into_iter().collect()
 }
 
-/// The effective timings and the failed-slot cooldown. Always returns values (the defaults where
+/// The effective timings. Always returns values (the defaults where
 /// a field is bad) so that the operations can still be checked against a job timeout; the bad
 /// fields are in `problems`, so the group is not built from them.
-fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> (Timings, Duration) {
+fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> Timings {
     let defaults = RawTimings::default();
     let raw = raw.unwrap_or(&defaults);
     let mut t = Timings::default();
@@ -900,11 +1008,10 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> (T
         "stuck_threshold",
         &mut t.stuck_threshold,
     );
-    let mut cooldown = DEFAULT_FAILED_SLOT_COOLDOWN;
     set(
         &raw.failed_slot_cooldown,
         "failed_slot_cooldown",
-        &mut cooldown,
+        &mut t.failed_slot_cooldown,
     );
     // One boot window of *these* timings, not of the defaults: a group with a longer job
     // timeout boots for longer, and a machine seen off within its boot window is not gone.
@@ -926,7 +1033,7 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> (T
             None => {}
         }
     }
-    (t, cooldown)
+    t
 }
 
 fn operation(

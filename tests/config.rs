@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use fleet::config::{self, Config, ConfigError, Problem};
+use fleet::config::{self, AutoscalingOptions, Config, ConfigError, Problem};
 use fleet::domain::claim::Timings;
 use fleet::domain::name::{BenchName, GroupName};
 use fleet::domain::node::{Effect, Taint};
@@ -162,10 +162,10 @@ fn the_pinned_example_parses_and_every_field_lands_where_it_should() {
             ttl_after_finished: mins(60),
             lock_timeout: mins(5),
             stuck_threshold: mins(15),
+            failed_slot_cooldown: mins(30),
         }
     );
-    assert_eq!(g.failed_slot_cooldown, mins(30));
-    assert!(!g.autoscaling_options);
+    assert_eq!(g.autoscaling_options, None);
 
     let t = g.template.as_ref().unwrap();
     assert_eq!(
@@ -223,10 +223,10 @@ fn a_group_that_sets_only_what_it_must_takes_every_default() {
     );
     assert_eq!(g.timings, Timings::default());
     assert_eq!(g.timings.machine_gone_grace, secs(12 * 60 + 10));
-    assert_eq!(g.failed_slot_cooldown, mins(30));
+    assert_eq!(g.timings.failed_slot_cooldown, mins(30));
     assert_eq!((g.startup.timeout, g.shutdown.timeout), (mins(5), mins(5)));
     assert_eq!((g.startup.dir.as_ref(), g.template.as_ref()), (None, None));
-    assert!(!g.autoscaling_options);
+    assert_eq!(g.autoscaling_options, None);
     let slot = &config.slots[&bench("bench-02")];
     assert_eq!(slot.provider_id, "fleet://bench-02");
     assert_eq!(slot.kubernetes_node, None);
@@ -308,9 +308,9 @@ fn every_timing_and_the_cooldown_can_be_set() {
             ttl_after_finished: mins(600),
             lock_timeout: secs(11),
             stuck_threshold: mins(12),
+            failed_slot_cooldown: Duration::from_millis(1500),
         }
     );
-    assert_eq!(g.failed_slot_cooldown, Duration::from_millis(1500));
 }
 
 #[test]
@@ -329,7 +329,7 @@ fn the_built_in_example_parses_into_two_groups_with_their_slots() {
 
     let pool_b = config.group(&b).unwrap();
     assert!(pool_b.readiness_taints.is_empty());
-    assert!(pool_b.autoscaling_options);
+    assert_eq!(pool_b.autoscaling_options, Some(AutoscalingOptions::default()));
     assert_eq!(pool_b.startup.timeout, mins(10));
     assert_eq!(pool_b.shutdown.timeout, mins(2));
     let template = pool_b.template.as_ref().unwrap();
@@ -561,6 +561,18 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             with_template("power: { watts: 350, price_per_kwh: -0.1 }"),
             format!("{g}.template.power.price_per_kwh"),
             "a finite number, zero or more",
+        ),
+        (
+            "a utilization threshold above one",
+            edit(SIZES, &format!("{SIZES}    autoscaling_options: {{ scale_down_utilization_threshold: 1.5 }}\n")),
+            format!("{g}.autoscaling_options.scale_down_utilization_threshold"),
+            "a number from 0 to 1, like 0.5",
+        ),
+        (
+            "an option duration in words",
+            edit(SIZES, &format!("{SIZES}    autoscaling_options: {{ scale_down_unneeded_time: soon }}\n")),
+            format!("{g}.autoscaling_options.scale_down_unneeded_time"),
+            "invalid duration \"soon\"",
         ),
         (
             "an empty command",
@@ -985,4 +997,36 @@ slots:
         .unwrap();
     assert_eq!((g.min_size, g.max_size, config.slots.len()), (0, 4, 1));
     assert_eq!(g.timings.machine_gone_grace, Duration::from_secs(730));
+}
+
+#[test]
+fn a_group_opts_in_to_autoscaling_options_with_true_or_with_its_overrides() {
+    let g = &ok(&BASE.replace(
+        "    max_size: 2\n",
+        "    max_size: 2\n    autoscaling_options: { scale_down_unneeded_time: 5m, scale_down_gpu_utilization_threshold: 0.25, zero_or_max_node_scaling: true }\n",
+    ))
+    .groups[&GroupName::parse("pool-a").unwrap()];
+    assert_eq!(
+        g.autoscaling_options,
+        Some(AutoscalingOptions {
+            scale_down_unneeded_time: Some(Duration::from_secs(300)),
+            scale_down_gpu_utilization_threshold: Some(0.25),
+            zero_or_max_node_scaling: Some(true),
+            ..AutoscalingOptions::default()
+        })
+    );
+    let off = &ok(&BASE.replace("    max_size: 2\n", "    max_size: 2\n    autoscaling_options: false\n"))
+        .groups[&GroupName::parse("pool-a").unwrap()];
+    assert_eq!(off.autoscaling_options, None);
+    // A key it does not know is refused with the list of those it does.
+    let e = parse(&BASE.replace(
+        "    max_size: 2\n",
+        "    max_size: 2\n    autoscaling_options: { scale_down_unneded_time: 5m }\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("autoscaling_options is true, false, or a mapping of overrides among"),
+        "{e}"
+    );
 }

@@ -226,6 +226,15 @@ pub struct Timings {
     pub lock_timeout: Duration,
     /// How long an operation may be in flight before it is force-cleaned.
     pub stuck_threshold: Duration,
+    /// How long after a slot's last failure its failure streak stops counting (SPEC §3.5): the
+    /// way back for a slot that spent its attempts.
+    #[serde(default = "default_failed_slot_cooldown")]
+    pub failed_slot_cooldown: Duration,
+}
+
+/// The failed-slot cooldown of the timings a catalog written before it existed carries.
+fn default_failed_slot_cooldown() -> Duration {
+    Timings::default().failed_slot_cooldown
 }
 
 impl Default for Timings {
@@ -243,6 +252,7 @@ impl Default for Timings {
             ttl_after_finished: Duration::from_secs(60 * 60),
             lock_timeout: Duration::from_secs(5 * 60),
             stuck_threshold: Duration::from_secs(15 * 60),
+            failed_slot_cooldown: Duration::from_secs(30 * 60),
         };
         // One boot window, the same horizon as the deadline.
         t.machine_gone_grace = t.attempt_budget();
@@ -427,7 +437,7 @@ impl Claim {
             group,
             phase: Phase::Pending,
             reason: None,
-            attempt: seed_attempt(last),
+            attempt: seed_attempt(last, requested_at, timings),
             shutdown_attempts: 0,
             last_shutdown_attempt_at: None,
             marked_for_deletion: None,
@@ -652,6 +662,7 @@ impl Claim {
             deadline_at: self.deadline_at,
             finished_at: self.finished_at,
             reached_ready: self.condition(ConditionKind::Ready).is_some(),
+            streak_reset_at: None,
         }
     }
 }
@@ -744,17 +755,56 @@ pub struct LastClaim {
     pub finished_at: Option<DateTime<Utc>>,
     /// Whether the claim ever reached ready (an episode that produced a machine).
     pub reached_ready: bool,
+    /// When an operator reset the slot's failure streak (`fleet reset-attempts`); the next
+    /// claim's digest replaces this one, so a reset is spent by the claim it lets through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streak_reset_at: Option<DateTime<Utc>>,
 }
 
-/// The attempt number of a new claim on a slot (SPEC §3.5): 1 on a fresh slot and after an
-/// episode that produced a machine (it reached ready, or ended completed); +1 while the slot
-/// keeps failing.
-pub fn seed_attempt(last: Option<&LastClaim>) -> u32 {
-    match last {
-        None => 1,
-        Some(l) if l.reached_ready || l.phase == Phase::Completed => 1,
-        Some(l) => l.attempt.saturating_add(1),
+impl LastClaim {
+    /// The same digest with its failure streak reset by an operator at `now`.
+    pub fn reset_streak(&self, now: DateTime<Utc>) -> Self {
+        LastClaim {
+            streak_reset_at: Some(now),
+            ..self.clone()
+        }
     }
+}
+
+/// The slot's failure streak at `now` (SPEC §3.5): how many consecutive attempts failed and still
+/// count. It is 0 on a fresh slot, after an episode that produced a machine (the claim reached
+/// ready, or ended completed), after an operator's reset, and once `failed_slot_cooldown` has
+/// passed since the last failure; otherwise it is the last claim's attempt.
+pub fn failure_streak(last: Option<&LastClaim>, now: DateTime<Utc>, timings: &Timings) -> u32 {
+    match last {
+        None => 0,
+        Some(l) if l.reached_ready || l.phase == Phase::Completed => 0,
+        Some(l) if l.streak_reset_at.is_some() => 0,
+        Some(l)
+            if l.phase == Phase::Failed
+                && now
+                    >= add(
+                        l.finished_at.unwrap_or(l.requested_at),
+                        timings.failed_slot_cooldown,
+                    ) =>
+        {
+            0
+        }
+        Some(l) => l.attempt,
+    }
+}
+
+/// Whether the slot spent its attempts (SPEC §3.5): its failure streak reached the bound, so it
+/// is offered to no request until the streak is reset.
+pub fn streak_spent(last: Option<&LastClaim>, now: DateTime<Utc>, timings: &Timings) -> bool {
+    failure_streak(last, now, timings) >= timings.max_attempts
+}
+
+/// The attempt number of a new claim on a slot (SPEC §3.5): one more than the failure streak,
+/// so 1 on a fresh slot, after a machine was produced, after a reset or a cooldown, and +1 while
+/// the slot keeps failing.
+pub fn seed_attempt(last: Option<&LastClaim>, now: DateTime<Utc>, timings: &Timings) -> u32 {
+    failure_streak(last, now, timings).saturating_add(1)
 }
 
 /// What the claim controller observes of one claim's world.

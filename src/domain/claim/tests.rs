@@ -253,26 +253,26 @@ fn attempts_are_seeded_once_from_the_slots_last_claim() {
         deadline_at: None,
         finished_at: None,
         reached_ready,
+        streak_reset_at: None,
     };
-    assert_eq!(seed_attempt(None), 1);
-    assert_eq!(seed_attempt(Some(&last(Phase::Failed, 1, false))), 2);
-    assert_eq!(seed_attempt(Some(&last(Phase::Failed, 2, false))), 3);
+    let tm = Timings::default();
+    let seed = |l: Option<&LastClaim>| seed_attempt(l, t(0), &tm);
+    assert_eq!(seed(None), 1);
+    assert_eq!(seed(Some(&last(Phase::Failed, 1, false))), 2);
+    assert_eq!(seed(Some(&last(Phase::Failed, 2, false))), 3);
     assert_eq!(
-        seed_attempt(Some(&last(Phase::Failed, 3, false))),
+        seed(Some(&last(Phase::Failed, 3, false))),
         4,
         "past the bound: failed before buying"
     );
-    assert_eq!(seed_attempt(Some(&last(Phase::Completed, 2, false))), 1);
-    assert_eq!(seed_attempt(Some(&last(Phase::Completed, 2, true))), 1);
+    assert_eq!(seed(Some(&last(Phase::Completed, 2, false))), 1);
+    assert_eq!(seed(Some(&last(Phase::Completed, 2, true))), 1);
     assert_eq!(
-        seed_attempt(Some(&last(Phase::Failed, 2, true))),
+        seed(Some(&last(Phase::Failed, 2, true))),
         1,
         "a machine was produced"
     );
-    assert_eq!(
-        seed_attempt(Some(&last(Phase::Failed, u32::MAX, false))),
-        u32::MAX
-    );
+    assert_eq!(seed(Some(&last(Phase::Failed, u32::MAX, false))), u32::MAX);
     // Nothing rewrites the attempt after the seed.
     let c = claim_with(Some(last(Phase::Failed, 2, false)), 0);
     let ready = c
@@ -741,3 +741,42 @@ fn phases_have_their_names() {
 }
 
 mod model;
+
+#[test]
+fn a_failure_streak_ends_after_the_cooldown_or_an_operators_reset() {
+    let tm = Timings::default(); // cooldown 30m, bound 3
+    let cooldown = tm.failed_slot_cooldown.as_secs() as i64;
+    let failed = |attempt, finished| LastClaim {
+        name: ClaimName::parse("x").unwrap(),
+        phase: Phase::Failed,
+        attempt,
+        group: GroupName::parse("g").unwrap(),
+        reason: Some(Reason::DeadlineExceeded),
+        requested_at: t(0),
+        deadline_at: None,
+        finished_at: finished,
+        reached_ready: false,
+        streak_reset_at: None,
+    };
+    let spent = failed(3, Some(t(100)));
+    // Within the cooldown the slot is spent and a claim on it would be attempt 4.
+    assert_eq!(failure_streak(Some(&spent), t(100 + cooldown - 1), &tm), 3);
+    assert!(streak_spent(Some(&spent), t(100 + cooldown - 1), &tm));
+    assert_eq!(seed_attempt(Some(&spent), t(100 + cooldown - 1), &tm), 4);
+    // From the cooldown's end (measured from the failure, not the request) it starts afresh.
+    assert_eq!(failure_streak(Some(&spent), t(100 + cooldown), &tm), 0);
+    assert!(!streak_spent(Some(&spent), t(100 + cooldown), &tm));
+    assert_eq!(seed_attempt(Some(&spent), t(100 + cooldown), &tm), 1);
+    // A digest without a finish time counts from its request.
+    assert_eq!(failure_streak(Some(&failed(3, None)), t(cooldown), &tm), 0);
+    assert_eq!(failure_streak(Some(&failed(3, None)), t(cooldown - 1), &tm), 3);
+    // An operator's reset ends it at once, and keeps everything else of the digest.
+    let reset = spent.reset_streak(t(200));
+    assert_eq!(reset.attempt, 3);
+    assert_eq!(reset.streak_reset_at, Some(t(200)));
+    assert_eq!(failure_streak(Some(&reset), t(201), &tm), 0);
+    assert_eq!(seed_attempt(Some(&reset), t(201), &tm), 1);
+    // A streak short of the bound is not spent.
+    assert!(!streak_spent(Some(&failed(2, Some(t(100)))), t(101), &tm));
+    assert!(!streak_spent(None, t(0), &tm));
+}
