@@ -310,6 +310,21 @@ impl Config {
     pub fn slot_by_provider_id(&self, id: &str) -> Option<&Slot> {
         self.slots.values().find(|s| s.provider_id == id)
     }
+
+    /// The slot a Kubernetes node is (cluster-autoscaler's rule): by provider ID, and by name
+    /// (the slot's Kubernetes node name, or the slot's own) only when the provider ID is empty.
+    pub fn slot_for_node(&self, provider_id: &str, name: &str) -> Option<&Slot> {
+        if !provider_id.is_empty() {
+            return self.slot_by_provider_id(provider_id);
+        }
+        if name.is_empty() {
+            return None;
+        }
+        self.slots
+            .values()
+            .find(|s| s.kubernetes_node.as_deref() == Some(name))
+            .or_else(|| BenchName::parse(name).ok().and_then(|n| self.slots.get(&n)))
+    }
 }
 
 /// A valid configuration: two groups and their slots. Its text documents the format.

@@ -18,7 +18,9 @@ pub mod hold;
 pub mod live;
 pub mod output;
 pub mod release;
+pub mod autoscaler;
 pub mod reset;
+pub mod reset_attempts;
 pub mod serve;
 pub mod slots;
 pub mod state;
@@ -106,6 +108,10 @@ pub enum Command {
     Cancel(cancel::Args),
     /// Reset a claim's shutdown attempts, so the shutdown fires on the next pass.
     ResetShutdownAttempts(reset::Args),
+    /// Reset a slot's failure streak, so a slot that spent its attempts is offered again.
+    ResetAttempts(reset_attempts::Args),
+    /// Call the cluster-autoscaler provider over gRPC, exactly as cluster-autoscaler does.
+    Autoscaler(autoscaler::Args),
 }
 
 /// Output of the views.
@@ -215,6 +221,8 @@ impl Command {
             Command::Claim(args) => args.run(ctx, out).await,
             Command::Cancel(args) => args.run(ctx, out).await,
             Command::ResetShutdownAttempts(args) => args.run(ctx, out).await,
+            Command::ResetAttempts(args) => args.run(ctx, out).await,
+            Command::Autoscaler(args) => args.run(out).await,
         }
     }
 }

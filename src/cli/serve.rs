@@ -17,6 +17,8 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError};
 use crate::lifecycle::Exec;
+use crate::provider::server::{TlsError, TlsFiles};
+use crate::provider::{self, service::Provider};
 use crate::reconcile::metrics::{self, Health, Metrics};
 use crate::reconcile::{Controller, Faults};
 use crate::store::catalog::Catalog;
@@ -55,6 +57,18 @@ pub struct Args {
     /// blind (and at least two).
     #[arg(long, env = "FLEET_VANISH_RATIO", default_value_t = 0.5, value_parser = ratio)]
     pub vanish_ratio: f64,
+    /// Where to serve cluster-autoscaler's externalgrpc provider.
+    #[arg(long, env = "FLEET_GRPC_ADDR", default_value = "127.0.0.1:8086")]
+    pub grpc_addr: SocketAddr,
+    /// The provider's TLS certificate (PEM); with --tls-key, the provider speaks TLS.
+    #[arg(long, env = "FLEET_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "FLEET_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs the clients' certificates (PEM): every client must present one (mTLS).
+    #[arg(long, env = "FLEET_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 fn ratio(text: &str) -> Result<f64, String> {
@@ -117,6 +131,28 @@ fn config_error(e: ConfigError) -> Error {
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let config = config::load(&self.config).map_err(config_error)?;
+        let tls_files = TlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        let tls = tls_files.load().map_err(|e| match e {
+            TlsError::Read { .. } => Error::Runtime(e.into()),
+            _ => Error::Usage(e.into()),
+        })?;
+        let transport = match (&tls, &self.tls_client_ca) {
+            (None, _) => "plaintext",
+            (Some(_), None) => "TLS",
+            (Some(_), Some(_)) => "mutual TLS",
+        };
+        let grpc = tokio::net::TcpListener::bind(self.grpc_addr)
+            .await
+            .map_err(|e| {
+                Error::Runtime(anyhow::Error::new(e).context(format!(
+                    "listening on {} for cluster-autoscaler (--grpc-addr)",
+                    self.grpc_addr
+                )))
+            })?;
         let listener = tokio::net::TcpListener::bind(self.metrics_addr)
             .await
             .map_err(|e| {
@@ -137,7 +173,9 @@ impl Args {
             groups = config.groups.len(),
             slots = config.slots.len(),
             redis = %ctx.endpoint.redacted(),
-            metrics = %self.metrics_addr,
+            metrics = %listener.local_addr().map_or(self.metrics_addr, |a| a),
+            grpc = %grpc.local_addr().map_or(self.grpc_addr, |a| a),
+            transport,
             "fleet serve started"
         );
         let (tx, rx) = watch::channel(Arc::new(config));
@@ -159,6 +197,21 @@ impl Args {
             ctx.keys.clone(),
             shutdown.clone(),
         ));
+        let provider = Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
+            .with_leadership(health.leadership())
+            .with_metrics(metrics.clone());
+        let grpc_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) =
+                provider::server::serve(grpc, tls, Arc::new(provider), grpc_shutdown.clone()).await
+            {
+                error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "the cluster-autoscaler provider stopped; stopping fleet serve"
+                );
+                grpc_shutdown.cancel();
+            }
+        });
         let holder = self
             .holder
             .clone()

@@ -17,6 +17,17 @@ pub enum Effect {
     NoExecute,
 }
 
+impl Effect {
+    /// The name Kubernetes gives the effect.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::NoSchedule => "NoSchedule",
+            Effect::PreferNoSchedule => "PreferNoSchedule",
+            Effect::NoExecute => "NoExecute",
+        }
+    }
+}
+
 /// A Kubernetes taint, written `key[=value]:Effect`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Taint {

@@ -6,6 +6,9 @@
 //! domain types, and the conversions live here.
 
 pub mod service;
+pub mod template;
+pub mod convert;
+pub mod server;
 
 /// The generated wire types, client and server of `clusterautoscaler.cloudprovider.v1.externalgrpc`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -1,37 +1,74 @@
-//! The provider's service: cluster-autoscaler's calls answered from the claims (SPEC §6.2).
+//! The provider's service: cluster-autoscaler's calls answered from the claims (SPEC §6.3).
 //!
-//! Every answer is computed from the store's claims and the configuration; nothing is cached
-//! across calls, so `Refresh` has nothing to do. Changes to a group are serialized by a lock per
-//! group (cluster-autoscaler calls concurrently), and each change is a claim request through the
+//! Every answer is computed from the store's claims and the configuration, read fresh for each
+//! call, so `Refresh` has nothing to do. Changes to a group are serialized by a lock per group
+//! (cluster-autoscaler calls concurrently), and each change is a claim request through the
 //! store's atomic scripts, so min, max and one live claim per slot hold under any concurrency.
-//! Not served by `fleet serve` yet (issue 6 is in progress).
+//!
+//! Only the leader changes anything: a follower answers reads and refuses changes with
+//! UNAVAILABLE, and the leader's writes carry its fencing token, so a deposed leader's provider
+//! is refused by the store like its controller. When Redis cannot be read, reads are answered
+//! from the last snapshot (marked stale in the `fleet-stale-ms` response header) and changes are
+//! refused with UNAVAILABLE; cluster-autoscaler retries on its next loop.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tokio::sync::watch;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
+use tracing::{info, warn};
 
 use crate::config::{Config, Group};
-use crate::domain::claim::{Claim, Phase, Reason};
+use crate::domain::claim::{self, Claim, LastClaim, Phase, Reason};
 use crate::domain::name::{BenchName, GroupName};
+use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::reconcile::requests::{self, RequestError};
 use crate::store::catalog::Catalog;
 use crate::store::claims::{ClaimStore, ClaimStoreError};
 
+use super::convert;
+use super::template;
 use super::wire::cloud_provider_server::CloudProvider;
 use super::wire::*;
 
 /// The annotation cluster-autoscaler puts on the fake nodes it makes for instances that never
 /// registered or failed to be created.
 pub const FAKE_NODE_REASON: &str = "k8s.io/cluster-autoscaler/fake-node-reason";
+/// The response header that marks an answer read from the last snapshot: its age in ms.
+pub const STALE_HEADER: &str = "fleet-stale-ms";
+/// The GPU label when no group's template names one.
+pub const DEFAULT_GPU_LABEL: &str = "fleet.dev/gpu-type";
+/// cluster-autoscaler's error classes (InstanceErrorInfo.instanceErrorClass).
+pub const OUT_OF_RESOURCES: i32 = 1;
+pub const OTHER_ERROR: i32 = 99;
+
+/// A group's claims as last read, for reads while Redis cannot be.
+struct Snapshot {
+    claims: Arc<Vec<Claim>>,
+    at: Instant,
+}
 
 /// The provider over one claim store.
 pub struct Provider<C> {
     config: watch::Receiver<Arc<Config>>,
     store: ClaimStore<C>,
+    /// The leader's fencing token while this process leads; `None` when the provider acts alone
+    /// (no lease: it always leads, unfenced).
+    leadership: Option<watch::Receiver<Option<String>>>,
+    metrics: Option<Arc<Metrics>>,
     locks: Mutex<HashMap<GroupName, Arc<tokio::sync::Mutex<()>>>>,
+    snapshots: Mutex<HashMap<GroupName, Snapshot>>,
+}
+
+/// What a DeleteNodes does to one slot.
+enum Removal {
+    /// The claim wants a machine: cancel it (pending) or mark it (booting, ready).
+    Cancel(Claim),
+    /// The slot's latest claim failed: dismiss it so it is no longer reported.
+    Dismiss(Claim),
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
@@ -39,38 +76,145 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         Self {
             config,
             store,
+            leadership: None,
+            metrics: None,
             locks: Mutex::new(HashMap::new()),
+            snapshots: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Changes only while `leadership` holds a token, and with it (SPEC §5.1).
+    pub fn with_leadership(mut self, leadership: watch::Receiver<Option<String>>) -> Self {
+        self.leadership = Some(leadership);
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The group a request names: an empty id is invalid, an unknown one not found.
     fn group(&self, id: &str) -> Result<(Arc<Config>, Group), Status> {
         if id.is_empty() {
-            return Err(Status::invalid_argument("the node group id is empty"));
+            return Err(Status::invalid_argument(
+                "the node group id is empty: name one of the groups NodeGroups lists",
+            ));
         }
         let config = self.config.borrow().clone();
         let name = GroupName::parse(id).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let group = config
-            .group(&name)
-            .cloned()
-            .ok_or_else(|| Status::not_found(format!("no node group {id}")))?;
+        let group = config.group(&name).cloned().ok_or_else(|| {
+            Status::not_found(format!(
+                "no node group {id}: the groups are {}",
+                config
+                    .groups
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
         Ok((config, group))
     }
 
     fn lock(&self, group: &GroupName) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().expect("provider locks");
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(group.clone()).or_default().clone()
     }
 
-    async fn claims(&self, group: &GroupName) -> Result<Vec<Claim>, Status> {
-        Ok(self
+    /// The store a change writes through: the leader's, fenced with its token. A follower
+    /// refuses, so that cluster-autoscaler retries (and reaches the leader once it is back).
+    fn writer(&self) -> Result<ClaimStore<C>, Status> {
+        let Some(leadership) = &self.leadership else {
+            return Ok(self.store.clone());
+        };
+        match leadership.borrow().as_deref() {
+            Some(token) => Ok(self.store.fenced(token)),
+            None => Err(Status::unavailable(
+                "this fleet serve is not the leader: only the leader changes node groups; \
+                 cluster-autoscaler retries on its next loop (point it at the leader, or at a \
+                 service in front of every fleet serve)",
+            )),
+        }
+    }
+
+    /// The group's claims read now; a change needs them fresh.
+    async fn fresh_claims(&self, group: &GroupName) -> Result<Arc<Vec<Claim>>, Status> {
+        let claims: Arc<Vec<Claim>> = Arc::new(
+            self.store
+                .read_groups(std::slice::from_ref(group))
+                .await
+                .map_err(store_status)?
+                .into_iter()
+                .flat_map(|g| g.claims)
+                .collect(),
+        );
+        let mut snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        snapshots.insert(
+            group.clone(),
+            Snapshot {
+                claims: claims.clone(),
+                at: Instant::now(),
+            },
+        );
+        Ok(claims)
+    }
+
+    /// The group's claims for a read: fresh when Redis answers, else the last snapshot and its
+    /// age (SPEC §5.5).
+    async fn read_claims(
+        &self,
+        group: &GroupName,
+    ) -> Result<(Arc<Vec<Claim>>, Option<Duration>), Status> {
+        match self.fresh_claims(group).await {
+            Ok(claims) => Ok((claims, None)),
+            Err(status) => {
+                let snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(s) = snapshots.get(group) else {
+                    return Err(status);
+                };
+                let age = s.at.elapsed();
+                warn!(%group, age_ms = age.as_millis() as u64, error = status.message(), "Redis cannot be read; answering from the last snapshot");
+                if let Some(m) = &self.metrics {
+                    m.provider_stale_answers.inc();
+                }
+                Ok((s.claims.clone(), Some(age)))
+            }
+        }
+    }
+
+    /// The slots of `group` a new claim may take, best first (SPEC §6.3): no live claim, and a
+    /// failure streak short of the bound; the fewest counted failures first, then slot order.
+    async fn free_slots(
+        &self,
+        config: &Config,
+        group: &Group,
+        claims: &[Claim],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<BenchName>, Status> {
+        let slots: Vec<BenchName> = config
+            .slots_of(&group.name)
+            .map(|s| s.name.clone())
+            .filter(|s| !claims.iter().any(|c| &c.slot == s && c.phase.is_live()))
+            .collect();
+        let digests = self
             .store
-            .read_groups(std::slice::from_ref(group))
+            .read_slots(&group.name, &slots)
             .await
-            .map_err(store_status)?
+            .map_err(store_status)?;
+        let mut free: Vec<(u32, BenchName)> = slots
             .into_iter()
-            .flat_map(|g| g.claims)
-            .collect())
+            .zip(digests)
+            .filter_map(|(slot, (_, last))| {
+                let last: Option<&LastClaim> = last.as_ref();
+                if claim::streak_spent(last, now, &group.timings) {
+                    return None;
+                }
+                Some((claim::failure_streak(last, now, &group.timings), slot))
+            })
+            .collect();
+        free.sort();
+        Ok(free.into_iter().map(|(_, slot)| slot).collect())
     }
 
     fn wire_group(group: &Group) -> NodeGroup {
@@ -78,8 +222,316 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             id: group.name.to_string(),
             min_size: i32::try_from(group.min_size).unwrap_or(i32::MAX),
             max_size: i32::try_from(group.max_size).unwrap_or(i32::MAX),
-            debug: format!("fleet group {}", group.name),
+            debug: format!(
+                "fleet group {} (min {}, max {})",
+                group.name, group.min_size, group.max_size
+            ),
         }
+    }
+
+    /// Counts the call and its time by method and status code.
+    fn observed<T>(
+        &self,
+        method: &'static str,
+        started: Instant,
+        result: Result<Response<T>, Status>,
+    ) -> Result<Response<T>, Status> {
+        let code = match &result {
+            Ok(_) => Code::Ok,
+            Err(s) => s.code(),
+        };
+        if let Some(m) = &self.metrics {
+            let labels = CallLabels {
+                method: method.to_owned(),
+                code: format!("{code:?}"),
+            };
+            m.provider_calls.get_or_create(&labels).inc();
+            m.provider_call_seconds
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+        }
+        if let Err(s) = &result
+            && s.code() != Code::Unimplemented
+        {
+            warn!(method, code = ?s.code(), message = s.message(), "provider call refused");
+        }
+        result
+    }
+
+    async fn do_increase(
+        &self,
+        request: NodeGroupIncreaseSizeRequest,
+    ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
+        let (config, group) = self.group(&request.id)?;
+        if request.delta <= 0 {
+            return Err(Status::invalid_argument(format!(
+                "delta {} must be positive: IncreaseSize adds machines",
+                request.delta
+            )));
+        }
+        let writer = self.writer()?;
+        let lock = self.lock(&group.name);
+        let _held = lock.lock().await;
+        let claims = self.fresh_claims(&group.name).await?;
+        let delta = usize::try_from(request.delta).unwrap_or(usize::MAX);
+        let now_target = target(&claims);
+        if now_target.saturating_add(delta) > group.max_size as usize {
+            return Err(Status::out_of_range(format!(
+                "target {now_target} + {delta} is over max size {} of group {}",
+                group.max_size, group.name
+            )));
+        }
+        let now = self.store.now().await.map_err(store_status)?;
+        let free = self.free_slots(&config, &group, &claims, now).await?;
+        if free.len() < delta {
+            return Err(Status::resource_exhausted(format!(
+                "group {} has {} free usable slots, {delta} asked (slots that spent their \
+                 attempts rest for {} or until `fleet reset-attempts SLOT`)",
+                group.name,
+                free.len(),
+                humantime::format_duration(group.timings.failed_slot_cooldown)
+            )));
+        }
+        let catalog = Catalog::of(&config);
+        let catalog_group = catalog
+            .group(&group.name)
+            .ok_or_else(|| Status::internal("the group is missing from its own catalog"))?;
+        let mut made: Vec<Claim> = Vec::new();
+        for slot in free.into_iter().take(delta) {
+            match requests::claim_slot(&writer, catalog_group, &slot, now).await {
+                Ok(c) => made.push(c),
+                Err(e) => {
+                    // All or nothing: the claims this call made are taken back, so a refused
+                    // call leaves the target where it was.
+                    for c in &made {
+                        let _ = requests::cancel(
+                            &writer,
+                            c,
+                            Reason::CancelledByDecreaseTargetSize,
+                            now,
+                            group.timings.ttl_after_finished,
+                        )
+                        .await;
+                    }
+                    return Err(request_status(e));
+                }
+            }
+        }
+        info!(
+            group = %group.name,
+            delta,
+            target = now_target + delta,
+            slots = ?made.iter().map(|c| c.slot.to_string()).collect::<Vec<_>>(),
+            "IncreaseSize: claims created"
+        );
+        Ok(Response::new(NodeGroupIncreaseSizeResponse {}))
+    }
+
+    async fn do_delete(
+        &self,
+        request: NodeGroupDeleteNodesRequest,
+    ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
+        let (config, group) = self.group(&request.id)?;
+        if request.nodes.is_empty() {
+            return Err(Status::invalid_argument(
+                "no nodes to delete: name at least one",
+            ));
+        }
+        // Every node must be one of the group's slots; the whole call is refused otherwise.
+        let mut named: Vec<(BenchName, bool)> = Vec::new();
+        for node in &request.nodes {
+            let Some(slot) = config.slot_for_node(&node.provider_id, &node.name) else {
+                return Err(Status::not_found(format!(
+                    "node {:?} (provider ID {:?}) is not a fleet slot",
+                    node.name, node.provider_id
+                )));
+            };
+            if slot.group != group.name {
+                return Err(Status::invalid_argument(format!(
+                    "node {:?} (provider ID {:?}) is slot {} of group {}, not of group {}",
+                    node.name, node.provider_id, slot.name, slot.group, group.name
+                )));
+            }
+            let fake = node.annotations.contains_key(FAKE_NODE_REASON);
+            match named.iter_mut().find(|(s, _)| s == &slot.name) {
+                // A node named twice is one removal; it is real if either naming is.
+                Some(seen) => seen.1 &= fake,
+                None => named.push((slot.name.clone(), fake)),
+            }
+        }
+        let writer = self.writer()?;
+        let lock = self.lock(&group.name);
+        let _held = lock.lock().await;
+        let claims = self.fresh_claims(&group.name).await?;
+        let mut removals = Vec::new();
+        let mut real = 0usize;
+        for (slot, fake) in &named {
+            if let Some(c) = claims
+                .iter()
+                .find(|c| &c.slot == slot && c.wants_machine())
+            {
+                real += usize::from(!fake);
+                removals.push(Removal::Cancel(c.clone()));
+            } else if let Some(c) = latest(&claims, slot).filter(|c| c.phase == Phase::Failed) {
+                removals.push(Removal::Dismiss(c.clone()));
+            }
+            // Otherwise nothing wants the slot's machine any more: already removed.
+        }
+        let now_target = target(&claims);
+        if real > 0 && now_target.saturating_sub(real) < group.min_size as usize {
+            return Err(Status::failed_precondition(format!(
+                "deleting {real} nodes would take group {} from {now_target} below its min size {}",
+                group.name, group.min_size
+            )));
+        }
+        let now = self.store.now().await.map_err(store_status)?;
+        let ttl = group.timings.ttl_after_finished;
+        for removal in &removals {
+            match removal {
+                Removal::Cancel(c) => {
+                    requests::cancel(&writer, c, Reason::NodeDeleted, now, ttl)
+                        .await
+                        .map(|_| ())
+                }
+                Removal::Dismiss(c) => requests::dismiss_failed(&writer, c, now, ttl).await,
+            }
+            .map_err(request_status)?;
+        }
+        info!(
+            group = %group.name,
+            nodes = ?named.iter().map(|(s, fake)| format!("{s}{}", if *fake { " (fake)" } else { "" })).collect::<Vec<_>>(),
+            target = now_target - removals.iter().filter(|r| matches!(r, Removal::Cancel(_))).count(),
+            "DeleteNodes: claims cancelled"
+        );
+        Ok(Response::new(NodeGroupDeleteNodesResponse {}))
+    }
+
+    async fn do_decrease(
+        &self,
+        request: NodeGroupDecreaseTargetSizeRequest,
+    ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
+        let (_, group) = self.group(&request.id)?;
+        if request.delta >= 0 {
+            return Err(Status::invalid_argument(format!(
+                "delta {} must be negative: DecreaseTargetSize only takes back requests",
+                request.delta
+            )));
+        }
+        let writer = self.writer()?;
+        let lock = self.lock(&group.name);
+        let _held = lock.lock().await;
+        let claims = self.fresh_claims(&group.name).await?;
+        let wanted = usize::try_from(request.delta.unsigned_abs()).unwrap_or(usize::MAX);
+        let now_target = target(&claims);
+        // Only capacity that does not exist yet: pending claims, newest first.
+        let mut pending: Vec<&Claim> = claims
+            .iter()
+            .filter(|c| c.phase == Phase::Pending && c.wants_machine())
+            .collect();
+        if pending.len() < wanted {
+            return Err(Status::failed_precondition(format!(
+                "decreasing group {} by {wanted} would remove machines that exist: only {} \
+                 requests are pending; remove machines with DeleteNodes",
+                group.name,
+                pending.len()
+            )));
+        }
+        if now_target - wanted < group.min_size as usize {
+            return Err(Status::failed_precondition(format!(
+                "decreasing group {} by {wanted} would take it from {now_target} below its min \
+                 size {}",
+                group.name, group.min_size
+            )));
+        }
+        pending.sort_by_key(|c| std::cmp::Reverse(c.requested_at));
+        let now = self.store.now().await.map_err(store_status)?;
+        for c in pending.into_iter().take(wanted) {
+            requests::cancel(
+                &writer,
+                c,
+                Reason::CancelledByDecreaseTargetSize,
+                now,
+                group.timings.ttl_after_finished,
+            )
+            .await
+            .map_err(request_status)?;
+        }
+        info!(group = %group.name, delta = request.delta, target = now_target - wanted, "DecreaseTargetSize: pending claims cancelled");
+        Ok(Response::new(NodeGroupDecreaseTargetSizeResponse {}))
+    }
+
+    async fn do_nodes(
+        &self,
+        request: NodeGroupNodesRequest,
+    ) -> Result<Response<NodeGroupNodesResponse>, Status> {
+        use instance_status::InstanceState;
+        let (config, group) = self.group(&request.id)?;
+        let (claims, stale) = self.read_claims(&group.name).await?;
+        let mut instances = Vec::new();
+        let mut failed = Vec::new();
+        for slot in config.slots_of(&group.name) {
+            let Some(c) = latest(&claims, &slot.name) else {
+                continue;
+            };
+            let state = match (c.phase, c.marked_for_deletion.is_some()) {
+                (Phase::Pending | Phase::Booting | Phase::Ready, true) => {
+                    InstanceState::InstanceDeleting
+                }
+                (Phase::Ready, false) => InstanceState::InstanceRunning,
+                (Phase::Pending | Phase::Booting, false) => InstanceState::InstanceCreating,
+                (Phase::Failed, _) => {
+                    failed.push((instances.len(), c));
+                    InstanceState::InstanceCreating
+                }
+                (Phase::Completed, _) => continue,
+            };
+            instances.push(Instance {
+                id: slot.provider_id.clone(),
+                status: Some(InstanceStatus {
+                    instance_state: state as i32,
+                    error_info: None,
+                }),
+            });
+        }
+        if !failed.is_empty() {
+            // OutOfResources when nothing is left to try: cluster-autoscaler may then prefer
+            // another group. Without Redis, the class cannot be known: Other.
+            let exhausted = match stale {
+                None => {
+                    let now = self.store.now().await.map_err(store_status)?;
+                    self.free_slots(&config, &group, &claims, now)
+                        .await?
+                        .is_empty()
+                }
+                Some(_) => false,
+            };
+            for (i, c) in failed {
+                let reason = c.reason.unwrap_or(Reason::DeadlineExceeded);
+                if let Some(status) = instances[i].status.as_mut() {
+                    status.error_info = Some(InstanceErrorInfo {
+                        error_code: reason.as_str().to_owned(),
+                        error_message: format!(
+                            "claim {} on slot {} failed: {reason} (attempt {} of {}){}",
+                            c.name,
+                            c.slot,
+                            c.attempt,
+                            group.timings.max_attempts,
+                            if exhausted {
+                                "; the group has no free usable slot left"
+                            } else {
+                                ""
+                            }
+                        ),
+                        instance_error_class: if exhausted {
+                            OUT_OF_RESOURCES
+                        } else {
+                            OTHER_ERROR
+                        },
+                    });
+                }
+            }
+        }
+        Ok(answer(NodeGroupNodesResponse { instances }, stale))
     }
 }
 
@@ -88,7 +540,28 @@ fn target(claims: &[Claim]) -> usize {
     claims.iter().filter(|c| c.wants_machine()).count()
 }
 
-/// The one mapping of fleet's errors to gRPC statuses.
+/// The claim that speaks for a slot: its live one, else its newest.
+fn latest<'a>(claims: &'a [Claim], slot: &BenchName) -> Option<&'a Claim> {
+    let of_slot = || claims.iter().filter(move |c| &c.slot == slot);
+    of_slot()
+        .filter(|c| c.phase.is_live())
+        .max_by_key(|c| c.requested_at)
+        .or_else(|| of_slot().max_by_key(|c| c.requested_at))
+}
+
+/// A response, marked stale with the snapshot's age when it was read from one.
+fn answer<T>(message: T, stale: Option<Duration>) -> Response<T> {
+    let mut response = Response::new(message);
+    if let Some(age) = stale
+        && let Ok(value) = age.as_millis().to_string().parse()
+    {
+        response.metadata_mut().insert(STALE_HEADER, value);
+    }
+    response
+}
+
+/// The one mapping of the store's errors to gRPC statuses: Redis out of reach and a newer
+/// leader's fence are both "not now, retry".
 fn store_status(e: ClaimStoreError) -> Status {
     Status::unavailable(format!("{:#}", anyhow::Error::new(e)))
 }
@@ -110,40 +583,74 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         &self,
         _: Request<NodeGroupsRequest>,
     ) -> Result<Response<NodeGroupsResponse>, Status> {
+        let started = Instant::now();
         let config = self.config.borrow().clone();
-        Ok(Response::new(NodeGroupsResponse {
+        let answer = Response::new(NodeGroupsResponse {
             node_groups: config.groups.values().map(Self::wire_group).collect(),
-        }))
+        });
+        self.observed("NodeGroups", started, Ok(answer))
     }
 
     async fn node_group_for_node(
         &self,
         request: Request<NodeGroupForNodeRequest>,
     ) -> Result<Response<NodeGroupForNodeResponse>, Status> {
+        let started = Instant::now();
         let node = request.into_inner().node.unwrap_or_default();
         let config = self.config.borrow().clone();
-        // Match on the provider ID; the name only when the provider ID is empty.
-        let slot = if node.provider_id.is_empty() {
-            BenchName::parse(&node.name)
-                .ok()
-                .and_then(|n| config.slots.get(&n))
-        } else {
-            config.slot_by_provider_id(&node.provider_id)
-        };
         // A node fleet does not manage is an empty group, never an error.
-        let group = slot
+        let group = config
+            .slot_for_node(&node.provider_id, &node.name)
             .and_then(|s| config.group(&s.group))
             .map(Self::wire_group)
             .unwrap_or_default();
-        Ok(Response::new(NodeGroupForNodeResponse {
+        let answer = Response::new(NodeGroupForNodeResponse {
             node_group: Some(group),
-        }))
+        });
+        self.observed("NodeGroupForNode", started, Ok(answer))
+    }
+
+    async fn pricing_node_price(
+        &self,
+        request: Request<PricingNodePriceRequest>,
+    ) -> Result<Response<PricingNodePriceResponse>, Status> {
+        let started = Instant::now();
+        let request = request.into_inner();
+        let config = self.config.borrow().clone();
+        let result = (|| {
+            let node = request.node.unwrap_or_default();
+            let slot = config
+                .slot_for_node(&node.provider_id, &node.name)
+                .ok_or_else(|| {
+                    Status::not_found(format!(
+                        "node {:?} (provider ID {:?}) is not a fleet slot",
+                        node.name, node.provider_id
+                    ))
+                })?;
+            let power = config
+                .group(&slot.group)
+                .and_then(|g| g.template.as_ref())
+                .and_then(|t| t.power)
+                .ok_or_else(|| {
+                    Status::unimplemented(format!(
+                        "group {} declares no power draw (template.power), so it has no price",
+                        slot.group
+                    ))
+                })?;
+            let start = request.start_timestamp.as_ref().or(request.start_time.as_ref());
+            let end = request.end_timestamp.as_ref().or(request.end_time.as_ref());
+            let price = convert::energy_price(&power, start, end)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok(Response::new(PricingNodePriceResponse { price }))
+        })();
+        self.observed("PricingNodePrice", started, result)
     }
 
     async fn gpu_label(
         &self,
         _: Request<GpuLabelRequest>,
     ) -> Result<Response<GpuLabelResponse>, Status> {
+        let started = Instant::now();
         let config = self.config.borrow().clone();
         let label = config
             .groups
@@ -151,247 +658,162 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             .filter_map(|g| g.template.as_ref().and_then(|t| t.gpu.as_ref()))
             .map(|gpu| gpu.label.clone())
             .next()
-            .unwrap_or_else(|| "fleet.dev/gpu".to_owned());
-        Ok(Response::new(GpuLabelResponse { label }))
+            .unwrap_or_else(|| DEFAULT_GPU_LABEL.to_owned());
+        self.observed(
+            "GPULabel",
+            started,
+            Ok(Response::new(GpuLabelResponse { label })),
+        )
     }
 
     async fn get_available_gpu_types(
         &self,
         _: Request<GetAvailableGpuTypesRequest>,
     ) -> Result<Response<GetAvailableGpuTypesResponse>, Status> {
+        let started = Instant::now();
         let config = self.config.borrow().clone();
-        let gpu_types = config
+        let types: BTreeSet<String> = config
             .groups
             .values()
             .filter_map(|g| g.template.as_ref().and_then(|t| t.gpu.as_ref()))
             .flat_map(|gpu| gpu.types.iter().cloned())
+            .collect();
+        let gpu_types = types
+            .into_iter()
             .map(|t| (t, prost_types::Any::default()))
             .collect();
-        Ok(Response::new(GetAvailableGpuTypesResponse { gpu_types }))
+        self.observed(
+            "GetAvailableGPUTypes",
+            started,
+            Ok(Response::new(GetAvailableGpuTypesResponse { gpu_types })),
+        )
     }
 
     async fn cleanup(
         &self,
         _: Request<CleanupRequest>,
     ) -> Result<Response<CleanupResponse>, Status> {
-        Ok(Response::new(CleanupResponse {}))
+        self.observed(
+            "Cleanup",
+            Instant::now(),
+            Ok(Response::new(CleanupResponse {})),
+        )
     }
 
     async fn refresh(
         &self,
         _: Request<RefreshRequest>,
     ) -> Result<Response<RefreshResponse>, Status> {
-        // Every answer is read fresh from the store: nothing to refresh, and nothing slow here.
-        Ok(Response::new(RefreshResponse {}))
+        // Every answer is read fresh from the store: nothing to refresh, and nothing slow here
+        // (an error would abort cluster-autoscaler's whole loop).
+        self.observed(
+            "Refresh",
+            Instant::now(),
+            Ok(Response::new(RefreshResponse {})),
+        )
     }
 
     async fn node_group_target_size(
         &self,
         request: Request<NodeGroupTargetSizeRequest>,
     ) -> Result<Response<NodeGroupTargetSizeResponse>, Status> {
-        let (_, group) = self.group(&request.into_inner().id)?;
-        let claims = self.claims(&group.name).await?;
-        Ok(Response::new(NodeGroupTargetSizeResponse {
-            target_size: i32::try_from(target(&claims)).unwrap_or(i32::MAX),
-        }))
+        let started = Instant::now();
+        let result = async {
+            let (_, group) = self.group(&request.into_inner().id)?;
+            let (claims, stale) = self.read_claims(&group.name).await?;
+            Ok(answer(
+                NodeGroupTargetSizeResponse {
+                    target_size: i32::try_from(target(&claims)).unwrap_or(i32::MAX),
+                },
+                stale,
+            ))
+        }
+        .await;
+        self.observed("NodeGroupTargetSize", started, result)
     }
 
     async fn node_group_increase_size(
         &self,
         request: Request<NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
-        let request = request.into_inner();
-        let (config, group) = self.group(&request.id)?;
-        if request.delta <= 0 {
-            return Err(Status::invalid_argument(format!(
-                "delta {} must be positive",
-                request.delta
-            )));
-        }
-        let lock = self.lock(&group.name);
-        let _held = lock.lock().await;
-        let claims = self.claims(&group.name).await?;
-        let delta = usize::try_from(request.delta).unwrap_or(usize::MAX);
-        let now_target = target(&claims);
-        if now_target.saturating_add(delta) > group.max_size as usize {
-            return Err(Status::out_of_range(format!(
-                "target {now_target} + {delta} is over max size {} of group {}",
-                group.max_size, group.name
-            )));
-        }
-        // Free slots: no live claim. Slots whose last claim did not fail come first.
-        let mut free = Vec::new();
-        for slot in config.slots_of(&group.name) {
-            if claims
-                .iter()
-                .any(|c| c.slot == slot.name && c.phase.is_live())
-            {
-                continue;
-            }
-            let seed = self
-                .store
-                .seed(&group.name, &slot.name)
-                .await
-                .map_err(store_status)?;
-            let failing = seed
-                .last
-                .as_ref()
-                .filter(|l| l.phase == Phase::Failed && !l.reached_ready);
-            if failing.is_some_and(|l| l.attempt >= group.timings.max_attempts) {
-                continue; // its failure streak is spent
-            }
-            free.push((failing.map_or(0, |l| l.attempt), slot.name.clone()));
-        }
-        free.sort();
-        if free.len() < delta {
-            return Err(Status::resource_exhausted(format!(
-                "group {} has {} free usable slots, {delta} asked",
-                group.name,
-                free.len()
-            )));
-        }
-        let catalog = Catalog::of(&config);
-        let catalog_group = catalog
-            .group(&group.name)
-            .ok_or_else(|| Status::internal("catalog"))?;
-        let now = self.store.now().await.map_err(store_status)?;
-        for (_, slot) in free.into_iter().take(delta) {
-            requests::claim_slot(&self.store, catalog_group, &slot, now)
-                .await
-                .map_err(request_status)?;
-        }
-        Ok(Response::new(NodeGroupIncreaseSizeResponse {}))
+        let started = Instant::now();
+        let result = self.do_increase(request.into_inner()).await;
+        self.observed("NodeGroupIncreaseSize", started, result)
     }
 
     async fn node_group_delete_nodes(
         &self,
         request: Request<NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
-        let request = request.into_inner();
-        let (config, group) = self.group(&request.id)?;
-        let lock = self.lock(&group.name);
-        let _held = lock.lock().await;
-        let claims = self.claims(&group.name).await?;
-        // Every node must be one of the group's slots.
-        let mut doomed = Vec::new();
-        for node in &request.nodes {
-            let slot = config
-                .slot_by_provider_id(&node.provider_id)
-                .or_else(|| {
-                    BenchName::parse(&node.name)
-                        .ok()
-                        .and_then(|n| config.slots.get(&n))
-                })
-                .filter(|s| s.group == group.name)
-                .ok_or_else(|| {
-                    Status::invalid_argument(format!(
-                        "node {} ({}) is not in node group {}",
-                        node.name, node.provider_id, group.name
-                    ))
-                })?;
-            let fake = node.annotations.contains_key(FAKE_NODE_REASON);
-            doomed.push((slot.name.clone(), fake));
-        }
-        let real = doomed.iter().filter(|(_, fake)| !fake).count();
-        let now_target = target(&claims);
-        if real > 0 && now_target.saturating_sub(real) < group.min_size as usize {
-            return Err(Status::failed_precondition(format!(
-                "deleting {real} nodes would take group {} below its min size {}",
-                group.name, group.min_size
-            )));
-        }
-        let now = self.store.now().await.map_err(store_status)?;
-        for (slot, _) in doomed {
-            let Some(c) = claims.iter().find(|c| c.slot == slot && c.wants_machine()) else {
-                continue; // nothing live to remove: already gone or being removed
-            };
-            requests::cancel(
-                &self.store,
-                c,
-                Reason::NodeDeleted,
-                now,
-                group.timings.ttl_after_finished,
-            )
-            .await
-            .map_err(request_status)?;
-        }
-        Ok(Response::new(NodeGroupDeleteNodesResponse {}))
+        let started = Instant::now();
+        let result = self.do_delete(request.into_inner()).await;
+        self.observed("NodeGroupDeleteNodes", started, result)
     }
 
     async fn node_group_decrease_target_size(
         &self,
         request: Request<NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
-        let request = request.into_inner();
-        let (_, group) = self.group(&request.id)?;
-        if request.delta >= 0 {
-            return Err(Status::invalid_argument(format!(
-                "delta {} must be negative",
-                request.delta
-            )));
-        }
-        let lock = self.lock(&group.name);
-        let _held = lock.lock().await;
-        let claims = self.claims(&group.name).await?;
-        let wanted = usize::try_from(request.delta.unsigned_abs()).unwrap_or(usize::MAX);
-        // Only capacity that does not exist yet: pending claims, newest first.
-        let mut pending: Vec<&Claim> = claims
-            .iter()
-            .filter(|c| c.phase == Phase::Pending && c.wants_machine())
-            .collect();
-        if pending.len() < wanted {
-            return Err(Status::failed_precondition(format!(
-                "decreasing group {} by {wanted} would remove machines that exist: only {} requests are pending",
-                group.name,
-                pending.len()
-            )));
-        }
-        pending.sort_by_key(|c| std::cmp::Reverse(c.requested_at));
-        let now = self.store.now().await.map_err(store_status)?;
-        for c in pending.into_iter().take(wanted) {
-            requests::cancel(
-                &self.store,
-                c,
-                Reason::CancelledByDecreaseTargetSize,
-                now,
-                group.timings.ttl_after_finished,
-            )
-            .await
-            .map_err(request_status)?;
-        }
-        Ok(Response::new(NodeGroupDecreaseTargetSizeResponse {}))
+        let started = Instant::now();
+        let result = self.do_decrease(request.into_inner()).await;
+        self.observed("NodeGroupDecreaseTargetSize", started, result)
     }
 
     async fn node_group_nodes(
         &self,
         request: Request<NodeGroupNodesRequest>,
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
-        use instance_status::InstanceState;
-        let (config, group) = self.group(&request.into_inner().id)?;
-        let claims = self.claims(&group.name).await?;
-        let mut instances = Vec::new();
-        for slot in config.slots_of(&group.name) {
-            let Some(c) = claims
-                .iter()
-                .filter(|c| c.slot == slot.name && c.phase.is_live())
-                .max_by_key(|c| c.requested_at)
-            else {
-                continue;
-            };
-            let state = match (c.phase, c.marked_for_deletion.is_some()) {
-                (_, true) => InstanceState::InstanceDeleting,
-                (Phase::Ready, false) => InstanceState::InstanceRunning,
-                (Phase::Pending | Phase::Booting, false) => InstanceState::InstanceCreating,
-                (Phase::Failed | Phase::Completed, false) => continue,
-            };
-            instances.push(Instance {
-                id: slot.provider_id.clone(),
-                status: Some(InstanceStatus {
-                    instance_state: state as i32,
-                    error_info: None,
-                }),
-            });
-        }
-        Ok(Response::new(NodeGroupNodesResponse { instances }))
+        let started = Instant::now();
+        let result = self.do_nodes(request.into_inner()).await;
+        self.observed("NodeGroupNodes", started, result)
+    }
+
+    async fn node_group_template_node_info(
+        &self,
+        request: Request<NodeGroupTemplateNodeInfoRequest>,
+    ) -> Result<Response<NodeGroupTemplateNodeInfoResponse>, Status> {
+        let started = Instant::now();
+        let result = self.group(&request.into_inner().id).and_then(|(_, group)| {
+            // Never OK without node bytes: cluster-autoscaler dereferences the node it decodes.
+            let bytes = template::node_bytes(&group).ok_or_else(|| {
+                Status::unimplemented(format!(
+                    "group {} declares no template, so it cannot scale from zero; add one to \
+                     its configuration",
+                    group.name
+                ))
+            })?;
+            Ok(Response::new(NodeGroupTemplateNodeInfoResponse {
+                // The same bytes in the legacy field: a Node message and bytes share a wire type.
+                node_info: bytes.clone(),
+                node_bytes: bytes,
+                resource_slice_bytes: Vec::new(),
+            }))
+        });
+        self.observed("NodeGroupTemplateNodeInfo", started, result)
+    }
+
+    async fn node_group_get_options(
+        &self,
+        request: Request<NodeGroupAutoscalingOptionsRequest>,
+    ) -> Result<Response<NodeGroupAutoscalingOptionsResponse>, Status> {
+        let started = Instant::now();
+        let request = request.into_inner();
+        let result = self.group(&request.id).and_then(|(_, group)| {
+            let overrides = group.autoscaling_options.as_ref().ok_or_else(|| {
+                Status::unimplemented(format!(
+                    "group {} does not opt in to autoscaling options: cluster-autoscaler's flags \
+                     apply (set autoscaling_options in its configuration to override them)",
+                    group.name
+                ))
+            })?;
+            Ok(Response::new(NodeGroupAutoscalingOptionsResponse {
+                node_group_autoscaling_options: Some(convert::options(
+                    request.defaults.as_ref(),
+                    overrides,
+                    group.max_node_provision_time,
+                )),
+            }))
+        });
+        self.observed("NodeGroupGetOptions", started, result)
     }
 }

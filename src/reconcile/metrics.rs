@@ -36,6 +36,12 @@ pub struct KindLabel {
     pub operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub method: String,
+    pub code: String,
+}
+
 /// Every metric the controller keeps.
 pub struct Metrics {
     registry: Registry,
@@ -48,6 +54,9 @@ pub struct Metrics {
     pub pass_seconds: Histogram,
     pub blind: Gauge,
     pub leader: Gauge,
+    pub provider_calls: Family<CallLabels, Counter>,
+    pub provider_call_seconds: Family<CallLabels, Histogram>,
+    pub provider_stale_answers: Counter,
 }
 
 fn seconds() -> Histogram {
@@ -68,6 +77,25 @@ impl Default for Metrics {
         let pass_seconds = seconds();
         let blind = Gauge::default();
         let leader = Gauge::default();
+        let provider_calls = Family::<CallLabels, Counter>::default();
+        let provider_call_seconds =
+            Family::<CallLabels, Histogram>::new_with_constructor(seconds);
+        let provider_stale_answers = Counter::default();
+        registry.register(
+            "provider_calls",
+            "cluster-autoscaler calls by method and gRPC status code",
+            provider_calls.clone(),
+        );
+        registry.register(
+            "provider_call_seconds",
+            "Time to answer one cluster-autoscaler call",
+            provider_call_seconds.clone(),
+        );
+        registry.register(
+            "provider_stale_answers",
+            "Reads answered from the last snapshot because Redis could not be read",
+            provider_stale_answers.clone(),
+        );
         registry.register("claims", "Claims by group and phase", claims.clone());
         registry.register("slots", "Slots by group and reported phase", slots.clone());
         registry.register(
@@ -116,6 +144,9 @@ impl Default for Metrics {
             pass_seconds,
             blind,
             leader,
+            provider_calls,
+            provider_call_seconds,
+            provider_stale_answers,
         }
     }
 }
@@ -130,15 +161,38 @@ impl Metrics {
     }
 }
 
-/// What `/healthz` and `/readyz` answer from.
-#[derive(Default)]
+/// What `/healthz` and `/readyz` answer from, and the leadership the provider acts under.
 pub struct Health {
     last_pass: Mutex<Option<Instant>>,
     blind: AtomicBool,
     follower: AtomicBool,
+    /// The fencing token while this process leads, for the provider's changes.
+    leadership: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            last_pass: Mutex::new(None),
+            blind: AtomicBool::new(false),
+            follower: AtomicBool::new(false),
+            leadership: tokio::sync::watch::Sender::new(None),
+        }
+    }
 }
 
 impl Health {
+    /// Records the leadership this process acts under: its fencing token, or `None`.
+    pub fn lead(&self, token: Option<&str>) {
+        self.leadership
+            .send_replace(token.map(ToOwned::to_owned));
+    }
+
+    /// The leadership, as the provider follows it.
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.leadership.subscribe()
+    }
+
     pub fn passed(&self, blind: bool) {
         *self.last_pass.lock().expect("health lock") = Some(Instant::now());
         self.blind.store(blind, Ordering::Relaxed);

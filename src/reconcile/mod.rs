@@ -294,6 +294,7 @@ where
                 self.statuses.clear();
                 self.metrics.leader.set(1);
                 self.health.following(false);
+                self.health.lead(self.token.as_deref());
                 true
             }
             Ok(Leadership::Follower(holder)) => {
@@ -344,6 +345,7 @@ where
     fn follow(&mut self, why: &str) {
         warn!(why, "lost leadership; no longer acting");
         self.token = None;
+        self.health.lead(None);
         self.store = self.base_store.clone();
         self.metrics.leader.set(0);
     }
@@ -380,6 +382,7 @@ where
                 );
             }
         }
+        self.health.lead(None);
         if let (Some(lease), Some(token)) = (self.lease.clone(), self.token.clone()) {
             match lease.release(&token).await {
                 Ok(_) => info!(token, "leadership released"),

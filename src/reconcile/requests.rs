@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 
-use crate::domain::claim::{self, Cancellation, Claim, NotMarkable, Reason};
+use crate::domain::claim::{self, Cancellation, Claim, NotMarkable, Reason, failure_streak};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::catalog::CatalogGroup;
 use crate::store::claims::{ClaimStore, ClaimStoreError, Created, Entry, Event};
@@ -144,6 +144,69 @@ pub async fn reset_shutdown_attempts<C: ConnectionLike + Clone + Send>(
     entry.detail = Some("shutdown attempts reset by an operator".to_owned());
     if store.write(c, &next, Some(&entry)).await? {
         Ok(next)
+    } else {
+        Err(RequestError::Raced(c.name.clone()))
+    }
+}
+
+/// What an operator's reset of a slot's failure streak found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreakReset {
+    /// The streak was reset: the slot's last claim failed attempt `was` of a streak that still
+    /// counted.
+    Reset { was: u32, spent: bool },
+    /// Nothing to reset: the slot has no failure streak that counts (none, or it already ended).
+    NoStreak,
+}
+
+/// The operator's way back for a slot that spent its attempts (SPEC §3.5): its failure streak is
+/// reset, so the slot is offered to requests again and its next claim is attempt 1.
+pub async fn reset_failure_streak<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &CatalogGroup,
+    slot: &BenchName,
+    now: DateTime<Utc>,
+) -> Result<StreakReset, RequestError> {
+    // The digest moves only when a claim on the slot ends: a bounded retry covers that race.
+    for _ in 0..8 {
+        let seed = store.seed(&group.name, slot).await?;
+        let streak = failure_streak(seed.last.as_ref(), now, &group.timings);
+        let Some(last) = seed.last.as_ref().filter(|_| streak > 0) else {
+            return Ok(StreakReset::NoStreak);
+        };
+        if store
+            .swap_digest(&group.name, slot, &seed, &last.reset_streak(now))
+            .await?
+        {
+            return Ok(StreakReset::Reset {
+                was: streak,
+                spent: streak >= group.timings.max_attempts,
+            });
+        }
+    }
+    Err(RequestError::Store(ClaimStoreError::Reply(format!(
+        "the last claim of {slot} kept changing; try again"
+    ))))
+}
+
+/// Dismisses a failed claim cluster-autoscaler deleted (SPEC §6.3): it stops being reported, its
+/// digest (and so the slot's failure streak) stays, and its timeline records why.
+pub async fn dismiss_failed<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    c: &Claim,
+    now: DateTime<Utc>,
+    timeline_ttl: std::time::Duration,
+) -> Result<(), RequestError> {
+    if c.phase != claim::Phase::Failed {
+        return Err(RequestError::Ended {
+            claim: c.name.clone(),
+            phase: c.phase,
+        });
+    }
+    let mut entry = Entry::of(c, Event::Warned, now);
+    entry.detail = Some("dismissed: cluster-autoscaler deleted the failed instance".to_owned());
+    if store.delete(c, Some(&entry), timeline_ttl).await? {
+        Ok(())
     } else {
         Err(RequestError::Raced(c.name.clone()))
     }

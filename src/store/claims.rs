@@ -25,6 +25,7 @@ const DELETE: &str = include_str!("lua/claim_delete.lua");
 const READ_GROUP: &str = include_str!("lua/group_read.lua");
 const WRITE_SLOTS: &str = include_str!("lua/slots_write.lua");
 const RAISE_FENCE: &str = include_str!("lua/fence_raise.lua");
+const SWAP_DIGEST: &str = include_str!("lua/digest_swap.lua");
 
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
@@ -287,6 +288,28 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             last: serde_json::from_str(&raw).ok(),
             raw,
         })
+    }
+
+    /// Replaces the slot's digest `seed` with `next` if it has not moved since it was read;
+    /// returns whether it was replaced.
+    pub async fn swap_digest(
+        &self,
+        group: &GroupName,
+        slot: &BenchName,
+        seed: &Seed,
+        next: &LastClaim,
+    ) -> Result<bool, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let swapped: i64 = eval(SWAP_DIGEST, &[self.keys.group(group).last_claim(slot)])
+            .arg(&seed.raw)
+            .arg(json("a last-claim digest", next)?)
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::WriteSlots {
+                group: group.clone(),
+                source,
+            })?;
+        Ok(swapped == 1)
     }
 
     /// Creates `claim`, atomic with the check that its slot has no live claim.

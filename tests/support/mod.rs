@@ -76,6 +76,12 @@ impl Serve {
             .args(["--redis", &server.url(), "serve", "--config"])
             .arg(config)
             .args(args)
+            // Every process its own provider port, unless the test names one.
+            .args(if args.contains(&"--grpc-addr") {
+                &[][..]
+            } else {
+                &["--grpc-addr", "127.0.0.1:0"][..]
+            })
             .env("FLEET_LOG", "info")
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)

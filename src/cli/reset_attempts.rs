@@ -1,0 +1,52 @@
+//! `fleet reset-attempts SLOT`: the operator's way back for a slot that spent its attempts
+//! (SPEC §3.5). The slot is offered to requests again, and its next claim is attempt 1.
+
+use std::io::Write;
+
+use crate::domain::name::BenchName;
+use crate::reconcile::requests::{self, StreakReset};
+use crate::store::catalog::Catalog;
+use crate::store::claims::ClaimStore;
+
+use super::claim::request_error;
+use super::{Ctx, Error};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub slot: BenchName,
+}
+
+impl Args {
+    pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        let mut conn = ctx.endpoint.connect().await?;
+        let catalog = Catalog::read(&mut conn, &ctx.keys)
+            .await
+            .map_err(|e| Error::Runtime(e.into()))?;
+        let Some(group) = catalog.group_of(&self.slot) else {
+            return Err(Error::usage(format!(
+                "no slot {}: list them with `fleet slots`",
+                self.slot
+            )));
+        };
+        let store = ClaimStore::new(conn, ctx.keys.clone());
+        let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
+        match requests::reset_failure_streak(&store, group, &self.slot, now)
+            .await
+            .map_err(request_error)?
+        {
+            StreakReset::Reset { was, spent } => writeln!(
+                out,
+                "{}: failure streak reset (was {was} of {}{}); its next claim is attempt 1",
+                self.slot,
+                group.timings.max_attempts,
+                if spent { ", spent" } else { "" }
+            )?,
+            StreakReset::NoStreak => writeln!(
+                out,
+                "{}: no failure streak to reset; its next claim is attempt 1 already",
+                self.slot
+            )?,
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,191 @@
+//! The node a group's machines become, before one exists (SPEC §6.3): what cluster-autoscaler
+//! simulates when it scales a group up from zero. A Kubernetes v1 Node built with `k8s-pb` and
+//! encoded as plain protobuf, exactly what Go's `v1.Node.Unmarshal` reads.
+
+use std::collections::BTreeMap;
+
+use k8s_pb::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use prost::Message;
+
+use crate::config::Group;
+
+/// The label fleet puts on every template with the group's name.
+pub const GROUP_LABEL: &str = "fleet.dev/group";
+/// The operating system and architecture of a template that names none in its labels.
+const OS: &str = "linux";
+const ARCH: &str = "amd64";
+/// What a kubelet reports when the template sets no pod limit.
+const DEFAULT_PODS: &str = "110";
+
+/// The group's template Node, or `None` when the group declares no template.
+pub fn node(group: &Group) -> Option<Node> {
+    let template = group.template.as_ref()?;
+    let name = format!("template-{}", group.name);
+    // Well-known labels first; the group's own labels override them.
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/os".to_owned(), OS.to_owned()),
+        ("kubernetes.io/arch".to_owned(), ARCH.to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), OS.to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), ARCH.to_owned()),
+        ("kubernetes.io/hostname".to_owned(), name.clone()),
+        (GROUP_LABEL.to_owned(), group.name.to_string()),
+    ]);
+    if let Some(gpu) = &template.gpu
+        && let Some(first) = gpu.types.first()
+    {
+        labels.insert(gpu.label.clone(), first.clone());
+    }
+    labels.extend(template.labels.clone());
+    let os = labels["kubernetes.io/os"].clone();
+    let arch = labels["kubernetes.io/arch"].clone();
+
+    let mut resources: BTreeMap<String, Quantity> = template
+        .capacity
+        .iter()
+        .map(|(name, q)| {
+            (
+                name.clone(),
+                Quantity {
+                    string: Some(q.as_str().to_owned()),
+                },
+            )
+        })
+        .collect();
+    resources
+        .entry("pods".to_owned())
+        .or_insert_with(|| Quantity {
+            string: Some(DEFAULT_PODS.to_owned()),
+        });
+
+    let condition = |kind: &str, status: &str, reason: &str| NodeCondition {
+        r#type: Some(kind.to_owned()),
+        status: Some(status.to_owned()),
+        reason: Some(reason.to_owned()),
+        message: Some(format!("template of fleet group {}", group.name)),
+        ..NodeCondition::default()
+    };
+    Some(Node {
+        metadata: Some(ObjectMeta {
+            name: Some(name),
+            labels,
+            ..ObjectMeta::default()
+        }),
+        spec: Some(NodeSpec {
+            taints: template
+                .taints
+                .iter()
+                .map(|t| Taint {
+                    key: Some(t.key.clone()),
+                    value: t.value.clone(),
+                    effect: Some(t.effect.as_str().to_owned()),
+                    time_added: None,
+                })
+                .collect(),
+            unschedulable: Some(false),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: resources.clone(),
+            allocatable: resources,
+            // Healthy values, as in-tree providers set them: a template is a node at its best.
+            conditions: vec![
+                condition("Ready", "True", "KubeletReady"),
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+                condition("NetworkUnavailable", "False", "RouteCreated"),
+            ],
+            node_info: Some(NodeSystemInfo {
+                operating_system: Some(os),
+                architecture: Some(arch),
+                ..NodeSystemInfo::default()
+            }),
+            phase: Some("Running".to_owned()),
+            ..NodeStatus::default()
+        }),
+    })
+}
+
+/// The template encoded as plain protobuf (no `k8s\0` envelope), or `None` without a template.
+pub fn node_bytes(group: &Group) -> Option<Vec<u8>> {
+    node(group).map(|n| n.encode_to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    fn group(template: &str) -> Group {
+        let text = format!(
+            "groups:\n  - name: pool-b\n    max_size: 1\n    startup: {{ command: [on] }}\n    shutdown: {{ command: [off] }}\n{template}slots:\n  - {{ name: gpu-01, group: pool-b }}\n"
+        );
+        let c = config::parse(&text, std::path::Path::new("t.yaml")).unwrap();
+        c.groups.values().next().unwrap().clone()
+    }
+
+    #[test]
+    fn a_group_without_a_template_has_no_node() {
+        assert_eq!(node(&group("")), None);
+        assert_eq!(node_bytes(&group("")), None);
+    }
+
+    #[test]
+    fn the_template_carries_labels_taints_quantities_and_healthy_conditions() {
+        let g = group(
+            "    template:\n      labels: { \"fleet.dev/pool\": b, \"kubernetes.io/arch\": arm64 }\n      taints: [\"fleet.dev/gpu=true:NoSchedule\"]\n      capacity: { cpu: \"64\", memory: 512Gi, \"nvidia.com/gpu\": \"8\" }\n      gpu: { label: fleet.dev/gpu-type, types: [nvidia-a100, nvidia-h100] }\n",
+        );
+        let bytes = node_bytes(&g).unwrap();
+        let n = Node::decode(bytes.as_slice()).unwrap();
+        let meta = n.metadata.unwrap();
+        assert_eq!(meta.name.as_deref(), Some("template-pool-b"));
+        let label = |k: &str| meta.labels.get(k).map(String::as_str);
+        assert_eq!(label("kubernetes.io/os"), Some("linux"));
+        assert_eq!(label("kubernetes.io/arch"), Some("arm64"), "the group's own label wins");
+        assert_eq!(label("fleet.dev/group"), Some("pool-b"));
+        assert_eq!(label("fleet.dev/pool"), Some("b"));
+        assert_eq!(label("fleet.dev/gpu-type"), Some("nvidia-a100"));
+        let spec = n.spec.unwrap();
+        assert_eq!(spec.taints.len(), 1);
+        assert_eq!(spec.taints[0].key.as_deref(), Some("fleet.dev/gpu"));
+        assert_eq!(spec.taints[0].value.as_deref(), Some("true"));
+        assert_eq!(spec.taints[0].effect.as_deref(), Some("NoSchedule"));
+        let status = n.status.unwrap();
+        let q = |k: &str| status.capacity.get(k).and_then(|q| q.string.clone());
+        assert_eq!(q("cpu").as_deref(), Some("64"));
+        assert_eq!(q("memory").as_deref(), Some("512Gi"));
+        assert_eq!(q("nvidia.com/gpu").as_deref(), Some("8"));
+        assert_eq!(q("pods").as_deref(), Some("110"), "a kubelet's default pod limit");
+        assert_eq!(status.allocatable, status.capacity);
+        let conditions: Vec<(String, String)> = status
+            .conditions
+            .iter()
+            .map(|c| (c.r#type.clone().unwrap(), c.status.clone().unwrap()))
+            .collect();
+        assert_eq!(
+            conditions,
+            [
+                ("Ready", "True"),
+                ("MemoryPressure", "False"),
+                ("DiskPressure", "False"),
+                ("PIDPressure", "False"),
+                ("NetworkUnavailable", "False")
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+        assert_eq!(
+            status.node_info.unwrap().architecture.as_deref(),
+            Some("arm64")
+        );
+    }
+
+    #[test]
+    fn the_node_bytes_are_plain_protobuf_starting_with_the_metadata_field() {
+        let bytes = node_bytes(&group("    template: { capacity: { cpu: \"4\" } }\n")).unwrap();
+        // Field 1 (metadata), wire type 2: no `k8s\0` envelope in front.
+        assert_eq!(bytes[0], 0x0a);
+        assert_ne!(&bytes[..4], b"k8s\0");
+    }
+}
