@@ -1,5 +1,6 @@
 //! The cluster-autoscaler provider's service over a real socket with the generated client
-//! (SPEC §6.2), against a real redis-server. The provider is not yet served by `fleet serve`.
+//! (SPEC §6.3), against a real redis-server: sizes, bounds, failed instances, the template,
+//! options and pricing, leadership, stale reads, and 200 concurrent changes.
 
 mod support;
 
@@ -7,7 +8,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fleet::config;
-use fleet::provider::service::{FAKE_NODE_REASON, Provider};
+use fleet::domain::claim::{Claim, Move, Phase, Reason};
+use fleet::domain::name::{BenchName, GroupName};
+use fleet::provider::service::{
+    FAKE_NODE_REASON, OTHER_ERROR, OUT_OF_RESOURCES, Provider, STALE_HEADER,
+};
+use fleet::reconcile::requests::{self, StreakReset};
+use fleet::store::catalog::Catalog;
+use prost::Message;
+use redis::aio::MultiplexedConnection;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::instance_status::InstanceState;
@@ -25,17 +34,43 @@ const YAML: &str = r#"groups:
     max_size: 2
     startup: { command: ["true"] }
     shutdown: { command: ["true"] }
+  - name: pool-b
+    min_size: 0
+    max_size: 2
+    max_node_provision_time: 40m
+    startup: { command: ["true"] }
+    shutdown: { command: ["true"] }
+    timings: { max_attempts: 2, failed_slot_cooldown: 30m }
+    template:
+      labels: { "fleet.dev/pool": b }
+      taints: ["fleet.dev/gpu=true:NoSchedule"]
+      capacity: { cpu: "64", memory: 512Gi, "nvidia.com/gpu": "8" }
+      gpu: { label: fleet.dev/gpu-type, types: [nvidia-a100] }
+      power: { watts: 3500, price_per_kwh: 0.25 }
+    autoscaling_options: { scale_down_unneeded_time: 3m }
 slots:
   - { name: bench-01, group: pool-a }
   - { name: bench-02, group: pool-a }
   - { name: bench-03, group: pool-a, provider_id: "ipmi://10.0.0.3" }
+  - { name: gpu-01, group: pool-b, kubernetes_node: rack1.gpu-01 }
+  - { name: gpu-02, group: pool-b }
 "#;
 
 async fn provider(server: &RedisServer) -> CloudProviderClient<Channel> {
+    let store = ClaimStore::new(conn(server).await, Keys::default());
+    serve(Provider::new(config_rx(), store)).await
+}
+
+fn config_rx() -> tokio::sync::watch::Receiver<Arc<config::Config>> {
     let cfg = Arc::new(config::parse(YAML, Path::new("t.yaml")).unwrap());
     let (tx, rx) = tokio::sync::watch::channel(cfg);
     std::mem::drop(tx);
-    let service = Provider::new(rx, ClaimStore::new(conn(server).await, Keys::default()));
+    rx
+}
+
+async fn serve<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
+    service: Provider<C>,
+) -> CloudProviderClient<Channel> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -88,8 +123,29 @@ async fn the_groups_and_node_lookups_answer_from_the_configuration() {
             .iter()
             .map(|g| (g.id.as_str(), g.min_size, g.max_size))
             .collect::<Vec<_>>(),
-        [("pool-a", 1, 2)]
+        [("pool-a", 1, 2), ("pool-b", 0, 2)]
     );
+    // A slot's Kubernetes node name is its name when the provider ID is empty.
+    let by_node_name = c
+        .node_group_for_node(NodeGroupForNodeRequest {
+            node: Some(node("", "rack1.gpu-01", false)),
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_node_name.into_inner().node_group.unwrap().id, "pool-b");
+    // The provider ID wins: a known name under a foreign provider ID is not ours.
+    let foreign_id = c
+        .node_group_for_node(NodeGroupForNodeRequest {
+            node: Some(node("aws:///i-1", "bench-01", false)),
+        })
+        .await
+        .unwrap();
+    assert_eq!(foreign_id.into_inner().node_group.unwrap().id, "");
+    let empty = c
+        .node_group_for_node(NodeGroupForNodeRequest { node: None })
+        .await
+        .unwrap();
+    assert_eq!(empty.into_inner().node_group.unwrap().id, "");
     let by_id = c
         .node_group_for_node(NodeGroupForNodeRequest {
             node: Some(node("ipmi://10.0.0.3", "whatever", false)),
@@ -244,6 +300,27 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         .await
         .unwrap_err()
         .code(),
+        c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+            nodes: vec![node("fleet://bench-01", "", false), node("fleet://gpu-01", "", false)],
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+            nodes: vec![],
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: i32::MAX,
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err()
+        .code(),
     ];
     assert_eq!(
         cases,
@@ -254,7 +331,10 @@ async fn malformed_requests_are_refused_and_change_nothing() {
             Code::InvalidArgument,
             Code::InvalidArgument,
             Code::InvalidArgument,
-            Code::InvalidArgument
+            Code::NotFound,
+            Code::InvalidArgument,
+            Code::InvalidArgument,
+            Code::OutOfRange
         ]
     );
     assert_eq!(target(&mut c).await, 0);
@@ -291,4 +371,477 @@ async fn concurrent_increases_never_pass_max_or_share_a_slot() {
     assert_eq!(ok, 2);
     let mut c = c;
     assert_eq!(target(&mut c).await, 2);
+}
+
+fn group(name: &str) -> GroupName {
+    GroupName::parse(name).unwrap()
+}
+
+async fn nodes(c: &mut CloudProviderClient<Channel>, id: &str) -> Vec<Instance> {
+    c.node_group_nodes(NodeGroupNodesRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .instances
+}
+
+async fn increase(c: &mut CloudProviderClient<Channel>, id: &str, delta: i32) -> Result<(), Code> {
+    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        delta,
+        id: id.into(),
+    })
+    .await
+    .map(|_| ())
+    .map_err(|s| s.code())
+}
+
+/// Claims `slot` of pool-b as a request would and fails it at its deadline, as the controller
+/// would: the slot's digest then counts one more failure.
+async fn claim_and_fail(store: &ClaimStore<MultiplexedConnection>, slot: &str) -> Claim {
+    let config = config::parse(YAML, Path::new("t.yaml")).unwrap();
+    let catalog = Catalog::of(&config);
+    let g = catalog.group(&group("pool-b")).unwrap();
+    let now = store.now().await.unwrap();
+    let c = requests::claim_slot(store, g, &name(slot), now).await.unwrap();
+    let failed = c
+        .apply(Move::because(Phase::Failed, Reason::DeadlineExceeded), now)
+        .unwrap();
+    assert!(store.write(&c, &failed, None).await.unwrap());
+    failed
+}
+
+fn state_and_error(i: &Instance) -> (i32, Option<(String, i32)>) {
+    let s = i.status.clone().unwrap();
+    (
+        s.instance_state,
+        s.error_info
+            .map(|e| (e.error_code, e.instance_error_class)),
+    )
+}
+
+#[tokio::test]
+async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_wait_for_a_reset() {
+    let server = server();
+    let mut c = provider(&server).await;
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let creating = InstanceState::InstanceCreating as i32;
+
+    // gpu-01 fails once: reported as a creation error of class Other (gpu-02 is still free).
+    let first = claim_and_fail(&store, "gpu-01").await;
+    assert_eq!(first.attempt, 1);
+    let listed = nodes(&mut c, "pool-b").await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, "fleet://gpu-01");
+    assert_eq!(
+        state_and_error(&listed[0]),
+        (creating, Some(("DeadlineExceeded".into(), OTHER_ERROR)))
+    );
+    let message = listed[0].status.clone().unwrap().error_info.unwrap().error_message;
+    assert!(message.contains("attempt 1 of 2"), "{message}");
+    assert_eq!(target_of(&mut c, "pool-b").await, 0, "a failed claim is not in the target");
+
+    // IncreaseSize prefers the slot that has not just failed.
+    increase(&mut c, "pool-b", 1).await.unwrap();
+    let listed = nodes(&mut c, "pool-b").await;
+    let gpu02 = listed.iter().find(|i| i.id == "fleet://gpu-02").unwrap();
+    assert_eq!(state_and_error(gpu02), (creating, None));
+
+    // cluster-autoscaler deletes the failed instance as a fake create-error node: it is gone,
+    // and the target is unchanged.
+    c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![node("fleet://gpu-01", "fleet://gpu-01", true)],
+        id: "pool-b".into(),
+    })
+    .await
+    .unwrap();
+    let ids: Vec<String> = nodes(&mut c, "pool-b").await.into_iter().map(|i| i.id).collect();
+    assert_eq!(ids, ["fleet://gpu-02"]);
+    assert_eq!(target_of(&mut c, "pool-b").await, 1);
+
+    // gpu-01 fails its second attempt: its streak reached the bound (2), and with gpu-02 taken
+    // nothing is left to try, so the error is OutOfResources.
+    let second = claim_and_fail(&store, "gpu-01").await;
+    assert_eq!(second.attempt, 2, "the streak survives the dismissal");
+    let listed = nodes(&mut c, "pool-b").await;
+    let gpu01 = listed.iter().find(|i| i.id == "fleet://gpu-01").unwrap();
+    assert_eq!(
+        state_and_error(gpu01),
+        (creating, Some(("DeadlineExceeded".into(), OUT_OF_RESOURCES)))
+    );
+    // A spent slot is not free: under max, but nothing to offer.
+    assert_eq!(increase(&mut c, "pool-b", 1).await, Err(Code::ResourceExhausted));
+    assert_eq!(target_of(&mut c, "pool-b").await, 1);
+
+    // The operator's reset: the slot is offered again, and its next claim is attempt 1.
+    let catalog = Catalog::of(&config::parse(YAML, Path::new("t.yaml")).unwrap());
+    let now = store.now().await.unwrap();
+    assert_eq!(
+        requests::reset_failure_streak(&store, catalog.group(&group("pool-b")).unwrap(), &name("gpu-01"), now)
+            .await
+            .unwrap(),
+        StreakReset::Reset { was: 2, spent: true }
+    );
+    assert_eq!(
+        requests::reset_failure_streak(&store, catalog.group(&group("pool-b")).unwrap(), &name("gpu-01"), now)
+            .await
+            .unwrap(),
+        StreakReset::NoStreak,
+        "a reset streak has nothing left to reset"
+    );
+    increase(&mut c, "pool-b", 1).await.unwrap();
+    let claims = store.read_groups(&[group("pool-b")]).await.unwrap().remove(0).claims;
+    let live = claims
+        .iter()
+        .find(|c| c.slot == name("gpu-01") && c.phase.is_live())
+        .unwrap();
+    assert_eq!(live.attempt, 1);
+    assert_eq!(target_of(&mut c, "pool-b").await, 2);
+}
+
+async fn target_of(c: &mut CloudProviderClient<Channel>, id: &str) -> i32 {
+    c.node_group_target_size(NodeGroupTargetSizeRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .target_size
+}
+
+#[tokio::test]
+async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
+    let server = server();
+    let mut c = provider(&server).await;
+
+    // No template: UNIMPLEMENTED, never OK without bytes.
+    let none = c
+        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest { id: "pool-a".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), Code::Unimplemented);
+    let t = c
+        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest { id: "pool-b".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!t.node_bytes.is_empty());
+    assert_eq!(t.node_info, t.node_bytes, "the same bytes in the legacy field");
+    let n = k8s_pb::api::core::v1::Node::decode(t.node_bytes.as_slice()).unwrap();
+    let labels = n.metadata.unwrap().labels;
+    assert_eq!(labels["fleet.dev/pool"], "b");
+    assert_eq!(labels["fleet.dev/gpu-type"], "nvidia-a100");
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    let status = n.status.unwrap();
+    assert_eq!(status.allocatable["nvidia.com/gpu"].string.as_deref(), Some("8"));
+
+    // Options: not opted in is UNIMPLEMENTED; opted in echoes the defaults in both forms.
+    let off = c
+        .node_group_get_options(NodeGroupAutoscalingOptionsRequest {
+            id: "pool-a".into(),
+            defaults: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(off.code(), Code::Unimplemented);
+    let legacy = |secs: i64| Some(LegacyDuration { duration: secs * 1_000_000_000 });
+    let o = c
+        .node_group_get_options(NodeGroupAutoscalingOptionsRequest {
+            id: "pool-b".into(),
+            defaults: Some(NodeGroupAutoscalingOptions {
+                scale_down_utilization_threshold: 0.5,
+                scale_down_unneeded_time: legacy(600),
+                scale_down_unready_time: legacy(1200),
+                max_node_provision_time: legacy(900),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .node_group_autoscaling_options
+        .unwrap();
+    assert_eq!(o.scale_down_utilization_threshold, 0.5);
+    assert_eq!(o.scale_down_unneeded_time.unwrap().duration, 180_000_000_000, "the group's 3m");
+    assert_eq!(o.scale_down_unneeded_duration.unwrap().seconds, 180);
+    assert_eq!(o.scale_down_unready_time.unwrap().duration, 1_200_000_000_000, "echoed");
+    assert_eq!(o.scale_down_unready_duration.unwrap().seconds, 1200);
+    assert_eq!(o.max_node_provision_time.unwrap().duration, 2_400_000_000_000, "the group's 40m");
+    assert_eq!(o.max_node_provision_duration.unwrap().seconds, 2400);
+
+    // Pricing: the energy a pool-b machine draws; no power draw is UNIMPLEMENTED.
+    let at = |seconds| Some(prost_types::Timestamp { seconds, nanos: 0 });
+    let price = c
+        .pricing_node_price(PricingNodePriceRequest {
+            node: Some(node("fleet://gpu-02", "gpu-02", false)),
+            start_timestamp: at(1_000),
+            end_timestamp: at(1_000 + 7_200),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .price;
+    assert!((price - 1.75).abs() < 1e-9, "3.5 kW for 2 h at 0.25: {price}");
+    let legacy_times = c
+        .pricing_node_price(PricingNodePriceRequest {
+            node: Some(node("fleet://gpu-02", "gpu-02", false)),
+            start_time: at(0),
+            end_time: at(3_600),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .price;
+    assert!((legacy_times - 0.875).abs() < 1e-9, "{legacy_times}");
+    let codes = [
+        c.pricing_node_price(PricingNodePriceRequest {
+            node: Some(node("fleet://bench-01", "", false)),
+            start_timestamp: at(0),
+            end_timestamp: at(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        c.pricing_node_price(PricingNodePriceRequest {
+            node: Some(node("aws:///x", "", false)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        c.pricing_node_price(PricingNodePriceRequest {
+            node: Some(node("fleet://gpu-01", "", false)),
+            start_timestamp: at(10),
+            end_timestamp: at(5),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .code(),
+    ];
+    assert_eq!(codes, [Code::Unimplemented, Code::NotFound, Code::InvalidArgument]);
+
+    let label = c.gpu_label(GpuLabelRequest {}).await.unwrap().into_inner().label;
+    assert_eq!(label, "fleet.dev/gpu-type");
+    let types: Vec<String> = c
+        .get_available_gpu_types(GetAvailableGpuTypesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .gpu_types
+        .into_keys()
+        .collect();
+    assert_eq!(types, ["nvidia-a100"]);
+    c.cleanup(CleanupRequest {}).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_follower_answers_reads_and_refuses_changes_and_a_deposed_leader_is_fenced() {
+    let server = server();
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let (lead, leadership) = tokio::sync::watch::channel(None::<String>);
+    let mut c = serve(Provider::new(config_rx(), store.clone()).with_leadership(leadership)).await;
+
+    // A follower: reads answer, changes are UNAVAILABLE so cluster-autoscaler retries.
+    assert_eq!(target(&mut c).await, 0);
+    assert_eq!(nodes(&mut c, "pool-a").await.len(), 0);
+    let refused = c
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert!(refused.message().contains("not the leader"), "{}", refused.message());
+
+    // The leader (token 1, its fence raised) changes the group.
+    assert!(store.raise_fence(&group("pool-a"), "1").await.unwrap());
+    lead.send_replace(Some("1".into()));
+    increase(&mut c, "pool-a", 1).await.unwrap();
+    assert_eq!(target(&mut c).await, 1);
+
+    // A newer leader raised the fence: this process still believes it leads, and is refused.
+    assert!(store.raise_fence(&group("pool-a"), "2").await.unwrap());
+    assert_eq!(increase(&mut c, "pool-a", 1).await, Err(Code::Unavailable));
+    assert_eq!(
+        c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+            nodes: vec![node("fleet://bench-01", "", true)],
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        Code::Unavailable
+    );
+    assert_eq!(target(&mut c).await, 1, "nothing changed");
+}
+
+#[tokio::test]
+async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
+    let mut server = server();
+    let manager = server.endpoint().manager().await.unwrap();
+    let mut c = serve(Provider::new(config_rx(), ClaimStore::new(manager, Keys::default()))).await;
+    increase(&mut c, "pool-a", 2).await.unwrap();
+    let fresh = c
+        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+        .await
+        .unwrap();
+    assert!(fresh.metadata().get(STALE_HEADER).is_none());
+
+    server.kill();
+    let stale = c
+        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+        .await
+        .unwrap();
+    assert!(stale.metadata().get(STALE_HEADER).is_some(), "marked stale");
+    assert_eq!(stale.into_inner().target_size, 2);
+    let stale_nodes = c
+        .node_group_nodes(NodeGroupNodesRequest { id: "pool-a".into() })
+        .await
+        .unwrap();
+    assert!(stale_nodes.metadata().get(STALE_HEADER).is_some());
+    assert_eq!(stale_nodes.into_inner().instances.len(), 2);
+    // Changes need the store: UNAVAILABLE, and cluster-autoscaler retries.
+    assert_eq!(increase(&mut c, "pool-b", 1).await, Err(Code::Unavailable));
+    // A group never read has no snapshot: UNAVAILABLE rather than a guess.
+    let never = c
+        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-b".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(never.code(), Code::Unavailable);
+
+    // Redis returns (empty: no AOF here): the provider recovers by itself and reads fresh.
+    server.restart().unwrap();
+    let recovered = bounded("fresh reads after Redis returns", async {
+        loop {
+            if let Ok(r) = c
+                .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+                .await
+                && r.metadata().get(STALE_HEADER).is_none()
+            {
+                return r.into_inner().target_size;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(recovered, 0);
+    increase(&mut c, "pool-a", 1).await.unwrap();
+}
+
+const CROWD: &str = r#"groups:
+  - name: crowd
+    min_size: 2
+    max_size: 6
+    startup: { command: ["true"] }
+    shutdown: { command: ["true"] }
+slots:
+  - { name: s-01, group: crowd }
+  - { name: s-02, group: crowd }
+  - { name: s-03, group: crowd }
+  - { name: s-04, group: crowd }
+  - { name: s-05, group: crowd }
+  - { name: s-06, group: crowd }
+  - { name: s-07, group: crowd }
+  - { name: s-08, group: crowd }
+"#;
+
+// cluster-autoscaler calls concurrently: 200 racing IncreaseSize, DeleteNodes and
+// DecreaseTargetSize calls on one group never break min, max or one live claim per slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot() {
+    use rand::{Rng, SeedableRng};
+    let server = server();
+    let cfg = Arc::new(config::parse(CROWD, Path::new("t.yaml")).unwrap());
+    let (_tx, rx) = tokio::sync::watch::channel(cfg);
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let mut c = serve(Provider::new(rx, store.clone())).await;
+    increase(&mut c, "crowd", 2).await.unwrap();
+
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let mut c = c.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.push(target_of(&mut c, "crowd").await);
+            }
+            seen
+        })
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let mut calls = Vec::new();
+    for _ in 0..200 {
+        let mut c = c.clone();
+        let kind = rng.random_range(0..3);
+        let delta = rng.random_range(1..=3);
+        let slots: Vec<String> = (0..rng.random_range(1..=2))
+            .map(|_| format!("fleet://s-0{}", rng.random_range(1..=8)))
+            .collect();
+        calls.push(tokio::spawn(async move {
+            match kind {
+                0 => increase(&mut c, "crowd", delta).await,
+                1 => c
+                    .node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+                        nodes: slots.iter().map(|s| node(s, "", false)).collect(),
+                        id: "crowd".into(),
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.code()),
+                _ => c
+                    .node_group_decrease_target_size(NodeGroupDecreaseTargetSizeRequest {
+                        delta: -delta,
+                        id: "crowd".into(),
+                    })
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.code()),
+            }
+        }));
+    }
+    let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
+    for call in calls {
+        let outcome = bounded("a concurrent call", call).await.unwrap();
+        *outcomes.entry(format!("{outcome:?}")).or_default() += 1;
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = watcher.await.unwrap();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|t| (2..=6).contains(t)),
+        "every target seen within [min 2, max 6]: {seen:?}"
+    );
+    // Some of each happened, and the refusals are the bounds' own codes.
+    assert!(outcomes.get("Ok(())").copied().unwrap_or(0) >= 20, "{outcomes:?}");
+    for refusal in outcomes.keys().filter(|k| *k != "Ok(())") {
+        assert!(
+            ["Err(OutOfRange)", "Err(FailedPrecondition)", "Err(ResourceExhausted)"]
+                .contains(&refusal.as_str()),
+            "{outcomes:?}"
+        );
+    }
+    // The store agrees: one live claim per slot, each the slot's live pointer, and the target
+    // is what they add up to.
+    let claims = store.read_groups(&[group("crowd")]).await.unwrap().remove(0).claims;
+    let live: Vec<&Claim> = claims.iter().filter(|c| c.phase.is_live()).collect();
+    let mut slots: Vec<&BenchName> = live.iter().map(|c| &c.slot).collect();
+    slots.sort();
+    let before = slots.len();
+    slots.dedup();
+    assert_eq!(slots.len(), before, "one live claim per slot");
+    let mut raw = conn(&server).await;
+    for c in &live {
+        let pointer: Option<String> = redis::cmd("GET")
+            .arg(Keys::default().group(&group("crowd")).live(&c.slot))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(pointer.as_deref(), Some(c.name.as_str()));
+    }
+    let t = target_of(&mut c, "crowd").await;
+    assert_eq!(t as usize, live.iter().filter(|c| c.wants_machine()).count());
+    assert!((2..=6).contains(&t));
 }
