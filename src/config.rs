@@ -903,12 +903,14 @@ fn autoscaling_options(
             "scale_down_gpu_utilization_threshold",
             problems,
         ),
-        scale_down_unneeded_time: values.scale_down_unneeded_time.as_ref().and_then(|v| {
-            duration(v, &format!("{place}.scale_down_unneeded_time"), problems)
-        }),
-        scale_down_unready_time: values.scale_down_unready_time.as_ref().and_then(|v| {
-            duration(v, &format!("{place}.scale_down_unready_time"), problems)
-        }),
+        scale_down_unneeded_time: values
+            .scale_down_unneeded_time
+            .as_ref()
+            .and_then(|v| duration(v, &format!("{place}.scale_down_unneeded_time"), problems)),
+        scale_down_unready_time: values
+            .scale_down_unready_time
+            .as_ref()
+            .and_then(|v| duration(v, &format!("{place}.scale_down_unready_time"), problems)),
         max_node_startup_time: values
             .max_node_startup_time
             .as_ref()

@@ -329,7 +329,10 @@ fn the_built_in_example_parses_into_two_groups_with_their_slots() {
 
     let pool_b = config.group(&b).unwrap();
     assert!(pool_b.readiness_taints.is_empty());
-    assert_eq!(pool_b.autoscaling_options, Some(AutoscalingOptions::default()));
+    assert_eq!(
+        pool_b.autoscaling_options,
+        Some(AutoscalingOptions::default())
+    );
     assert_eq!(pool_b.startup.timeout, mins(10));
     assert_eq!(pool_b.shutdown.timeout, mins(2));
     let template = pool_b.template.as_ref().unwrap();
@@ -1015,8 +1018,11 @@ fn a_group_opts_in_to_autoscaling_options_with_true_or_with_its_overrides() {
             ..AutoscalingOptions::default()
         })
     );
-    let off = &ok(&BASE.replace("    max_size: 2\n", "    max_size: 2\n    autoscaling_options: false\n"))
-        .groups[&GroupName::parse("pool-a").unwrap()];
+    let off = &ok(&BASE.replace(
+        "    max_size: 2\n",
+        "    max_size: 2\n    autoscaling_options: false\n",
+    ))
+    .groups[&GroupName::parse("pool-a").unwrap()];
     assert_eq!(off.autoscaling_options, None);
     // A key it does not know is refused with the list of those it does.
     let e = parse(&BASE.replace(

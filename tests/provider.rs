@@ -13,17 +13,17 @@ use fleet::domain::name::{BenchName, GroupName};
 use fleet::provider::service::{
     FAKE_NODE_REASON, OTHER_ERROR, OUT_OF_RESOURCES, Provider, STALE_HEADER,
 };
-use fleet::reconcile::requests::{self, StreakReset};
-use fleet::store::catalog::Catalog;
-use prost::Message;
-use redis::aio::MultiplexedConnection;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::instance_status::InstanceState;
 use fleet::provider::wire::*;
+use fleet::reconcile::requests::{self, StreakReset};
+use fleet::store::catalog::Catalog;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::testing::RedisServer;
+use prost::Message;
+use redis::aio::MultiplexedConnection;
 use support::*;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -301,7 +301,10 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         .unwrap_err()
         .code(),
         c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
-            nodes: vec![node("fleet://bench-01", "", false), node("fleet://gpu-01", "", false)],
+            nodes: vec![
+                node("fleet://bench-01", "", false),
+                node("fleet://gpu-01", "", false),
+            ],
             id: "pool-a".into(),
         })
         .await
@@ -402,7 +405,9 @@ async fn claim_and_fail(store: &ClaimStore<MultiplexedConnection>, slot: &str) -
     let catalog = Catalog::of(&config);
     let g = catalog.group(&group("pool-b")).unwrap();
     let now = store.now().await.unwrap();
-    let c = requests::claim_slot(store, g, &name(slot), now).await.unwrap();
+    let c = requests::claim_slot(store, g, &name(slot), now)
+        .await
+        .unwrap();
     let failed = c
         .apply(Move::because(Phase::Failed, Reason::DeadlineExceeded), now)
         .unwrap();
@@ -414,8 +419,7 @@ fn state_and_error(i: &Instance) -> (i32, Option<(String, i32)>) {
     let s = i.status.clone().unwrap();
     (
         s.instance_state,
-        s.error_info
-            .map(|e| (e.error_code, e.instance_error_class)),
+        s.error_info.map(|e| (e.error_code, e.instance_error_class)),
     )
 }
 
@@ -436,9 +440,19 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
         state_and_error(&listed[0]),
         (creating, Some(("DeadlineExceeded".into(), OTHER_ERROR)))
     );
-    let message = listed[0].status.clone().unwrap().error_info.unwrap().error_message;
+    let message = listed[0]
+        .status
+        .clone()
+        .unwrap()
+        .error_info
+        .unwrap()
+        .error_message;
     assert!(message.contains("attempt 1 of 2"), "{message}");
-    assert_eq!(target_of(&mut c, "pool-b").await, 0, "a failed claim is not in the target");
+    assert_eq!(
+        target_of(&mut c, "pool-b").await,
+        0,
+        "a failed claim is not in the target"
+    );
 
     // IncreaseSize prefers the slot that has not just failed.
     increase(&mut c, "pool-b", 1).await.unwrap();
@@ -454,7 +468,11 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
     })
     .await
     .unwrap();
-    let ids: Vec<String> = nodes(&mut c, "pool-b").await.into_iter().map(|i| i.id).collect();
+    let ids: Vec<String> = nodes(&mut c, "pool-b")
+        .await
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
     assert_eq!(ids, ["fleet://gpu-02"]);
     assert_eq!(target_of(&mut c, "pool-b").await, 1);
 
@@ -466,30 +484,54 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
     let gpu01 = listed.iter().find(|i| i.id == "fleet://gpu-01").unwrap();
     assert_eq!(
         state_and_error(gpu01),
-        (creating, Some(("DeadlineExceeded".into(), OUT_OF_RESOURCES)))
+        (
+            creating,
+            Some(("DeadlineExceeded".into(), OUT_OF_RESOURCES))
+        )
     );
     // A spent slot is not free: under max, but nothing to offer.
-    assert_eq!(increase(&mut c, "pool-b", 1).await, Err(Code::ResourceExhausted));
+    assert_eq!(
+        increase(&mut c, "pool-b", 1).await,
+        Err(Code::ResourceExhausted)
+    );
     assert_eq!(target_of(&mut c, "pool-b").await, 1);
 
     // The operator's reset: the slot is offered again, and its next claim is attempt 1.
     let catalog = Catalog::of(&config::parse(YAML, Path::new("t.yaml")).unwrap());
     let now = store.now().await.unwrap();
     assert_eq!(
-        requests::reset_failure_streak(&store, catalog.group(&group("pool-b")).unwrap(), &name("gpu-01"), now)
-            .await
-            .unwrap(),
-        StreakReset::Reset { was: 2, spent: true }
+        requests::reset_failure_streak(
+            &store,
+            catalog.group(&group("pool-b")).unwrap(),
+            &name("gpu-01"),
+            now
+        )
+        .await
+        .unwrap(),
+        StreakReset::Reset {
+            was: 2,
+            spent: true
+        }
     );
     assert_eq!(
-        requests::reset_failure_streak(&store, catalog.group(&group("pool-b")).unwrap(), &name("gpu-01"), now)
-            .await
-            .unwrap(),
+        requests::reset_failure_streak(
+            &store,
+            catalog.group(&group("pool-b")).unwrap(),
+            &name("gpu-01"),
+            now
+        )
+        .await
+        .unwrap(),
         StreakReset::NoStreak,
         "a reset streak has nothing left to reset"
     );
     increase(&mut c, "pool-b", 1).await.unwrap();
-    let claims = store.read_groups(&[group("pool-b")]).await.unwrap().remove(0).claims;
+    let claims = store
+        .read_groups(&[group("pool-b")])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims;
     let live = claims
         .iter()
         .find(|c| c.slot == name("gpu-01") && c.phase.is_live())
@@ -513,24 +555,34 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
 
     // No template: UNIMPLEMENTED, never OK without bytes.
     let none = c
-        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest { id: "pool-a".into() })
+        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest {
+            id: "pool-a".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(none.code(), Code::Unimplemented);
     let t = c
-        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest { id: "pool-b".into() })
+        .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest {
+            id: "pool-b".into(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(!t.node_bytes.is_empty());
-    assert_eq!(t.node_info, t.node_bytes, "the same bytes in the legacy field");
+    assert_eq!(
+        t.node_info, t.node_bytes,
+        "the same bytes in the legacy field"
+    );
     let n = k8s_pb::api::core::v1::Node::decode(t.node_bytes.as_slice()).unwrap();
     let labels = n.metadata.unwrap().labels;
     assert_eq!(labels["fleet.dev/pool"], "b");
     assert_eq!(labels["fleet.dev/gpu-type"], "nvidia-a100");
     assert_eq!(labels["kubernetes.io/os"], "linux");
     let status = n.status.unwrap();
-    assert_eq!(status.allocatable["nvidia.com/gpu"].string.as_deref(), Some("8"));
+    assert_eq!(
+        status.allocatable["nvidia.com/gpu"].string.as_deref(),
+        Some("8")
+    );
 
     // Options: not opted in is UNIMPLEMENTED; opted in echoes the defaults in both forms.
     let off = c
@@ -541,7 +593,11 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         .await
         .unwrap_err();
     assert_eq!(off.code(), Code::Unimplemented);
-    let legacy = |secs: i64| Some(LegacyDuration { duration: secs * 1_000_000_000 });
+    let legacy = |secs: i64| {
+        Some(LegacyDuration {
+            duration: secs * 1_000_000_000,
+        })
+    };
     let o = c
         .node_group_get_options(NodeGroupAutoscalingOptionsRequest {
             id: "pool-b".into(),
@@ -559,11 +615,23 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         .node_group_autoscaling_options
         .unwrap();
     assert_eq!(o.scale_down_utilization_threshold, 0.5);
-    assert_eq!(o.scale_down_unneeded_time.unwrap().duration, 180_000_000_000, "the group's 3m");
+    assert_eq!(
+        o.scale_down_unneeded_time.unwrap().duration,
+        180_000_000_000,
+        "the group's 3m"
+    );
     assert_eq!(o.scale_down_unneeded_duration.unwrap().seconds, 180);
-    assert_eq!(o.scale_down_unready_time.unwrap().duration, 1_200_000_000_000, "echoed");
+    assert_eq!(
+        o.scale_down_unready_time.unwrap().duration,
+        1_200_000_000_000,
+        "echoed"
+    );
     assert_eq!(o.scale_down_unready_duration.unwrap().seconds, 1200);
-    assert_eq!(o.max_node_provision_time.unwrap().duration, 2_400_000_000_000, "the group's 40m");
+    assert_eq!(
+        o.max_node_provision_time.unwrap().duration,
+        2_400_000_000_000,
+        "the group's 40m"
+    );
     assert_eq!(o.max_node_provision_duration.unwrap().seconds, 2400);
 
     // Pricing: the energy a pool-b machine draws; no power draw is UNIMPLEMENTED.
@@ -579,7 +647,10 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         .unwrap()
         .into_inner()
         .price;
-    assert!((price - 1.75).abs() < 1e-9, "3.5 kW for 2 h at 0.25: {price}");
+    assert!(
+        (price - 1.75).abs() < 1e-9,
+        "3.5 kW for 2 h at 0.25: {price}"
+    );
     let legacy_times = c
         .pricing_node_price(PricingNodePriceRequest {
             node: Some(node("fleet://gpu-02", "gpu-02", false)),
@@ -619,9 +690,17 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         .unwrap_err()
         .code(),
     ];
-    assert_eq!(codes, [Code::Unimplemented, Code::NotFound, Code::InvalidArgument]);
+    assert_eq!(
+        codes,
+        [Code::Unimplemented, Code::NotFound, Code::InvalidArgument]
+    );
 
-    let label = c.gpu_label(GpuLabelRequest {}).await.unwrap().into_inner().label;
+    let label = c
+        .gpu_label(GpuLabelRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .label;
     assert_eq!(label, "fleet.dev/gpu-type");
     let types: Vec<String> = c
         .get_available_gpu_types(GetAvailableGpuTypesRequest {})
@@ -653,7 +732,11 @@ async fn a_follower_answers_reads_and_refuses_changes_and_a_deposed_leader_is_fe
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::Unavailable);
-    assert!(refused.message().contains("not the leader"), "{}", refused.message());
+    assert!(
+        refused.message().contains("not the leader"),
+        "{}",
+        refused.message()
+    );
 
     // The leader (token 1, its fence raised) changes the group.
     assert!(store.raise_fence(&group("pool-a"), "1").await.unwrap());
@@ -681,23 +764,33 @@ async fn a_follower_answers_reads_and_refuses_changes_and_a_deposed_leader_is_fe
 async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
     let mut server = server();
     let manager = server.endpoint().manager().await.unwrap();
-    let mut c = serve(Provider::new(config_rx(), ClaimStore::new(manager, Keys::default()))).await;
+    let mut c = serve(Provider::new(
+        config_rx(),
+        ClaimStore::new(manager, Keys::default()),
+    ))
+    .await;
     increase(&mut c, "pool-a", 2).await.unwrap();
     let fresh = c
-        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+        .node_group_target_size(NodeGroupTargetSizeRequest {
+            id: "pool-a".into(),
+        })
         .await
         .unwrap();
     assert!(fresh.metadata().get(STALE_HEADER).is_none());
 
     server.kill();
     let stale = c
-        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+        .node_group_target_size(NodeGroupTargetSizeRequest {
+            id: "pool-a".into(),
+        })
         .await
         .unwrap();
     assert!(stale.metadata().get(STALE_HEADER).is_some(), "marked stale");
     assert_eq!(stale.into_inner().target_size, 2);
     let stale_nodes = c
-        .node_group_nodes(NodeGroupNodesRequest { id: "pool-a".into() })
+        .node_group_nodes(NodeGroupNodesRequest {
+            id: "pool-a".into(),
+        })
         .await
         .unwrap();
     assert!(stale_nodes.metadata().get(STALE_HEADER).is_some());
@@ -706,7 +799,9 @@ async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
     assert_eq!(increase(&mut c, "pool-b", 1).await, Err(Code::Unavailable));
     // A group never read has no snapshot: UNAVAILABLE rather than a guess.
     let never = c
-        .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-b".into() })
+        .node_group_target_size(NodeGroupTargetSizeRequest {
+            id: "pool-b".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(never.code(), Code::Unavailable);
@@ -716,7 +811,9 @@ async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
     let recovered = bounded("fresh reads after Redis returns", async {
         loop {
             if let Ok(r) = c
-                .node_group_target_size(NodeGroupTargetSizeRequest { id: "pool-a".into() })
+                .node_group_target_size(NodeGroupTargetSizeRequest {
+                    id: "pool-a".into(),
+                })
                 .await
                 && r.metadata().get(STALE_HEADER).is_none()
             {
@@ -815,17 +912,29 @@ async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot
         "every target seen within [min 2, max 6]: {seen:?}"
     );
     // Some of each happened, and the refusals are the bounds' own codes.
-    assert!(outcomes.get("Ok(())").copied().unwrap_or(0) >= 20, "{outcomes:?}");
+    assert!(
+        outcomes.get("Ok(())").copied().unwrap_or(0) >= 20,
+        "{outcomes:?}"
+    );
     for refusal in outcomes.keys().filter(|k| *k != "Ok(())") {
         assert!(
-            ["Err(OutOfRange)", "Err(FailedPrecondition)", "Err(ResourceExhausted)"]
-                .contains(&refusal.as_str()),
+            [
+                "Err(OutOfRange)",
+                "Err(FailedPrecondition)",
+                "Err(ResourceExhausted)"
+            ]
+            .contains(&refusal.as_str()),
             "{outcomes:?}"
         );
     }
     // The store agrees: one live claim per slot, each the slot's live pointer, and the target
     // is what they add up to.
-    let claims = store.read_groups(&[group("crowd")]).await.unwrap().remove(0).claims;
+    let claims = store
+        .read_groups(&[group("crowd")])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims;
     let live: Vec<&Claim> = claims.iter().filter(|c| c.phase.is_live()).collect();
     let mut slots: Vec<&BenchName> = live.iter().map(|c| &c.slot).collect();
     slots.sort();
@@ -842,6 +951,9 @@ async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot
         assert_eq!(pointer.as_deref(), Some(c.name.as_str()));
     }
     let t = target_of(&mut c, "crowd").await;
-    assert_eq!(t as usize, live.iter().filter(|c| c.wants_machine()).count());
+    assert_eq!(
+        t as usize,
+        live.iter().filter(|c| c.wants_machine()).count()
+    );
     assert!((2..=6).contains(&t));
 }

@@ -23,7 +23,12 @@ use super::{Error, ViewFormat, args};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The provider's address, `host:port` (the host is also the TLS server name).
-    #[arg(long, env = "FLEET_GRPC_ADDR", default_value = "127.0.0.1:8086", global = true)]
+    #[arg(
+        long,
+        env = "FLEET_GRPC_ADDR",
+        default_value = "127.0.0.1:8086",
+        global = true
+    )]
     pub grpc_addr: String,
     /// The client certificate (PEM): with it the call uses mutual TLS, as CA's `cert`.
     #[arg(long, env = "FLEET_TLS_CERT", global = true)]
@@ -132,7 +137,8 @@ impl Args {
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", self.grpc_addr))
             .map_err(|e| {
                 Error::Usage(
-                    anyhow::Error::new(e).context(format!("invalid --grpc-addr {}", self.grpc_addr)),
+                    anyhow::Error::new(e)
+                        .context(format!("invalid --grpc-addr {}", self.grpc_addr)),
                 )
             })?
             .timeout(self.grpc_timeout)
@@ -152,6 +158,11 @@ impl Args {
     }
 
     pub async fn run(self, out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        if matches!(self.call, Call::Decrease { delta: 0, .. }) {
+            return Err(Error::usage(
+                "decrease by 0 changes nothing: give how many pending requests to take back, like 2",
+            ));
+        }
         let mut client = self.client().await?;
         match &self.call {
             Call::Groups => {
@@ -258,11 +269,6 @@ impl Args {
                 )?;
             }
             Call::Decrease { group, delta } => {
-                if *delta == 0 {
-                    return Err(Error::usage(
-                        "decrease by 0 changes nothing: give how many pending requests to take back, like 2",
-                    ));
-                }
                 let before = target(&mut client, group).await?;
                 client
                     .node_group_decrease_target_size(NodeGroupDecreaseTargetSizeRequest {
@@ -285,7 +291,8 @@ impl Args {
                 let node = k8s_pb::api::core::v1::Node::decode(answer.node_bytes.as_slice())
                     .map_err(|e| {
                         Error::Runtime(
-                            anyhow::Error::new(e).context("the template's node bytes do not decode"),
+                            anyhow::Error::new(e)
+                                .context("the template's node bytes do not decode"),
                         )
                     })?;
                 let row = TemplateRow::of(&node, answer.node_info == answer.node_bytes);
@@ -396,7 +403,10 @@ impl TemplateRow {
                     format!(
                         "{}{}:{}",
                         t.key.clone().unwrap_or_default(),
-                        t.value.as_ref().map(|v| format!("={v}")).unwrap_or_default(),
+                        t.value
+                            .as_ref()
+                            .map(|v| format!("={v}"))
+                            .unwrap_or_default(),
                         t.effect.clone().unwrap_or_default()
                     )
                 })

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod args;
+pub mod autoscaler;
 pub mod beat;
 pub mod cancel;
 pub mod claim;
@@ -18,7 +19,6 @@ pub mod hold;
 pub mod live;
 pub mod output;
 pub mod release;
-pub mod autoscaler;
 pub mod reset;
 pub mod reset_attempts;
 pub mod serve;

@@ -114,7 +114,8 @@ pub fn options(
         scale_down_unready_duration: Some(proto(unready)),
         max_node_provision_duration: Some(proto(provision)),
         max_node_startup_duration: Some(proto(startup)),
-        allow_non_atomic_scale_up_to_max: defaults.is_some_and(|d| d.allow_non_atomic_scale_up_to_max),
+        allow_non_atomic_scale_up_to_max: defaults
+            .is_some_and(|d| d.allow_non_atomic_scale_up_to_max),
     }
 }
 
@@ -176,8 +177,14 @@ mod tests {
         assert_eq!(o.scale_down_gpu_utilization_threshold, 0.6);
         assert!(o.ignore_daemon_sets_utilization);
         assert!(!o.zero_or_max_node_scaling);
-        assert_eq!(o.scale_down_unneeded_time.unwrap().duration, 600_000_000_000);
-        assert_eq!(o.scale_down_unready_time.unwrap().duration, 1_200_000_000_000);
+        assert_eq!(
+            o.scale_down_unneeded_time.unwrap().duration,
+            600_000_000_000
+        );
+        assert_eq!(
+            o.scale_down_unready_time.unwrap().duration,
+            1_200_000_000_000
+        );
         assert_eq!(o.max_node_provision_time.unwrap().duration, 900_000_000_000);
         assert_eq!(o.scale_down_unneeded_duration.unwrap().seconds, 600);
         assert_eq!(o.scale_down_unready_duration.unwrap().seconds, 1200);
@@ -208,7 +215,10 @@ mod tests {
         let mut both = old.clone();
         both.scale_down_unneeded_duration = Some(proto(mins(7)));
         let o = options(Some(&both), &AutoscalingOptions::default(), None);
-        assert_eq!(o.scale_down_unneeded_time.unwrap().duration, 420_000_000_000);
+        assert_eq!(
+            o.scale_down_unneeded_time.unwrap().duration,
+            420_000_000_000
+        );
     }
 
     #[test]
@@ -222,11 +232,17 @@ mod tests {
         };
         let o = options(Some(&ca_defaults_new_form()), &overrides, Some(mins(45)));
         assert_eq!(o.scale_down_unneeded_duration.unwrap().seconds, 180);
-        assert_eq!(o.scale_down_unneeded_time.unwrap().duration, 180_000_000_000);
+        assert_eq!(
+            o.scale_down_unneeded_time.unwrap().duration,
+            180_000_000_000
+        );
         assert_eq!(o.scale_down_gpu_utilization_threshold, 0.25);
         assert!(o.zero_or_max_node_scaling);
         assert_eq!(o.max_node_provision_duration.unwrap().seconds, 2700);
-        assert_eq!(o.max_node_provision_time.unwrap().duration, 2_700_000_000_000);
+        assert_eq!(
+            o.max_node_provision_time.unwrap().duration,
+            2_700_000_000_000
+        );
         assert_eq!(o.max_node_startup_duration.unwrap().seconds, 2400);
         // Untouched: echoed.
         assert_eq!(o.scale_down_utilization_threshold, 0.5);
@@ -239,7 +255,10 @@ mod tests {
         let o = options(None, &AutoscalingOptions::default(), None);
         assert_eq!(o.scale_down_utilization_threshold, 0.5);
         assert_eq!(o.scale_down_unneeded_duration.unwrap().seconds, 600);
-        assert_eq!(o.scale_down_unready_time.unwrap().duration, 1_200_000_000_000);
+        assert_eq!(
+            o.scale_down_unready_time.unwrap().duration,
+            1_200_000_000_000
+        );
         assert_eq!(o.max_node_provision_duration.unwrap().seconds, 900);
         // A negative default is not a duration: the flag default stands in.
         let negative = NodeGroupAutoscalingOptions {

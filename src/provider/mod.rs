@@ -5,10 +5,10 @@
 //! tonic-prost-build; no system protoc) and never leave this folder: the rest of fleet speaks
 //! domain types, and the conversions live here.
 
-pub mod service;
-pub mod template;
 pub mod convert;
 pub mod server;
+pub mod service;
+pub mod template;
 
 /// The generated wire types, client and server of `clusterautoscaler.cloudprovider.v1.externalgrpc`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -366,10 +366,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let mut removals = Vec::new();
         let mut real = 0usize;
         for (slot, fake) in &named {
-            if let Some(c) = claims
-                .iter()
-                .find(|c| &c.slot == slot && c.wants_machine())
-            {
+            if let Some(c) = claims.iter().find(|c| &c.slot == slot && c.wants_machine()) {
                 real += usize::from(!fake);
                 removals.push(Removal::Cancel(c.clone()));
             } else if let Some(c) = latest(&claims, slot).filter(|c| c.phase == Phase::Failed) {
@@ -388,11 +385,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let ttl = group.timings.ttl_after_finished;
         for removal in &removals {
             match removal {
-                Removal::Cancel(c) => {
-                    requests::cancel(&writer, c, Reason::NodeDeleted, now, ttl)
-                        .await
-                        .map(|_| ())
-                }
+                Removal::Cancel(c) => requests::cancel(&writer, c, Reason::NodeDeleted, now, ttl)
+                    .await
+                    .map(|_| ()),
                 Removal::Dismiss(c) => requests::dismiss_failed(&writer, c, now, ttl).await,
             }
             .map_err(request_status)?;
@@ -637,7 +632,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                         slot.group
                     ))
                 })?;
-            let start = request.start_timestamp.as_ref().or(request.start_time.as_ref());
+            let start = request
+                .start_timestamp
+                .as_ref()
+                .or(request.start_time.as_ref());
             let end = request.end_timestamp.as_ref().or(request.end_time.as_ref());
             let price = convert::energy_price(&power, start, end)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;

@@ -143,7 +143,11 @@ mod tests {
         assert_eq!(meta.name.as_deref(), Some("template-pool-b"));
         let label = |k: &str| meta.labels.get(k).map(String::as_str);
         assert_eq!(label("kubernetes.io/os"), Some("linux"));
-        assert_eq!(label("kubernetes.io/arch"), Some("arm64"), "the group's own label wins");
+        assert_eq!(
+            label("kubernetes.io/arch"),
+            Some("arm64"),
+            "the group's own label wins"
+        );
         assert_eq!(label("fleet.dev/group"), Some("pool-b"));
         assert_eq!(label("fleet.dev/pool"), Some("b"));
         assert_eq!(label("fleet.dev/gpu-type"), Some("nvidia-a100"));
@@ -157,7 +161,11 @@ mod tests {
         assert_eq!(q("cpu").as_deref(), Some("64"));
         assert_eq!(q("memory").as_deref(), Some("512Gi"));
         assert_eq!(q("nvidia.com/gpu").as_deref(), Some("8"));
-        assert_eq!(q("pods").as_deref(), Some("110"), "a kubelet's default pod limit");
+        assert_eq!(
+            q("pods").as_deref(),
+            Some("110"),
+            "a kubelet's default pod limit"
+        );
         assert_eq!(status.allocatable, status.capacity);
         let conditions: Vec<(String, String)> = status
             .conditions

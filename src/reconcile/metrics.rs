@@ -78,8 +78,7 @@ impl Default for Metrics {
         let blind = Gauge::default();
         let leader = Gauge::default();
         let provider_calls = Family::<CallLabels, Counter>::default();
-        let provider_call_seconds =
-            Family::<CallLabels, Histogram>::new_with_constructor(seconds);
+        let provider_call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(seconds);
         let provider_stale_answers = Counter::default();
         registry.register(
             "provider_calls",
@@ -184,8 +183,7 @@ impl Default for Health {
 impl Health {
     /// Records the leadership this process acts under: its fencing token, or `None`.
     pub fn lead(&self, token: Option<&str>) {
-        self.leadership
-            .send_replace(token.map(ToOwned::to_owned));
+        self.leadership.send_replace(token.map(ToOwned::to_owned));
     }
 
     /// The leadership, as the provider follows it.

@@ -769,7 +769,10 @@ fn a_failure_streak_ends_after_the_cooldown_or_an_operators_reset() {
     assert_eq!(seed_attempt(Some(&spent), t(100 + cooldown), &tm), 1);
     // A digest without a finish time counts from its request.
     assert_eq!(failure_streak(Some(&failed(3, None)), t(cooldown), &tm), 0);
-    assert_eq!(failure_streak(Some(&failed(3, None)), t(cooldown - 1), &tm), 3);
+    assert_eq!(
+        failure_streak(Some(&failed(3, None)), t(cooldown - 1), &tm),
+        3
+    );
     // An operator's reset ends it at once, and keeps everything else of the digest.
     let reset = spent.reset_streak(t(200));
     assert_eq!(reset.attempt, 3);
