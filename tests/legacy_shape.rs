@@ -80,7 +80,7 @@ async fn provider(server: &fleet::testing::RedisServer) -> CloudProviderClient<C
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(CloudProviderServer::new(service))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+            .serve_with_incoming(fleet::provider::server::incoming(listener)),
     );
     CloudProviderClient::connect(format!("http://{addr}"))
         .await

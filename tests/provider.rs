@@ -73,7 +73,7 @@ async fn serve<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
 ) -> CloudProviderClient<Channel> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let incoming = fleet::provider::server::incoming(listener);
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(CloudProviderServer::new(service))

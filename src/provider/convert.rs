@@ -212,7 +212,7 @@ mod tests {
         assert_eq!((unready.seconds, unready.nanos), (1, 500_000_000));
         assert_eq!(o.max_node_provision_duration.unwrap().seconds, 1800);
         // The new form wins when both are present.
-        let mut both = old.clone();
+        let mut both = old;
         both.scale_down_unneeded_duration = Some(proto(mins(7)));
         let o = options(Some(&both), &AutoscalingOptions::default(), None);
         assert_eq!(

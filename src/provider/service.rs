@@ -45,10 +45,11 @@ pub const DEFAULT_GPU_LABEL: &str = "fleet.dev/gpu-type";
 pub const OUT_OF_RESOURCES: i32 = 1;
 pub const OTHER_ERROR: i32 = 99;
 
-/// A group's claims as last read, for reads while Redis cannot be.
+/// What was last read of a group, for reads while Redis cannot be.
+#[derive(Default)]
 struct Snapshot {
-    claims: Arc<Vec<Claim>>,
-    at: Instant,
+    claims: Option<(Arc<Vec<Claim>>, Instant)>,
+    target: Option<(usize, Instant)>,
 }
 
 /// The provider over one claim store.
@@ -150,14 +151,40 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 .collect(),
         );
         let mut snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-        snapshots.insert(
-            group.clone(),
-            Snapshot {
-                claims: claims.clone(),
-                at: Instant::now(),
-            },
-        );
+        let snapshot = snapshots.entry(group.clone()).or_default();
+        let now = Instant::now();
+        snapshot.target = Some((target(&claims), now));
+        snapshot.claims = Some((claims.clone(), now));
         Ok(claims)
+    }
+
+    /// Counts a stale answer.
+    fn stale(&self, group: &GroupName, age: Duration, status: &Status) {
+        warn!(%group, age_ms = age.as_millis() as u64, error = status.message(), "Redis cannot be read; answering from the last snapshot");
+        if let Some(m) = &self.metrics {
+            m.provider_stale_answers.inc();
+        }
+    }
+
+    /// The group's target size: fresh in one round trip when Redis answers, else the last one
+    /// read and its age.
+    async fn read_target(&self, group: &GroupName) -> Result<(usize, Option<Duration>), Status> {
+        match self.store.target(group).await {
+            Ok(n) => {
+                let mut snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+                snapshots.entry(group.clone()).or_default().target = Some((n, Instant::now()));
+                Ok((n, None))
+            }
+            Err(e) => {
+                let status = store_status(e);
+                let snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+                let Some((n, at)) = snapshots.get(group).and_then(|s| s.target) else {
+                    return Err(status);
+                };
+                self.stale(group, at.elapsed(), &status);
+                Ok((n, Some(at.elapsed())))
+            }
+        }
     }
 
     /// The group's claims for a read: fresh when Redis answers, else the last snapshot and its
@@ -170,15 +197,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             Ok(claims) => Ok((claims, None)),
             Err(status) => {
                 let snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(s) = snapshots.get(group) else {
+                let Some((claims, at)) = snapshots.get(group).and_then(|s| s.claims.clone()) else {
                     return Err(status);
                 };
-                let age = s.at.elapsed();
-                warn!(%group, age_ms = age.as_millis() as u64, error = status.message(), "Redis cannot be read; answering from the last snapshot");
-                if let Some(m) = &self.metrics {
-                    m.provider_stale_answers.inc();
-                }
-                Ok((s.claims.clone(), Some(age)))
+                self.stale(group, at.elapsed(), &status);
+                Ok((claims, Some(at.elapsed())))
             }
         }
     }
@@ -317,6 +340,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 }
             }
         }
+        // The snapshot a stale read would answer from follows the change.
+        let _ = self.fresh_claims(&group.name).await;
         info!(
             group = %group.name,
             delta,
@@ -392,6 +417,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             }
             .map_err(request_status)?;
         }
+        // The snapshot a stale read would answer from follows the change.
+        let _ = self.fresh_claims(&group.name).await;
         info!(
             group = %group.name,
             nodes = ?named.iter().map(|(s, fake)| format!("{s}{}", if *fake { " (fake)" } else { "" })).collect::<Vec<_>>(),
@@ -451,6 +478,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             .await
             .map_err(request_status)?;
         }
+        // The snapshot a stale read would answer from follows the change.
+        let _ = self.fresh_claims(&group.name).await;
         info!(group = %group.name, delta = request.delta, target = now_target - wanted, "DecreaseTargetSize: pending claims cancelled");
         Ok(Response::new(NodeGroupDecreaseTargetSizeResponse {}))
     }
@@ -462,10 +491,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         use instance_status::InstanceState;
         let (config, group) = self.group(&request.id)?;
         let (claims, stale) = self.read_claims(&group.name).await?;
+        let by_slot = speaking(&claims);
         let mut instances = Vec::new();
         let mut failed = Vec::new();
         for slot in config.slots_of(&group.name) {
-            let Some(c) = latest(&claims, &slot.name) else {
+            let Some(&c) = by_slot.get(&slot.name) else {
                 continue;
             };
             let state = match (c.phase, c.marked_for_deletion.is_some()) {
@@ -542,6 +572,22 @@ fn latest<'a>(claims: &'a [Claim], slot: &BenchName) -> Option<&'a Claim> {
         .filter(|c| c.phase.is_live())
         .max_by_key(|c| c.requested_at)
         .or_else(|| of_slot().max_by_key(|c| c.requested_at))
+}
+
+/// The claim that speaks for each slot (as `latest`), in one pass over the claims.
+fn speaking(claims: &[Claim]) -> HashMap<&BenchName, &Claim> {
+    let mut by_slot: HashMap<&BenchName, &Claim> = HashMap::with_capacity(claims.len());
+    for c in claims {
+        by_slot
+            .entry(&c.slot)
+            .and_modify(|held| {
+                if (c.phase.is_live(), c.requested_at) > (held.phase.is_live(), held.requested_at) {
+                    *held = c;
+                }
+            })
+            .or_insert(c);
+    }
+    by_slot
 }
 
 /// A response, marked stale with the snapshot's age when it was read from one.
@@ -718,10 +764,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         let started = Instant::now();
         let result = async {
             let (_, group) = self.group(&request.into_inner().id)?;
-            let (claims, stale) = self.read_claims(&group.name).await?;
+            let (n, stale) = self.read_target(&group.name).await?;
             Ok(answer(
                 NodeGroupTargetSizeResponse {
-                    target_size: i32::try_from(target(&claims)).unwrap_or(i32::MAX),
+                    target_size: i32::try_from(n).unwrap_or(i32::MAX),
                 },
                 stale,
             ))

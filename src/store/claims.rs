@@ -221,6 +221,10 @@ pub struct ClaimStore<C> {
     fence: Option<String>,
 }
 
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
 fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
     serde_json::to_string(value).map_err(|source| ClaimStoreError::Encode {
         what: what.to_owned(),
@@ -322,6 +326,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.timeline(&claim.name),
             g.last_claim(&claim.slot),
             g.fence(),
+            g.wanted(),
         ];
         let entry = Entry::of(claim, Event::Created, claim.requested_at);
         let mut conn = self.conn.clone();
@@ -334,6 +339,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(g.claim_prefix())
             .arg(&seed.raw)
             .arg(self.token())
+            .arg(flag(claim.wants_machine()))
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Create {
@@ -369,6 +375,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.timeline(&old.name),
             g.last_claim(&old.slot),
             g.fence(),
+            g.wanted(),
         ];
         let terminal = next.phase.is_terminal();
         let digest = if terminal {
@@ -390,6 +397,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(digest)
             .arg(old.name.as_str())
             .arg(self.token())
+            .arg(flag(next.wants_machine()))
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Write {
@@ -414,6 +422,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.claims(),
             g.timeline(&claim.name),
             g.fence(),
+            g.wanted(),
         ];
         let entry = entry
             .map(|e| json("a timeline entry", e))
@@ -438,6 +447,20 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 source,
             })?;
         settled(code, &why, &claim.group)
+    }
+
+    /// The group's target size: how many of its claims want a machine (live, not marked for
+    /// deletion). One round trip, independent of the group's size.
+    pub async fn target(&self, group: &GroupName) -> Result<usize, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SCARD")
+            .arg(self.keys.group(group).wanted())
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadGroup {
+                group: group.clone(),
+                source,
+            })
     }
 
     /// Reads the claims of every group in `groups`, in one round trip.

@@ -134,6 +134,13 @@ impl GroupKeys {
         format!("{}:claims", self.tag)
     }
 
+    /// The group's claims that want a machine (live, not marked for deletion): a set of names,
+    /// kept by the claim scripts in the same step as each claim, so its size is the target size
+    /// in one round trip.
+    pub fn wanted(&self) -> String {
+        format!("{}:wanted", self.tag)
+    }
+
     /// A slot's live claim: the name of the one live claim, the lock that makes one live claim
     /// per slot airtight. Set by the create script, removed by the terminal move.
     pub fn live(&self, slot: &BenchName) -> String {

@@ -2,10 +2,10 @@
 -- A write whose expected version is not the stored one writes nothing.
 --
 -- KEYS[1] the claim, KEYS[2] the slot's live pointer, KEYS[3] the timeline, KEYS[4] the slot's
--- last-claim digest.
+-- last-claim digest, KEYS[6] the group's set of claims that want a machine.
 -- ARGV[1] the expected version, ARGV[2] the new JSON, ARGV[3] '1' when the new phase is terminal,
 -- ARGV[4] a timeline entry ('' for none), ARGV[5] the timeline's cap, ARGV[6] the digest to keep
--- ('' for none), ARGV[7] the claim name.
+-- ('' for none), ARGV[7] the claim name, ARGV[9] '1' when the new state wants a machine.
 --
 -- Returns {1, ''} when written, {0, why} when refused.
 -- Fenced: a controller's write carries its leadership token (ARGV[8]); it is refused
@@ -19,6 +19,11 @@ if tostring(c.version) ~= ARGV[1] then
   return { 0, 'the claim is at version ' .. tostring(c.version) .. ', not ' .. ARGV[1] }
 end
 redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[9] == '1' then
+  redis.call('SADD', KEYS[6], ARGV[7])
+else
+  redis.call('SREM', KEYS[6], ARGV[7])
+end
 if ARGV[3] == '1' and redis.call('GET', KEYS[2]) == ARGV[7] then
   redis.call('DEL', KEYS[2])
 end
