@@ -18,3 +18,4 @@ bench: deps
 	cargo bench --bench presence
 	cargo bench --bench controller
 	cargo bench --bench faults
+	cargo bench --bench provider

@@ -33,10 +33,13 @@ FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config deploy/examples/fleet.yam
 pids+=($!)
 
 cat <<MSG
-fleet local stack: redis at $FLEET_REDIS_URL, controller log in $run/serve.log
+fleet local stack: redis at $FLEET_REDIS_URL, controller log in $run/serve.log,
+cluster-autoscaler provider on 127.0.0.1:8086
 In another shell:  export FLEET_REDIS_URL=$FLEET_REDIS_URL
                    $fleet claim sim-01          # ask for a machine; watch it boot below
                    $fleet cancel <claim>        # give it back
+                   $fleet autoscaler increase sim 2            # scale up, as cluster-autoscaler would
+                   $fleet autoscaler delete sim fleet://sim-01 # scale down
 Ctrl-C stops everything.
 MSG
 sleep 2
