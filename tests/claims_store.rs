@@ -372,3 +372,61 @@ async fn a_deposed_leaders_writes_are_refused_by_the_fence() {
             .is_ok()
     );
 }
+
+// The target size is the size of a set the scripts keep in the same step as each claim: it
+// follows every create, move, mark and delete, and a refused write moves it not at all.
+#[tokio::test]
+async fn the_target_follows_every_claim_write_in_one_round_trip() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let want = |claims: &[&Claim]| claims.iter().filter(|c| c.wants_machine()).count();
+    assert_eq!(s.target(&group()).await.unwrap(), 0);
+    let seed1 = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed1);
+    s.create(&a, &seed1).await.unwrap();
+    let seed2 = s.seed(&group(), &name("bench-02")).await.unwrap();
+    let b = new_claim("bench-02-a", "bench-02", &seed2);
+    s.create(&b, &seed2).await.unwrap();
+    assert_eq!(s.target(&group()).await.unwrap(), want(&[&a, &b]));
+    assert_eq!(s.target(&group()).await.unwrap(), 2);
+
+    let booting = a.apply(Move::to(Phase::Booting), now()).unwrap();
+    assert!(s.write(&a, &booting, None).await.unwrap());
+    assert_eq!(
+        s.target(&group()).await.unwrap(),
+        2,
+        "booting still wants it"
+    );
+    let marked = booting.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(s.write(&booting, &marked, None).await.unwrap());
+    assert_eq!(
+        s.target(&group()).await.unwrap(),
+        1,
+        "marked: no longer wanted"
+    );
+    // A stale writer (old version) writes nothing and moves nothing.
+    assert!(!s.write(&booting, &booting.clone(), None).await.unwrap());
+    assert_eq!(s.target(&group()).await.unwrap(), 1);
+    let completed = marked
+        .apply(Move::because(Phase::Completed, Reason::NodeDeleted), now())
+        .unwrap();
+    assert!(s.write(&marked, &completed, None).await.unwrap());
+    let failed = b
+        .apply(
+            Move::because(Phase::Failed, Reason::DeadlineExceeded),
+            now(),
+        )
+        .unwrap();
+    assert!(s.write(&b, &failed, None).await.unwrap());
+    assert_eq!(s.target(&group()).await.unwrap(), 0);
+    assert!(
+        s.delete(&failed, None, Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.target(&group()).await.unwrap(), 0);
+    let before = counting.trips();
+    s.target(&group()).await.unwrap();
+    assert_eq!(counting.trips() - before, 1, "one round trip");
+}
