@@ -161,3 +161,22 @@ fn the_law_and_the_state_machine_have_no_wildcard_arm() {
         assert!(!code(&text).contains("_ =>"), "{file} has a wildcard arm");
     }
 }
+
+// SPEC §1, §6.1: the generated wire types never leave `src/provider/`; the rest of fleet speaks
+// domain types and the provider's own rows.
+#[test]
+fn the_generated_wire_types_stay_in_the_provider_folder() {
+    let provider = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provider");
+    let leaks: Vec<String> = sources("src")
+        .into_iter()
+        .filter(|(path, _)| !path.starts_with(&provider))
+        .filter(|(_, text)| {
+            code(text).contains("provider::wire") || code(text).contains("include_proto!")
+        })
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "wire types used outside src/provider: {leaks:?}"
+    );
+}
