@@ -134,7 +134,12 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.yaml");
     std::fs::write(&path, yaml(&server)).unwrap();
-    let (mut serve, addr, _) = start(&server, &path, &[]).await;
+    let (mut serve, addr, line) = start(&server, &path, &[]).await;
+    let metrics = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .expect("the start line names the metrics address")
+        .to_owned();
     let mut c = client(&addr).await;
 
     // The loop's reads, in CA's order.
@@ -329,9 +334,37 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
         "{text}"
     );
 
+    // Every call is counted by method and code on /metrics.
+    let body = tokio::task::spawn_blocking(move || metrics_text(&metrics))
+        .await
+        .unwrap();
+    for want in [
+        r#"fleet_provider_calls_total{method="NodeGroupIncreaseSize",code="Ok"} 2"#,
+        r#"fleet_provider_calls_total{method="NodeGroupIncreaseSize",code="OutOfRange"} 2"#,
+        r#"fleet_provider_calls_total{method="NodeGroupDecreaseTargetSize",code="FailedPrecondition"} 1"#,
+        r#"fleet_provider_call_seconds_count{method="NodeGroupNodes",code="Ok"}"#,
+    ] {
+        assert!(body.contains(want), "{want}: {body}");
+    }
+
     c.cleanup(CleanupRequest {}).await.unwrap();
     serve.signal("-TERM");
     serve.log(&["fleet serve stopped"]).await;
+}
+
+/// The body of one HTTP/1.1 GET /metrics.
+fn metrics_text(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
 }
 
 #[test]
