@@ -301,6 +301,7 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
         .await
         .unwrap_err();
     assert_eq!(at_min.code(), Code::FailedPrecondition);
+    assert_eq!(target(&mut c).await, 1);
 
     // The operator's view through `fleet autoscaler`, the same calls over the same socket.
     let groups = fleet(
@@ -332,6 +333,21 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
     assert!(
         text.contains("legacy field 1 carries the same bytes: true"),
         "{text}"
+    );
+
+    // An instance CA found unregistered past its provision time goes even at the minimum: a
+    // fake `unregistered` node cancels l-02's live claim (the real node could not, above).
+    c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![node("fleet://l-02", Some("unregistered"))],
+        id: "loop".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(target(&mut c).await, 0);
+    let during = instances(&mut c).await;
+    assert!(
+        during == [("fleet://l-02".into(), DELETING, None)] || during.is_empty(),
+        "{during:?}"
     );
 
     // Every call is counted by method and code on /metrics.

@@ -84,6 +84,8 @@ async fn serve<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
         .unwrap()
 }
 
+/// A node as cluster-autoscaler sends it; `fake` makes it one CA made up for an instance that
+/// never registered.
 fn node(provider_id: &str, name: &str, fake: bool) -> ExternalGrpcNode {
     let mut n = ExternalGrpcNode {
         provider_id: provider_id.into(),
@@ -92,7 +94,7 @@ fn node(provider_id: &str, name: &str, fake: bool) -> ExternalGrpcNode {
     };
     if fake {
         n.annotations
-            .insert(FAKE_NODE_REASON.into(), "create-error".into());
+            .insert(FAKE_NODE_REASON.into(), "unregistered".into());
     }
     n
 }
@@ -463,7 +465,7 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
     // cluster-autoscaler deletes the failed instance as a fake create-error node: it is gone,
     // and the target is unchanged.
     c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
-        nodes: vec![node("fleet://gpu-01", "fleet://gpu-01", true)],
+        nodes: vec![create_error("fleet://gpu-01")],
         id: "pool-b".into(),
     })
     .await
@@ -538,6 +540,22 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
         .unwrap();
     assert_eq!(live.attempt, 1);
     assert_eq!(target_of(&mut c, "pool-b").await, 2);
+    // A create error read before that claim existed names the failed attempt, not the new
+    // claim: deleting it again changes nothing.
+    c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![create_error("fleet://gpu-01")],
+        id: "pool-b".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(target_of(&mut c, "pool-b").await, 2);
+}
+
+fn create_error(provider_id: &str) -> ExternalGrpcNode {
+    let mut n = node(provider_id, provider_id, false);
+    n.annotations
+        .insert(FAKE_NODE_REASON.into(), "create-error".into());
+    n
 }
 
 async fn target_of(c: &mut CloudProviderClient<Channel>, id: &str) -> i32 {
@@ -845,7 +863,9 @@ slots:
 "#;
 
 // cluster-autoscaler calls concurrently: 200 racing IncreaseSize, DeleteNodes and
-// DecreaseTargetSize calls on one group never break min, max or one live claim per slot.
+// DecreaseTargetSize calls on one group, while a stand-in for the controller boots the pending
+// claims (its writes race the provider's), never break min, max or one live claim per slot,
+// and no call fails for the race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot() {
     use rand::{Rng, SeedableRng};
@@ -866,6 +886,38 @@ async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot
                 seen.push(target_of(&mut c, "crowd").await);
             }
             seen
+        })
+    };
+    // The controller's writes, unserialized with the provider's: pending -> booting -> ready.
+    let mover = {
+        let store = store.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut moves = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let claims = store
+                    .read_groups(&[group("crowd")])
+                    .await
+                    .unwrap()
+                    .remove(0)
+                    .claims;
+                let now = store.now().await.unwrap();
+                let next = claims.iter().find_map(|c| match c.phase {
+                    Phase::Pending => Some((c, Phase::Booting)),
+                    Phase::Booting if c.marked_for_deletion.is_none() => Some((c, Phase::Ready)),
+                    _ => None,
+                });
+                if let Some((c, to)) = next
+                    && store
+                        .write(c, &c.apply(Move::to(to), now).unwrap(), None)
+                        .await
+                        .unwrap()
+                {
+                    moves += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            moves
         })
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(6);
@@ -906,6 +958,10 @@ async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let seen = watcher.await.unwrap();
+    assert!(
+        mover.await.unwrap() > 0,
+        "the controller's writes raced the calls"
+    );
     assert!(!seen.is_empty());
     assert!(
         seen.iter().all(|t| (2..=6).contains(t)),

@@ -64,12 +64,30 @@ pub struct Provider<C> {
     snapshots: Mutex<HashMap<GroupName, Snapshot>>,
 }
 
-/// What a DeleteNodes does to one slot.
-enum Removal {
-    /// The claim wants a machine: cancel it (pending) or mark it (booting, ready).
-    Cancel(Claim),
-    /// The slot's latest claim failed: dismiss it so it is no longer reported.
-    Dismiss(Claim),
+/// How often a change re-reads and retries when a concurrent write (the controller's) moved a
+/// claim between the read and the write.
+const RACE_RETRIES: usize = 8;
+
+/// Whether a node DeleteNodes names is one cluster-autoscaler made up, and why; ordered from
+/// the realest, so a node named twice counts as its realest naming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fake {
+    /// A registered node: the minimum holds.
+    No,
+    /// An instance that never registered (or any other reason): removed even at the minimum.
+    Unregistered,
+    /// An instance that failed to be created: only its failed claim is dismissed.
+    CreateError,
+}
+
+impl Fake {
+    fn of(node: &ExternalGrpcNode) -> Fake {
+        match node.annotations.get(FAKE_NODE_REASON).map(String::as_str) {
+            None => Fake::No,
+            Some("create-error") => Fake::CreateError,
+            Some(_) => Fake::Unregistered,
+        }
+    }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
@@ -363,7 +381,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             ));
         }
         // Every node must be one of the group's slots; the whole call is refused otherwise.
-        let mut named: Vec<(BenchName, bool)> = Vec::new();
+        let mut named: Vec<(BenchName, Fake)> = Vec::new();
         for node in &request.nodes {
             let Some(slot) = config.slot_for_node(&node.provider_id, &node.name) else {
                 return Err(Status::not_found(format!(
@@ -377,10 +395,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                     node.name, node.provider_id, slot.name, slot.group, group.name
                 )));
             }
-            let fake = node.annotations.contains_key(FAKE_NODE_REASON);
+            let fake = Fake::of(node);
             match named.iter_mut().find(|(s, _)| s == &slot.name) {
-                // A node named twice is one removal; it is real if either naming is.
-                Some(seen) => seen.1 &= fake,
+                // A node named twice is one removal, as real as its realest naming.
+                Some(seen) => seen.1 = seen.1.min(fake),
                 None => named.push((slot.name.clone(), fake)),
             }
         }
@@ -388,17 +406,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
         let claims = self.fresh_claims(&group.name).await?;
-        let mut removals = Vec::new();
-        let mut real = 0usize;
-        for (slot, fake) in &named {
-            if let Some(c) = claims.iter().find(|c| &c.slot == slot && c.wants_machine()) {
-                real += usize::from(!fake);
-                removals.push(Removal::Cancel(c.clone()));
-            } else if let Some(c) = latest(&claims, slot).filter(|c| c.phase == Phase::Failed) {
-                removals.push(Removal::Dismiss(c.clone()));
-            }
-            // Otherwise nothing wants the slot's machine any more: already removed.
-        }
+        let real = named
+            .iter()
+            .filter(|(slot, fake)| {
+                *fake == Fake::No && claims.iter().any(|c| &c.slot == slot && c.wants_machine())
+            })
+            .count();
         let now_target = target(&claims);
         if real > 0 && now_target.saturating_sub(real) < group.min_size as usize {
             return Err(Status::failed_precondition(format!(
@@ -407,25 +420,69 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             )));
         }
         let now = self.store.now().await.map_err(store_status)?;
-        let ttl = group.timings.ttl_after_finished;
-        for removal in &removals {
-            match removal {
-                Removal::Cancel(c) => requests::cancel(&writer, c, Reason::NodeDeleted, now, ttl)
-                    .await
-                    .map(|_| ()),
-                Removal::Dismiss(c) => requests::dismiss_failed(&writer, c, now, ttl).await,
+        let mut removed = Vec::new();
+        for (slot, fake) in &named {
+            if let Some(what) = self
+                .remove(&writer, &group, slot, *fake, claims.clone(), now)
+                .await?
+            {
+                removed.push(format!("{slot} ({what})"));
             }
-            .map_err(request_status)?;
         }
         // The snapshot a stale read would answer from follows the change.
-        let _ = self.fresh_claims(&group.name).await;
-        info!(
-            group = %group.name,
-            nodes = ?named.iter().map(|(s, fake)| format!("{s}{}", if *fake { " (fake)" } else { "" })).collect::<Vec<_>>(),
-            target = now_target - removals.iter().filter(|r| matches!(r, Removal::Cancel(_))).count(),
-            "DeleteNodes: claims cancelled"
-        );
+        let after = self
+            .fresh_claims(&group.name)
+            .await
+            .map(|c| target(&c))
+            .ok();
+        info!(group = %group.name, removed = ?removed, target = ?after, "DeleteNodes");
         Ok(Response::new(NodeGroupDeleteNodesResponse {}))
+    }
+
+    /// Removes one slot's machine for DeleteNodes (SPEC §6.3), judging from `claims` and again
+    /// from a fresh read each time a concurrent write (the controller's) moved the claim first.
+    /// Returns what it did, `None` when there was nothing to remove.
+    async fn remove(
+        &self,
+        writer: &ClaimStore<C>,
+        group: &Group,
+        slot: &BenchName,
+        fake: Fake,
+        mut claims: Arc<Vec<Claim>>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<&'static str>, Status> {
+        let ttl = group.timings.ttl_after_finished;
+        for _ in 0..RACE_RETRIES {
+            let wanting = claims.iter().find(|c| &c.slot == slot && c.wants_machine());
+            let result = match (wanting, fake) {
+                // A create error names the failed attempt, never a newer claim made since
+                // (cluster-autoscaler may act on an instance list read before it).
+                (Some(_), Fake::CreateError) => return Ok(None),
+                (Some(c), _) => requests::cancel(writer, c, Reason::NodeDeleted, now, ttl)
+                    .await
+                    .map(|done| match done {
+                        requests::Cancelled::Deleted => "cancelled",
+                        requests::Cancelled::Marked => "powering off",
+                    }),
+                (None, _) => match latest(&claims, slot).filter(|c| c.phase == Phase::Failed) {
+                    Some(c) => requests::dismiss_failed(writer, c, now, ttl)
+                        .await
+                        .map(|()| "failed claim dismissed"),
+                    // Nothing wants the slot's machine any more: already removed.
+                    None => return Ok(None),
+                },
+            };
+            match result {
+                Ok(what) => return Ok(Some(what)),
+                Err(RequestError::Raced(_)) => {
+                    claims = self.fresh_claims(&group.name).await?;
+                }
+                Err(e) => return Err(request_status(e)),
+            }
+        }
+        Err(Status::aborted(format!(
+            "the claim on {slot} kept changing under DeleteNodes; call again"
+        )))
     }
 
     async fn do_decrease(
@@ -442,20 +499,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let claims = self.fresh_claims(&group.name).await?;
+        let mut claims = self.fresh_claims(&group.name).await?;
         let wanted = usize::try_from(request.delta.unsigned_abs()).unwrap_or(usize::MAX);
         let now_target = target(&claims);
-        // Only capacity that does not exist yet: pending claims, newest first.
-        let mut pending: Vec<&Claim> = claims
-            .iter()
-            .filter(|c| c.phase == Phase::Pending && c.wants_machine())
-            .collect();
-        if pending.len() < wanted {
+        let pending = |claims: &[Claim]| -> Vec<Claim> {
+            // Only capacity that does not exist yet: pending claims, newest first.
+            let mut p: Vec<Claim> = claims
+                .iter()
+                .filter(|c| c.phase == Phase::Pending && c.wants_machine())
+                .cloned()
+                .collect();
+            p.sort_by_key(|c| std::cmp::Reverse(c.requested_at));
+            p
+        };
+        let available = pending(&claims).len();
+        if available < wanted {
             return Err(Status::failed_precondition(format!(
-                "decreasing group {} by {wanted} would remove machines that exist: only {} \
-                 requests are pending; remove machines with DeleteNodes",
+                "decreasing group {} by {wanted} would remove machines that exist: only \
+                 {available} requests are pending; remove machines with DeleteNodes",
                 group.name,
-                pending.len()
             )));
         }
         if now_target - wanted < group.min_size as usize {
@@ -465,18 +527,44 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 group.name, group.min_size
             )));
         }
-        pending.sort_by_key(|c| std::cmp::Reverse(c.requested_at));
         let now = self.store.now().await.map_err(store_status)?;
-        for c in pending.into_iter().take(wanted) {
-            requests::cancel(
+        let mut taken = 0;
+        let mut races = 0;
+        while taken < wanted {
+            let Some(c) = pending(&claims).into_iter().next() else {
+                // The controller started booting the rest meanwhile: those exist now.
+                let _ = self.fresh_claims(&group.name).await;
+                return Err(Status::failed_precondition(format!(
+                    "took back {taken} of {wanted} requests of group {}: the others started \
+                     booting meanwhile; remove machines with DeleteNodes",
+                    group.name
+                )));
+            };
+            match requests::cancel(
                 &writer,
-                c,
+                &c,
                 Reason::CancelledByDecreaseTargetSize,
                 now,
                 group.timings.ttl_after_finished,
             )
             .await
-            .map_err(request_status)?;
+            {
+                Ok(_) => {
+                    taken += 1;
+                    claims = Arc::new(
+                        claims
+                            .iter()
+                            .filter(|k| k.name != c.name)
+                            .cloned()
+                            .collect(),
+                    );
+                }
+                Err(RequestError::Raced(_)) if races < RACE_RETRIES => {
+                    races += 1;
+                    claims = self.fresh_claims(&group.name).await?;
+                }
+                Err(e) => return Err(request_status(e)),
+            }
         }
         // The snapshot a stale read would answer from follows the change.
         let _ = self.fresh_claims(&group.name).await;

@@ -216,8 +216,9 @@ pub struct GroupClaims {
 pub struct ClaimStore<C> {
     conn: C,
     keys: Keys,
-    /// The leadership token this store's writes carry; `None` for requests (`fleet claim`, the
-    /// provider), which are not fenced.
+    /// The leadership token this store's writes carry (the controller's, and the provider's
+    /// changes while it leads); `None` for operator requests (`fleet claim`, `fleet cancel`),
+    /// which are not fenced.
     fence: Option<String>,
 }
 
