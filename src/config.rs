@@ -1144,6 +1144,19 @@ fn template(raw: &RawTemplate, place: &str, problems: &mut Problems) -> Option<T
             Err(e) => problems.push(format!("{place}.capacity.{resource}"), e.to_string()),
         }
     }
+    // A template node without CPU or memory fits no pod: cluster-autoscaler would simulate a
+    // useless machine and never say why.
+    for needed in ["cpu", "memory"] {
+        if !raw.capacity.contains_key(needed) {
+            problems.push(
+                format!("{place}.capacity"),
+                format!(
+                    "the template has no {needed}: a scale-from-zero node needs cpu and memory \
+                     (like capacity: {{ cpu: \"16\", memory: 64Gi }})"
+                ),
+            );
+        }
+    }
     let gpu = raw.gpu.as_ref().map(|gpu| {
         if gpu.label.trim().is_empty() {
             problems.push(

@@ -536,6 +536,12 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "like 16, 500m or 64Gi",
         ),
         (
+            "a template without memory",
+            with_template("capacity: { cpu: \"4\" }"),
+            format!("{g}.template.capacity"),
+            "the template has no memory: a scale-from-zero node needs cpu and memory",
+        ),
+        (
             "a gpu without types",
             with_template("gpu: { label: fleet.dev/gpu-type, types: [] }"),
             format!("{g}.template.gpu.types"),

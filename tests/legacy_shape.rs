@@ -208,8 +208,8 @@ async fn an_old_cluster_autoscaler_sends_nanosecond_defaults_and_reads_nanosecon
     );
     assert_eq!(
         read("MaxNodeProvisionTime"),
-        2_400_000_000_000,
-        "the group's 40m"
+        2_460_000_000_000,
+        "the group's 40m and a minute"
     );
     assert_eq!(
         field(&options, "scaleDownUtilizationThreshold").as_f64(),

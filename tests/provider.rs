@@ -647,10 +647,10 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
     assert_eq!(o.scale_down_unready_duration.unwrap().seconds, 1200);
     assert_eq!(
         o.max_node_provision_time.unwrap().duration,
-        2_400_000_000_000,
-        "the group's 40m"
+        2_460_000_000_000,
+        "the group's 40m and a minute"
     );
-    assert_eq!(o.max_node_provision_duration.unwrap().seconds, 2400);
+    assert_eq!(o.max_node_provision_duration.unwrap().seconds, 2460);
 
     // Pricing: the energy a pool-b machine draws; no power draw is UNIMPLEMENTED.
     let at = |seconds| Some(prost_types::Timestamp { seconds, nanos: 0 });

@@ -64,6 +64,10 @@ pub struct Provider<C> {
     snapshots: Mutex<HashMap<GroupName, Snapshot>>,
 }
 
+/// How much longer than a claim's own deadline horizon cluster-autoscaler is told to wait for a
+/// machine (GetOptions): time for a pass to report the failure.
+const PROVISION_SLACK: Duration = Duration::from_secs(60);
+
 /// How often a change re-reads and retries when a concurrent write (the controller's) moved a
 /// claim between the read and the write.
 const RACE_RETRIES: usize = 8;
@@ -938,11 +942,17 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                     group.name
                 ))
             })?;
+            // cluster-autoscaler must give up on a boot after fleet does, so that fleet's failure
+            // (a create error) reaches it first: the claim's own horizon and one minute for a
+            // pass to report it.
+            let provision = group
+                .max_node_provision_time
+                .map(|m| m.max(group.timings.attempt_budget()) + PROVISION_SLACK);
             Ok(Response::new(NodeGroupAutoscalingOptionsResponse {
                 node_group_autoscaling_options: Some(convert::options(
                     request.defaults.as_ref(),
                     overrides,
-                    group.max_node_provision_time,
+                    provision,
                 )),
             }))
         });

@@ -30,6 +30,11 @@ pub fn node(group: &Group) -> Option<Node> {
         ("beta.kubernetes.io/os".to_owned(), OS.to_owned()),
         ("beta.kubernetes.io/arch".to_owned(), ARCH.to_owned()),
         ("kubernetes.io/hostname".to_owned(), name.clone()),
+        // The group is the machine type: one kind of machine per group.
+        (
+            "node.kubernetes.io/instance-type".to_owned(),
+            group.name.to_string(),
+        ),
         (GROUP_LABEL.to_owned(), group.name.to_string()),
     ]);
     if let Some(gpu) = &template.gpu
@@ -149,6 +154,7 @@ mod tests {
             "the group's own label wins"
         );
         assert_eq!(label("fleet.dev/group"), Some("pool-b"));
+        assert_eq!(label("node.kubernetes.io/instance-type"), Some("pool-b"));
         assert_eq!(label("fleet.dev/pool"), Some("b"));
         assert_eq!(label("fleet.dev/gpu-type"), Some("nvidia-a100"));
         let spec = n.spec.unwrap();
@@ -191,7 +197,10 @@ mod tests {
 
     #[test]
     fn the_node_bytes_are_plain_protobuf_starting_with_the_metadata_field() {
-        let bytes = node_bytes(&group("    template: { capacity: { cpu: \"4\" } }\n")).unwrap();
+        let bytes = node_bytes(&group(
+            "    template: { capacity: { cpu: \"4\", memory: 8Gi } }\n",
+        ))
+        .unwrap();
         // Field 1 (metadata), wire type 2: no `k8s\0` envelope in front.
         assert_eq!(bytes[0], 0x0a);
         assert_ne!(&bytes[..4], b"k8s\0");
