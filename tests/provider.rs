@@ -681,6 +681,23 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         .into_inner()
         .price;
     assert!((legacy_times - 0.875).abs() < 1e-9, "{legacy_times}");
+    // A node cluster-autoscaler made from the template: renamed, no provider ID, the labels.
+    let mut template_node = node("", "template-node-for-pool-b-5577", false);
+    template_node
+        .labels
+        .insert("fleet.dev/group".into(), "pool-b".into());
+    let from_template = c
+        .pricing_node_price(PricingNodePriceRequest {
+            node: Some(template_node),
+            start_timestamp: at(0),
+            end_timestamp: at(3_600),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .price;
+    assert!((from_template - 0.875).abs() < 1e-9, "{from_template}");
     let codes = [
         c.pricing_node_price(PricingNodePriceRequest {
             node: Some(node("fleet://bench-01", "", false)),

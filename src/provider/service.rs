@@ -752,22 +752,34 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         let config = self.config.borrow().clone();
         let result = (|| {
             let node = request.node.unwrap_or_default();
-            let slot = config
+            // A slot, or a node cluster-autoscaler made from a group's template (renamed, no
+            // provider ID, but carrying the group's label).
+            let group = config
                 .slot_for_node(&node.provider_id, &node.name)
+                .and_then(|slot| config.group(&slot.group))
+                .or_else(|| {
+                    node.labels
+                        .get(template::GROUP_LABEL)
+                        .and_then(|g| GroupName::parse(g).ok())
+                        .and_then(|g| config.group(&g))
+                })
                 .ok_or_else(|| {
                     Status::not_found(format!(
-                        "node {:?} (provider ID {:?}) is not a fleet slot",
-                        node.name, node.provider_id
+                        "node {:?} (provider ID {:?}) is not a fleet slot and carries no {} label \
+                         of a fleet group",
+                        node.name,
+                        node.provider_id,
+                        template::GROUP_LABEL
                     ))
                 })?;
-            let power = config
-                .group(&slot.group)
-                .and_then(|g| g.template.as_ref())
+            let power = group
+                .template
+                .as_ref()
                 .and_then(|t| t.power)
                 .ok_or_else(|| {
                     Status::unimplemented(format!(
                         "group {} declares no power draw (template.power), so it has no price",
-                        slot.group
+                        group.name
                     ))
                 })?;
             let start = request
@@ -780,6 +792,19 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             Ok(Response::new(PricingNodePriceResponse { price }))
         })();
         self.observed("PricingNodePrice", started, result)
+    }
+
+    async fn pricing_pod_price(
+        &self,
+        _: Request<PricingPodPriceRequest>,
+    ) -> Result<Response<PricingPodPriceResponse>, Status> {
+        self.observed(
+            "PricingPodPrice",
+            Instant::now(),
+            Err(Status::unimplemented(
+                "fleet prices machines (PricingNodePrice), not pods",
+            )),
+        )
     }
 
     async fn gpu_label(
