@@ -1030,3 +1030,90 @@ async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot
     );
     assert!((2..=6).contains(&t));
 }
+
+// CA caps a scale-up at the max NodeGroups gave: a slot still powering off (or spent) is not
+// offered, so the max is lowered to what the group can reach now, and a refusal names why.
+#[tokio::test]
+async fn the_max_size_is_what_the_group_can_reach_now() {
+    let server = server();
+    let mut c = provider(&server).await;
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let max_of = |groups: Vec<NodeGroup>, id: &str| {
+        groups.into_iter().find(|g| g.id == id).unwrap().max_size
+    };
+    let groups = c
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
+    assert_eq!(max_of(groups, "pool-b"), 2);
+
+    increase(&mut c, "pool-b", 2).await.unwrap();
+    // gpu-01 boots and is ready; then a scale-down marks it: powering off.
+    let claims = store
+        .read_groups(&[group("pool-b")])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims;
+    let gpu01 = claims.iter().find(|c| c.slot == name("gpu-01")).unwrap();
+    let now = store.now().await.unwrap();
+    let booting = gpu01.apply(Move::to(Phase::Booting), now).unwrap();
+    assert!(store.write(gpu01, &booting, None).await.unwrap());
+    let ready = booting.apply(Move::to(Phase::Ready), now).unwrap();
+    assert!(store.write(&booting, &ready, None).await.unwrap());
+    c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        nodes: vec![node("fleet://gpu-01", "", false)],
+        id: "pool-b".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(target_of(&mut c, "pool-b").await, 1);
+    assert_eq!(
+        state_and_error(&nodes(&mut c, "pool-b").await[0]).0,
+        InstanceState::InstanceDeleting as i32
+    );
+
+    // One claim wanted, nothing free: the group can reach 1 this loop, not its configured 2.
+    let groups = c
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
+    assert_eq!(max_of(groups, "pool-b"), 1);
+    let for_node = c
+        .node_group_for_node(NodeGroupForNodeRequest {
+            node: Some(node("fleet://gpu-02", "", false)),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .node_group
+        .unwrap();
+    assert_eq!((for_node.min_size, for_node.max_size), (0, 1));
+    let refused = c
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: "pool-b".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused
+            .message()
+            .contains("0 free usable slots, 1 asked: 1 still powering off"),
+        "{}",
+        refused.message()
+    );
+    // The other group is untouched: pool-a can reach its configured 2 (three slots free).
+    let groups = c
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
+    assert_eq!(max_of(groups, "pool-a"), 2);
+}

@@ -62,6 +62,17 @@ pub struct Provider<C> {
     metrics: Option<Arc<Metrics>>,
     locks: Mutex<HashMap<GroupName, Arc<tokio::sync::Mutex<()>>>>,
     snapshots: Mutex<HashMap<GroupName, Snapshot>>,
+    /// The max sizes the last NodeGroups answered, for NodeGroupForNode in the same loop.
+    max_sizes: Mutex<HashMap<GroupName, u32>>,
+}
+
+/// What a group has room for.
+struct Room {
+    free: Vec<BenchName>,
+    /// Slots whose machine is being powered off (a live claim marked for deletion).
+    busy: usize,
+    /// Slots that spent their attempts.
+    spent: usize,
 }
 
 /// How much longer than a claim's own deadline horizon cluster-autoscaler is told to wait for a
@@ -103,6 +114,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             metrics: None,
             locks: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(HashMap::new()),
+            max_sizes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -228,47 +240,103 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// The slots of `group` a new claim may take, best first (SPEC §6.3): no live claim, and a
-    /// failure streak short of the bound; the fewest counted failures first, then slot order.
-    async fn free_slots(
+    /// What `group` has room for (SPEC §6.3): the slots a new claim may take, best first (no
+    /// live claim, and a failure streak short of the bound; the fewest counted failures first,
+    /// then slot order), and why the others are not free.
+    async fn room(
         &self,
         config: &Config,
         group: &Group,
         claims: &[Claim],
         now: DateTime<Utc>,
-    ) -> Result<Vec<BenchName>, Status> {
+    ) -> Result<Room, Status> {
+        let mut busy = 0;
         let slots: Vec<BenchName> = config
             .slots_of(&group.name)
             .map(|s| s.name.clone())
-            .filter(|s| !claims.iter().any(|c| &c.slot == s && c.phase.is_live()))
+            .filter(|s| {
+                let live = claims.iter().find(|c| &c.slot == s && c.phase.is_live());
+                busy += usize::from(live.is_some_and(|c| !c.wants_machine()));
+                live.is_none()
+            })
             .collect();
         let digests = self
             .store
             .read_slots(&group.name, &slots)
             .await
             .map_err(store_status)?;
+        let mut spent = 0;
         let mut free: Vec<(u32, BenchName)> = slots
             .into_iter()
             .zip(digests)
             .filter_map(|(slot, (_, last))| {
                 let last: Option<&LastClaim> = last.as_ref();
                 if claim::streak_spent(last, now, &group.timings) {
+                    spent += 1;
                     return None;
                 }
                 Some((claim::failure_streak(last, now, &group.timings), slot))
             })
             .collect();
         free.sort();
-        Ok(free.into_iter().map(|(_, slot)| slot).collect())
+        Ok(Room {
+            free: free.into_iter().map(|(_, slot)| slot).collect(),
+            busy,
+            spent,
+        })
     }
 
-    fn wire_group(group: &Group) -> NodeGroup {
+    /// Each group's max size as cluster-autoscaler should see it this loop (SPEC §6.3): the
+    /// configured one, lowered to what the group can reach now (its target plus its free usable
+    /// slots), never below its min. One read of every group's claims, one read of each group's
+    /// slots. When the store cannot be read, the configured max.
+    async fn effective_max(&self, config: &Config) -> HashMap<GroupName, u32> {
+        let names: Vec<GroupName> = config.groups.keys().cloned().collect();
+        let mut out: HashMap<GroupName, u32> = config
+            .groups
+            .values()
+            .map(|g| (g.name.clone(), g.max_size))
+            .collect();
+        let read = match self.store.read_groups(&names).await {
+            Ok(read) => read,
+            Err(e) => {
+                warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "NodeGroups: the claims cannot be read; answering the configured max sizes"
+                );
+                return out;
+            }
+        };
+        for g in read {
+            let Some(group) = config.group(&g.group) else {
+                continue;
+            };
+            match self.room(config, group, &g.claims, g.now).await {
+                Ok(room) => {
+                    let reachable =
+                        u32::try_from(target(&g.claims) + room.free.len()).unwrap_or(u32::MAX);
+                    out.insert(
+                        group.name.clone(),
+                        group.max_size.min(reachable).max(group.min_size),
+                    );
+                }
+                Err(status) => {
+                    warn!(group = %group.name, error = status.message(), "NodeGroups: the slots cannot be read; answering the configured max size")
+                }
+            }
+        }
+        let mut cached = self.max_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        cached.clone_from(&out);
+        out
+    }
+
+    fn wire_group(group: &Group, max_size: u32) -> NodeGroup {
         NodeGroup {
             id: group.name.to_string(),
             min_size: i32::try_from(group.min_size).unwrap_or(i32::MAX),
-            max_size: i32::try_from(group.max_size).unwrap_or(i32::MAX),
+            max_size: i32::try_from(max_size).unwrap_or(i32::MAX),
             debug: format!(
-                "fleet group {} (min {}, max {})",
+                "fleet group {} (min {}, max {} configured, {max_size} reachable now)",
                 group.name, group.min_size, group.max_size
             ),
         }
@@ -327,14 +395,35 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             )));
         }
         let now = self.store.now().await.map_err(store_status)?;
-        let free = self.free_slots(&config, &group, &claims, now).await?;
+        let Room { free, busy, spent } = self.room(&config, &group, &claims, now).await?;
         if free.len() < delta {
+            let mut why = Vec::new();
+            if busy > 0 {
+                why.push(format!("{busy} still powering off"));
+            }
+            if spent > 0 {
+                why.push(format!(
+                    "{spent} spent their attempts (they rest for {} or until `fleet \
+                     reset-attempts SLOT`)",
+                    humantime::format_duration(group.timings.failed_slot_cooldown)
+                ));
+            }
+            let configured = config.slots_of(&group.name).count();
+            if (group.max_size as usize) > configured {
+                why.push(format!(
+                    "max size {} is above the group's {configured} slots",
+                    group.max_size
+                ));
+            }
             return Err(Status::resource_exhausted(format!(
-                "group {} has {} free usable slots, {delta} asked (slots that spent their \
-                 attempts rest for {} or until `fleet reset-attempts SLOT`)",
+                "group {} has {} free usable slots, {delta} asked{}",
                 group.name,
                 free.len(),
-                humantime::format_duration(group.timings.failed_slot_cooldown)
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", why.join("; "))
+                }
             )));
         }
         let catalog = Catalog::of(&config);
@@ -616,8 +705,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             let exhausted = match stale {
                 None => {
                     let now = self.store.now().await.map_err(store_status)?;
-                    self.free_slots(&config, &group, &claims, now)
+                    self.room(&config, &group, &claims, now)
                         .await?
+                        .free
                         .is_empty()
                 }
                 Some(_) => false,
@@ -718,8 +808,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
     ) -> Result<Response<NodeGroupsResponse>, Status> {
         let started = Instant::now();
         let config = self.config.borrow().clone();
+        let max = self.effective_max(&config).await;
         let answer = Response::new(NodeGroupsResponse {
-            node_groups: config.groups.values().map(Self::wire_group).collect(),
+            node_groups: config
+                .groups
+                .values()
+                .map(|g| Self::wire_group(g, max.get(&g.name).copied().unwrap_or(g.max_size)))
+                .collect(),
         });
         self.observed("NodeGroups", started, Ok(answer))
     }
@@ -732,10 +827,15 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         let node = request.into_inner().node.unwrap_or_default();
         let config = self.config.borrow().clone();
         // A node fleet does not manage is an empty group, never an error.
+        let max = self
+            .max_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let group = config
             .slot_for_node(&node.provider_id, &node.name)
             .and_then(|s| config.group(&s.group))
-            .map(Self::wire_group)
+            .map(|g| Self::wire_group(g, max.get(&g.name).copied().unwrap_or(g.max_size)))
             .unwrap_or_default();
         let answer = Response::new(NodeGroupForNodeResponse {
             node_group: Some(group),
