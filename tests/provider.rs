@@ -1117,3 +1117,74 @@ async fn the_max_size_is_what_the_group_can_reach_now() {
         .node_groups;
     assert_eq!(max_of(groups, "pool-a"), 2);
 }
+
+// cluster-autoscaler keeps one connection and does not retry a refused change: when this
+// process stops leading, its connections are closed (GOAWAY) so the client dials again (through
+// a Service, to the new leader). The listener stays: the redial reaches a follower that reads.
+#[tokio::test]
+async fn losing_the_leadership_closes_the_connections_so_the_client_dials_again() {
+    let server = server();
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    assert!(store.raise_fence(&group("pool-a"), "1").await.unwrap());
+    let (lead, leadership) = tokio::sync::watch::channel(Some("1".to_owned()));
+    let provider = Arc::new(Provider::new(config_rx(), store).with_leadership(leadership.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        provider,
+        Some(leadership),
+        stop.clone(),
+    ));
+    // A connector that counts the connections the client makes.
+    let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = dials.clone();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .unwrap();
+    let mut c = CloudProviderClient::new(channel);
+    increase(&mut c, "pool-a", 1).await.unwrap();
+    assert_eq!(target(&mut c).await, 1);
+    assert_eq!(dials.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    lead.send_replace(None);
+    // The connection goes away; the client dials again and keeps reading.
+    bounded("the client dials again after the GOAWAY", async {
+        while dials.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            let _ = c
+                .node_group_target_size(NodeGroupTargetSizeRequest {
+                    id: "pool-a".into(),
+                })
+                .await;
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // Over the new connection, to a process that now only reads.
+    assert_eq!(target(&mut c).await, 1);
+    let refused = c
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: "pool-a".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert!(refused.message().contains("not the leader"));
+    stop.cancel();
+    bounded("the provider stops", serving)
+        .await
+        .unwrap()
+        .unwrap();
+}

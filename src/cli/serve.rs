@@ -201,9 +201,16 @@ impl Args {
             .with_leadership(health.leadership())
             .with_metrics(metrics.clone());
         let grpc_shutdown = shutdown.clone();
+        let leadership = health.leadership();
         tasks.spawn(async move {
-            if let Err(e) =
-                provider::server::serve(grpc, tls, Arc::new(provider), grpc_shutdown.clone()).await
+            if let Err(e) = provider::server::serve(
+                grpc,
+                tls,
+                Arc::new(provider),
+                Some(leadership),
+                grpc_shutdown.clone(),
+            )
+            .await
             {
                 error!(
                     error = format!("{:#}", anyhow::Error::new(e)),

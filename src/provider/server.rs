@@ -81,19 +81,68 @@ pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Serves `provider` on `listener` until `shutdown`.
+/// Resolves when this process, having led, no longer leads.
+async fn leadership_lost(leadership: Option<tokio::sync::watch::Receiver<Option<String>>>) {
+    let Some(mut leadership) = leadership else {
+        return std::future::pending().await;
+    };
+    let _ = leadership.wait_for(Option::is_some).await;
+    let _ = leadership.wait_for(Option::is_none).await;
+}
+
+/// Serves `provider` on `listener` until `shutdown`. When this process stops leading, every
+/// connection is closed (HTTP/2 GOAWAY, after the calls in flight), so cluster-autoscaler, which
+/// keeps one connection and does not retry a refused change, dials again and reaches the new
+/// leader through a Service whose endpoints are the ready (leading) processes (SPEC §6.4). The
+/// listener stays open throughout: a follower still answers reads.
 pub async fn serve<C: ConnectionLike + Clone + Send + Sync + 'static>(
     listener: tokio::net::TcpListener,
     tls: Option<ServerTlsConfig>,
     provider: Arc<Provider<C>>,
+    leadership: Option<tokio::sync::watch::Receiver<Option<String>>>,
     shutdown: CancellationToken,
-) -> Result<(), tonic::transport::Error> {
-    let mut server = Server::builder();
-    if let Some(tls) = tls {
-        server = server.tls_config(tls)?;
+) -> Result<(), ServeError> {
+    let listener = listener.into_std().map_err(ServeError::Listener)?;
+    loop {
+        let round = listener
+            .try_clone()
+            .and_then(|l| {
+                l.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(l)
+            })
+            .map_err(ServeError::Listener)?;
+        let mut server = Server::builder();
+        if let Some(tls) = tls.clone() {
+            server = server.tls_config(tls).map_err(ServeError::Transport)?;
+        }
+        let lost = leadership_lost(leadership.clone());
+        let stop = shutdown.clone();
+        let leadership_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended = leadership_ended.clone();
+        server
+            .add_service(CloudProviderServer::from_arc(provider.clone()))
+            .serve_with_incoming_shutdown(incoming(round), async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = lost => ended.store(true, std::sync::atomic::Ordering::Relaxed),
+                }
+            })
+            .await
+            .map_err(ServeError::Transport)?;
+        if !leadership_ended.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        tracing::info!(
+            "no longer the leader: cluster-autoscaler's connections closed so that it dials the new leader"
+        );
     }
-    server
-        .add_service(CloudProviderServer::from_arc(provider))
-        .serve_with_incoming_shutdown(incoming(listener), shutdown.cancelled_owned())
-        .await
+}
+
+/// Why the provider stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the provider's listener")]
+    Listener(#[source] std::io::Error),
+    #[error("the provider's gRPC server")]
+    Transport(#[source] tonic::transport::Error),
 }

@@ -9,7 +9,9 @@
 //! UNAVAILABLE, and the leader's writes carry its fencing token, so a deposed leader's provider
 //! is refused by the store like its controller. When Redis cannot be read, reads are answered
 //! from the last snapshot (marked stale in the `fleet-stale-ms` response header) and changes are
-//! refused with UNAVAILABLE; cluster-autoscaler retries on its next loop.
+//! refused with UNAVAILABLE. cluster-autoscaler does not retry a call: a refused scale-up is a
+//! failed one (the group backs off), so the server closes its connections when this process
+//! stops leading, and the deployment routes cluster-autoscaler to the leader (SPEC §6.4).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -158,7 +160,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
     }
 
     /// The store a change writes through: the leader's, fenced with its token. A follower
-    /// refuses, so that cluster-autoscaler retries (and reaches the leader once it is back).
+    /// refuses: its answer would be a guess, and a fenced write would be refused anyway.
     fn writer(&self) -> Result<ClaimStore<C>, Status> {
         let Some(leadership) = &self.leadership else {
             return Ok(self.store.clone());
@@ -166,9 +168,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         match leadership.borrow().as_deref() {
             Some(token) => Ok(self.store.fenced(token)),
             None => Err(Status::unavailable(
-                "this fleet serve is not the leader: only the leader changes node groups; \
-                 cluster-autoscaler retries on its next loop (point it at the leader, or at a \
-                 service in front of every fleet serve)",
+                "this fleet serve is not the leader: only the leader changes node groups; route \
+                 cluster-autoscaler to the leader (a Service whose readiness probe is /readyz, \
+                 which only the leader passes)",
             )),
         }
     }
