@@ -430,3 +430,62 @@ async fn the_target_follows_every_claim_write_in_one_round_trip() {
     s.target(&group()).await.unwrap();
     assert_eq!(counting.trips() - before, 1, "one round trip");
 }
+
+// A provider's IncreaseSize of several machines is one step: all the claims or none.
+#[tokio::test]
+async fn several_claims_are_created_all_or_none_in_one_round_trip() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let slots = [name("bench-01"), name("bench-02"), name("bench-03")];
+    let seeds = s.seeds(&group(), &slots).await.unwrap();
+    assert_eq!(seeds.len(), 3);
+    // bench-02 is taken by a claim made first.
+    let taken = new_claim("bench-02-x", "bench-02", &seeds[1]);
+    assert_eq!(s.create(&taken, &seeds[1]).await.unwrap(), Created::Created);
+    let three: Vec<Claim> = slots
+        .iter()
+        .zip(&seeds)
+        .map(|(slot, seed)| new_claim(&format!("{slot}-a"), slot.as_str(), seed))
+        .collect();
+    assert_eq!(
+        s.create_all(&three, &seeds).await.unwrap(),
+        Some((1, Created::SlotTaken(taken.name.clone())))
+    );
+    let names: Vec<String> = s.read_groups(&[group()]).await.unwrap()[0]
+        .claims
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["bench-02-x"],
+        "nothing of the refused call was written"
+    );
+    assert_eq!(s.target(&group()).await.unwrap(), 1);
+    // The same slot twice in one call is refused too.
+    let twice = [
+        new_claim("bench-01-a", "bench-01", &seeds[0]),
+        new_claim("bench-01-b", "bench-01", &seeds[0]),
+    ];
+    assert_eq!(
+        s.create_all(&twice, &[seeds[0].clone(), seeds[0].clone()])
+            .await
+            .unwrap(),
+        Some((
+            1,
+            Created::SlotTaken(ClaimName::parse("bench-01-a").unwrap())
+        ))
+    );
+    // Two free slots: both, in one round trip.
+    let two = [three[0].clone(), three[2].clone()];
+    let before = counting.trips();
+    assert_eq!(
+        s.create_all(&two, &[seeds[0].clone(), seeds[2].clone()])
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(counting.trips() - before, 1);
+    assert_eq!(s.target(&group()).await.unwrap(), 3);
+}

@@ -432,27 +432,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let catalog_group = catalog
             .group(&group.name)
             .ok_or_else(|| Status::internal("the group is missing from its own catalog"))?;
-        let mut made: Vec<Claim> = Vec::new();
-        for slot in free.into_iter().take(delta) {
-            match requests::claim_slot(&writer, catalog_group, &slot, now).await {
-                Ok(c) => made.push(c),
-                Err(e) => {
-                    // All or nothing: the claims this call made are taken back, so a refused
-                    // call leaves the target where it was.
-                    for c in &made {
-                        let _ = requests::cancel(
-                            &writer,
-                            c,
-                            Reason::CancelledByDecreaseTargetSize,
-                            now,
-                            group.timings.ttl_after_finished,
-                        )
-                        .await;
-                    }
-                    return Err(request_status(e));
-                }
-            }
-        }
+        // All or nothing, in one step: a refused call leaves the target where it was.
+        let chosen: Vec<BenchName> = free.into_iter().take(delta).collect();
+        let made = requests::claim_slots(&writer, catalog_group, &chosen, now)
+            .await
+            .map_err(request_status)?;
         // The snapshot a stale read would answer from follows the change.
         let _ = self.fresh_claims(&group.name).await;
         info!(

@@ -79,6 +79,52 @@ pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
     ))))
 }
 
+/// Creates one claim on each of `slots` of `group`, all or none (SPEC §6.3: a provider's
+/// IncreaseSize), each atomic with the check that its slot has no live claim and its attempt
+/// seeded from the slot's last claim.
+pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &CatalogGroup,
+    slots: &[BenchName],
+    now: DateTime<Utc>,
+) -> Result<Vec<Claim>, RequestError> {
+    // A name collision or a digest that moved under us is retried a bounded number of times,
+    // with the seeds read again.
+    for n in 0..8 {
+        let seeds = store.seeds(&group.name, slots).await?;
+        let claims: Vec<Claim> = slots
+            .iter()
+            .zip(&seeds)
+            .map(|(slot, seed)| {
+                Claim::new(
+                    ClaimName::for_slot(slot, &format!("{:x}", now.timestamp_millis() + n)),
+                    slot.clone(),
+                    group.name.clone(),
+                    seed.last.as_ref(),
+                    now,
+                    &group.timings,
+                    group.max_node_provision_time,
+                )
+            })
+            .collect();
+        match store.create_all(&claims, &seeds).await? {
+            None => return Ok(claims),
+            Some((i, Created::SlotTaken(claim))) => {
+                return Err(RequestError::SlotTaken {
+                    slot: slots[i].clone(),
+                    claim,
+                });
+            }
+            Some((_, Created::NameTaken | Created::SeedMoved | Created::Created)) => continue,
+        }
+    }
+    Err(RequestError::Store(ClaimStoreError::Reply(format!(
+        "could not create claims on {} slots of group {} after 8 tries",
+        slots.len(),
+        group.name
+    ))))
+}
+
 /// Finds a claim by name among `groups`.
 pub async fn find_claim<C: ConnectionLike + Clone + Send>(
     store: &ClaimStore<C>,

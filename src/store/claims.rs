@@ -319,46 +319,103 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
 
     /// Creates `claim`, atomic with the check that its slot has no live claim.
     pub async fn create(&self, claim: &Claim, seed: &Seed) -> Result<Created, ClaimStoreError> {
-        let g = self.keys.group(&claim.group);
-        let keys = [
-            g.live(&claim.slot),
-            g.claim(&claim.name),
-            g.claims(),
-            g.timeline(&claim.name),
-            g.last_claim(&claim.slot),
-            g.fence(),
-            g.wanted(),
-        ];
-        let entry = Entry::of(claim, Event::Created, claim.requested_at);
-        let mut conn = self.conn.clone();
-        let (code, name): (i64, String) = eval(CREATE, &keys)
-            .arg(claim.name.as_str())
-            .arg(json("a claim", claim)?)
-            .arg(claim.requested_at.timestamp_millis())
-            .arg(json("a timeline entry", &entry)?)
+        Ok(self
+            .create_all(std::slice::from_ref(claim), std::slice::from_ref(seed))
+            .await?
+            .map_or(Created::Created, |(_, refused)| refused))
+    }
+
+    /// Creates `claims` (of one group, each with the seed its attempt came from), all or none,
+    /// each atomic with the check that its slot has no live claim. One round trip. Returns
+    /// `None` when all were created, else the first refused claim's index and why.
+    pub async fn create_all(
+        &self,
+        claims: &[Claim],
+        seeds: &[Seed],
+    ) -> Result<Option<(usize, Created)>, ClaimStoreError> {
+        let Some(first) = claims.first() else {
+            return Ok(None);
+        };
+        if claims.len() != seeds.len() || claims.iter().any(|c| c.group != first.group) {
+            return Err(ClaimStoreError::Reply(
+                "create_all takes claims of one group, each with its seed".to_owned(),
+            ));
+        }
+        let g = self.keys.group(&first.group);
+        let mut keys = vec![g.claims(), g.fence(), g.wanted()];
+        for c in claims {
+            keys.extend([
+                g.live(&c.slot),
+                g.claim(&c.name),
+                g.timeline(&c.name),
+                g.last_claim(&c.slot),
+            ]);
+        }
+        let mut cmd = eval(CREATE, &keys);
+        cmd.arg(self.token())
             .arg(TIMELINE_CAP)
-            .arg(g.claim_prefix())
-            .arg(&seed.raw)
-            .arg(self.token())
-            .arg(flag(claim.wants_machine()))
+            .arg(g.claim_prefix());
+        for (c, seed) in claims.iter().zip(seeds) {
+            let entry = Entry::of(c, Event::Created, c.requested_at);
+            cmd.arg(c.name.as_str())
+                .arg(json("a claim", c)?)
+                .arg(c.requested_at.timestamp_millis())
+                .arg(json("a timeline entry", &entry)?)
+                .arg(&seed.raw)
+                .arg(flag(c.wants_machine()));
+        }
+        let mut conn = self.conn.clone();
+        let (code, index, detail): (i64, usize, String) = cmd
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Create {
-                claim: claim.name.clone(),
+                claim: first.name.clone(),
                 source,
             })?;
+        let at = index.saturating_sub(1);
         match code {
-            1 => Ok(Created::Created),
-            0 => ClaimName::parse(&name)
-                .map(Created::SlotTaken)
+            1 => Ok(None),
+            0 => ClaimName::parse(&detail)
+                .map(|holder| Some((at, Created::SlotTaken(holder))))
                 .map_err(|e| ClaimStoreError::Reply(e.to_string())),
-            -1 => Ok(Created::NameTaken),
-            -2 => Ok(Created::SeedMoved),
+            -1 => Ok(Some((at, Created::NameTaken))),
+            -2 => Ok(Some((at, Created::SeedMoved))),
             -3 => Err(ClaimStoreError::Fenced {
-                group: claim.group.clone(),
+                group: first.group.clone(),
             }),
             other => Err(ClaimStoreError::Reply(format!("create returned {other}"))),
         }
+    }
+
+    /// The seeds of several slots of a group, read in one round trip.
+    pub async fn seeds(
+        &self,
+        group: &GroupName,
+        slots: &[BenchName],
+    ) -> Result<Vec<Seed>, ClaimStoreError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let g = self.keys.group(group);
+        let mut conn = self.conn.clone();
+        let raws: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>())
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadSlots {
+                group: group.clone(),
+                source,
+            })?;
+        Ok(raws
+            .into_iter()
+            .map(|raw| {
+                let raw = raw.unwrap_or_default();
+                Seed {
+                    last: serde_json::from_str(&raw).ok(),
+                    raw,
+                }
+            })
+            .collect())
     }
 
     /// Writes `next` over `old` if the stored claim is still at `old`'s version; returns whether
