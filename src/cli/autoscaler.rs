@@ -23,13 +23,13 @@ pub struct Args {
     )]
     pub grpc_addr: String,
     /// The client certificate (PEM): with it the call uses mutual TLS, as CA's `cert`.
-    #[arg(long, env = "FLEET_TLS_CERT", global = true)]
+    #[arg(long, env = "FLEET_CLIENT_TLS_CERT", global = true)]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's key (PEM), as CA's `key`.
-    #[arg(long, env = "FLEET_TLS_KEY", global = true)]
+    #[arg(long, env = "FLEET_CLIENT_TLS_KEY", global = true)]
     pub tls_key: Option<PathBuf>,
     /// The CA that signed the server's certificate (PEM), as CA's `cacert`.
-    #[arg(long, env = "FLEET_TLS_CA", global = true)]
+    #[arg(long, env = "FLEET_CLIENT_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
     /// Each call's deadline, as CA's `grpc_timeout`.
     #[arg(long, default_value = "5s", value_parser = args::positive_duration, global = true)]

@@ -92,7 +92,7 @@ pub enum Command {
     Release(release::Args),
     /// Remove benches from the registry.
     Forget(forget::Args),
-    /// Run the lifecycle controller.
+    /// Run the lifecycle controller and the cluster-autoscaler provider.
     Serve(serve::Args),
     /// The groups: size bounds, target, health.
     Groups(groups::Args),
