@@ -99,6 +99,19 @@ fn node(provider_id: &str, name: &str, fake: bool) -> ExternalGrpcNode {
     n
 }
 
+/// NodeGroupForNode's group for `node`.
+async fn group_for(
+    c: &mut CloudProviderClient<Channel>,
+    node: Option<ExternalGrpcNode>,
+) -> NodeGroup {
+    c.node_group_for_node(NodeGroupForNodeRequest { node })
+        .await
+        .unwrap()
+        .into_inner()
+        .node_group
+        .unwrap()
+}
+
 async fn target(c: &mut CloudProviderClient<Channel>) -> i32 {
     c.node_group_target_size(NodeGroupTargetSizeRequest {
         id: "pool-a".into(),
@@ -128,49 +141,19 @@ async fn the_groups_and_node_lookups_answer_from_the_configuration() {
         [("pool-a", 1, 2), ("pool-b", 0, 2)]
     );
     // A slot's Kubernetes node name is its name when the provider ID is empty.
-    let by_node_name = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("", "rack1.gpu-01", false)),
-        })
-        .await
-        .unwrap();
-    assert_eq!(by_node_name.into_inner().node_group.unwrap().id, "pool-b");
+    let by_node_name = group_for(&mut c, Some(node("", "rack1.gpu-01", false))).await;
+    assert_eq!(by_node_name.id, "pool-b");
     // The provider ID wins: a known name under a foreign provider ID is not ours.
-    let foreign_id = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("aws:///i-1", "bench-01", false)),
-        })
-        .await
-        .unwrap();
-    assert_eq!(foreign_id.into_inner().node_group.unwrap().id, "");
-    let empty = c
-        .node_group_for_node(NodeGroupForNodeRequest { node: None })
-        .await
-        .unwrap();
-    assert_eq!(empty.into_inner().node_group.unwrap().id, "");
-    let by_id = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("ipmi://10.0.0.3", "whatever", false)),
-        })
-        .await
-        .unwrap();
-    assert_eq!(by_id.into_inner().node_group.unwrap().id, "pool-a");
-    let by_name = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("", "bench-01", false)),
-        })
-        .await
-        .unwrap();
-    assert_eq!(by_name.into_inner().node_group.unwrap().max_size, 2);
-    let foreign = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("aws:///x", "control-plane", false)),
-        })
-        .await
-        .unwrap();
+    let foreign_id = group_for(&mut c, Some(node("aws:///i-1", "bench-01", false))).await;
+    assert_eq!(foreign_id.id, "");
+    assert_eq!(group_for(&mut c, None).await.id, "");
+    let by_id = group_for(&mut c, Some(node("ipmi://10.0.0.3", "whatever", false))).await;
+    assert_eq!(by_id.id, "pool-a");
+    let by_name = group_for(&mut c, Some(node("", "bench-01", false))).await;
+    assert_eq!(by_name.max_size, 2);
+    let foreign = group_for(&mut c, Some(node("aws:///x", "control-plane", false))).await;
     assert_eq!(
-        foreign.into_inner().node_group.unwrap().id,
-        "",
+        foreign.id, "",
         "a node fleet does not manage is an empty group"
     );
 }
@@ -1083,15 +1066,7 @@ async fn the_max_size_is_what_the_group_can_reach_now() {
         .into_inner()
         .node_groups;
     assert_eq!(max_of(groups, "pool-b"), 1);
-    let for_node = c
-        .node_group_for_node(NodeGroupForNodeRequest {
-            node: Some(node("fleet://gpu-02", "", false)),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .node_group
-        .unwrap();
+    let for_node = group_for(&mut c, Some(node("fleet://gpu-02", "", false))).await;
     assert_eq!((for_node.min_size, for_node.max_size), (0, 1));
     let refused = c
         .node_group_increase_size(NodeGroupIncreaseSizeRequest {

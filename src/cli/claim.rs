@@ -4,8 +4,6 @@ use std::io::Write;
 
 use crate::domain::name::BenchName;
 use crate::reconcile::requests::{self, RequestError};
-use crate::store::catalog::Catalog;
-use crate::store::claims::ClaimStore;
 
 use super::{Ctx, Error};
 
@@ -28,19 +26,8 @@ pub fn request_error(e: RequestError) -> Error {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let mut conn = ctx.endpoint.connect().await?;
-        let catalog = Catalog::read(&mut conn, &ctx.keys)
-            .await
-            .map_err(|e| Error::Runtime(e.into()))?;
-        let Some(group) = catalog.group_of(&self.slot) else {
-            return Err(Error::usage(format!(
-                "no slot {}: list them with `fleet slots`",
-                self.slot
-            )));
-        };
-        let store = ClaimStore::new(conn, ctx.keys.clone());
-        let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
-        let c = requests::claim_slot(&store, group, &self.slot, now)
+        let (store, group, now) = super::views::slot_request(ctx, &self.slot).await?;
+        let c = requests::claim_slot(&store, &group, &self.slot, now)
             .await
             .map_err(request_error)?;
         writeln!(

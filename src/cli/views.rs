@@ -218,6 +218,33 @@ pub async fn find_claim(
     Ok((store, catalog, c, now))
 }
 
+/// What a request on one slot needs: the store, the slot's group as published, and the
+/// server's time. A slot no group has is a usage error.
+pub async fn slot_request(
+    ctx: &Ctx,
+    slot: &BenchName,
+) -> Result<
+    (
+        ClaimStore<MultiplexedConnection>,
+        crate::store::catalog::CatalogGroup,
+        DateTime<Utc>,
+    ),
+    Error,
+> {
+    let mut conn = ctx.endpoint.connect().await?;
+    let catalog = Catalog::read(&mut conn, &ctx.keys)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let Some(group) = catalog.group_of(slot).cloned() else {
+        return Err(Error::usage(format!(
+            "no slot {slot}: list them with `fleet slots`"
+        )));
+    };
+    let store = ClaimStore::new(conn, ctx.keys.clone());
+    let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
+    Ok((store, group, now))
+}
+
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

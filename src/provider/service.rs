@@ -175,23 +175,26 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// The group's claims read now; a change needs them fresh.
-    async fn fresh_claims(&self, group: &GroupName) -> Result<Arc<Vec<Claim>>, Status> {
-        let claims: Arc<Vec<Claim>> = Arc::new(
-            self.store
-                .read_groups(std::slice::from_ref(group))
-                .await
-                .map_err(store_status)?
-                .into_iter()
-                .flat_map(|g| g.claims)
-                .collect(),
-        );
+    /// The group's claims read now, with the server's time of the read; a change needs them
+    /// fresh.
+    async fn fresh_claims(
+        &self,
+        group: &GroupName,
+    ) -> Result<(Arc<Vec<Claim>>, DateTime<Utc>), Status> {
+        let read = self
+            .store
+            .read_groups(std::slice::from_ref(group))
+            .await
+            .map_err(store_status)?
+            .pop()
+            .ok_or_else(|| Status::internal("a group read returned no group"))?;
+        let claims = Arc::new(read.claims);
         let mut snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
         let snapshot = snapshots.entry(group.clone()).or_default();
         let now = Instant::now();
         snapshot.target = Some((target(&claims), now));
         snapshot.claims = Some((claims.clone(), now));
-        Ok(claims)
+        Ok((claims, read.now))
     }
 
     /// Counts a stale answer.
@@ -223,21 +226,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// The group's claims for a read: fresh when Redis answers, else the last snapshot and its
-    /// age (SPEC §5.5).
+    /// The group's claims for a read: fresh (with the server's time) when Redis answers, else
+    /// the last snapshot and its age (SPEC §5.5).
     async fn read_claims(
         &self,
         group: &GroupName,
-    ) -> Result<(Arc<Vec<Claim>>, Option<Duration>), Status> {
+    ) -> Result<(Arc<Vec<Claim>>, Result<DateTime<Utc>, Duration>), Status> {
         match self.fresh_claims(group).await {
-            Ok(claims) => Ok((claims, None)),
+            Ok((claims, now)) => Ok((claims, Ok(now))),
             Err(status) => {
                 let snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
                 let Some((claims, at)) = snapshots.get(group).and_then(|s| s.claims.clone()) else {
                     return Err(status);
                 };
                 self.stale(group, at.elapsed(), &status);
-                Ok((claims, Some(at.elapsed())))
+                Ok((claims, Err(at.elapsed())))
             }
         }
     }
@@ -387,7 +390,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let claims = self.fresh_claims(&group.name).await?;
+        let (claims, now) = self.fresh_claims(&group.name).await?;
         let delta = usize::try_from(request.delta).unwrap_or(usize::MAX);
         let now_target = target(&claims);
         if now_target.saturating_add(delta) > group.max_size as usize {
@@ -396,7 +399,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 group.max_size, group.name
             )));
         }
-        let now = self.store.now().await.map_err(store_status)?;
         let Room { free, busy, spent } = self.room(&config, &group, &claims, now).await?;
         if free.len() < delta {
             let mut why = Vec::new();
@@ -484,7 +486,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let claims = self.fresh_claims(&group.name).await?;
+        let (claims, now) = self.fresh_claims(&group.name).await?;
         let real = named
             .iter()
             .filter(|(slot, fake)| {
@@ -498,7 +500,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 group.name, group.min_size
             )));
         }
-        let now = self.store.now().await.map_err(store_status)?;
         let mut removed = Vec::new();
         for (slot, fake) in &named {
             if let Some(what) = self
@@ -512,7 +513,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let after = self
             .fresh_claims(&group.name)
             .await
-            .map(|c| target(&c))
+            .map(|(c, _)| target(&c))
             .ok();
         info!(group = %group.name, removed = ?removed, target = ?after, "DeleteNodes");
         Ok(Response::new(NodeGroupDeleteNodesResponse {}))
@@ -543,7 +544,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                         requests::Cancelled::Deleted => "cancelled",
                         requests::Cancelled::Marked => "powering off",
                     }),
-                (None, _) => match latest(&claims, slot).filter(|c| c.phase == Phase::Failed) {
+                (None, _) => match speaking(&claims)
+                    .get(slot)
+                    .filter(|c| c.phase == Phase::Failed)
+                {
                     Some(c) => requests::dismiss_failed(writer, c, now, ttl)
                         .await
                         .map(|()| "failed claim dismissed"),
@@ -554,7 +558,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             match result {
                 Ok(what) => return Ok(Some(what)),
                 Err(RequestError::Raced(_)) => {
-                    claims = self.fresh_claims(&group.name).await?;
+                    claims = self.fresh_claims(&group.name).await?.0;
                 }
                 Err(e) => return Err(request_status(e)),
             }
@@ -578,7 +582,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let mut claims = self.fresh_claims(&group.name).await?;
+        let (mut claims, now) = self.fresh_claims(&group.name).await?;
         let wanted = usize::try_from(request.delta.unsigned_abs()).unwrap_or(usize::MAX);
         let now_target = target(&claims);
         let pending = |claims: &[Claim]| -> Vec<Claim> {
@@ -606,7 +610,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 group.name, group.min_size
             )));
         }
-        let now = self.store.now().await.map_err(store_status)?;
         let mut taken = 0;
         let mut races = 0;
         while taken < wanted {
@@ -640,7 +643,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 }
                 Err(RequestError::Raced(_)) if races < RACE_RETRIES => {
                     races += 1;
-                    claims = self.fresh_claims(&group.name).await?;
+                    claims = self.fresh_claims(&group.name).await?.0;
                 }
                 Err(e) => return Err(request_status(e)),
             }
@@ -657,7 +660,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
         use instance_status::InstanceState;
         let (config, group) = self.group(&request.id)?;
-        let (claims, stale) = self.read_claims(&group.name).await?;
+        let (claims, read) = self.read_claims(&group.name).await?;
         let by_slot = speaking(&claims);
         let mut instances = Vec::new();
         let mut failed = Vec::new();
@@ -688,15 +691,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         if !failed.is_empty() {
             // OutOfResources when nothing is left to try: cluster-autoscaler may then prefer
             // another group. Without Redis, the class cannot be known: Other.
-            let exhausted = match stale {
-                None => {
-                    let now = self.store.now().await.map_err(store_status)?;
-                    self.room(&config, &group, &claims, now)
-                        .await?
-                        .free
-                        .is_empty()
-                }
-                Some(_) => false,
+            let exhausted = match read {
+                Ok(now) => self
+                    .room(&config, &group, &claims, now)
+                    .await?
+                    .free
+                    .is_empty(),
+                Err(_) => false,
             };
             for (i, c) in failed {
                 let reason = c.reason.unwrap_or(Reason::DeadlineExceeded);
@@ -724,7 +725,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 }
             }
         }
-        Ok(answer(NodeGroupNodesResponse { instances }, stale))
+        Ok(answer(NodeGroupNodesResponse { instances }, read.err()))
     }
 }
 
@@ -733,16 +734,8 @@ fn target(claims: &[Claim]) -> usize {
     claims.iter().filter(|c| c.wants_machine()).count()
 }
 
-/// The claim that speaks for a slot: its live one, else its newest.
-fn latest<'a>(claims: &'a [Claim], slot: &BenchName) -> Option<&'a Claim> {
-    let of_slot = || claims.iter().filter(move |c| &c.slot == slot);
-    of_slot()
-        .filter(|c| c.phase.is_live())
-        .max_by_key(|c| c.requested_at)
-        .or_else(|| of_slot().max_by_key(|c| c.requested_at))
-}
-
-/// The claim that speaks for each slot (as `latest`), in one pass over the claims.
+/// The claim that speaks for each slot (its live one, else its newest), in one pass over the
+/// claims.
 fn speaking(claims: &[Claim]) -> HashMap<&BenchName, &Claim> {
     let mut by_slot: HashMap<&BenchName, &Claim> = HashMap::with_capacity(claims.len());
     for c in claims {

@@ -49,34 +49,10 @@ pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
     slot: &BenchName,
     now: DateTime<Utc>,
 ) -> Result<Claim, RequestError> {
-    // A claim name is the slot and the request time; a collision (two requests in one
-    // millisecond) or a digest that moved under us is retried a bounded number of times.
-    for n in 0..8 {
-        let seed = store.seed(&group.name, slot).await?;
-        let name = ClaimName::for_slot(slot, &format!("{:x}", now.timestamp_millis() + n));
-        let c = Claim::new(
-            name,
-            slot.clone(),
-            group.name.clone(),
-            seed.last.as_ref(),
-            now,
-            &group.timings,
-            group.max_node_provision_time,
-        );
-        match store.create(&c, &seed).await? {
-            Created::Created => return Ok(c),
-            Created::SlotTaken(claim) => {
-                return Err(RequestError::SlotTaken {
-                    slot: slot.clone(),
-                    claim,
-                });
-            }
-            Created::NameTaken | Created::SeedMoved => continue,
-        }
-    }
-    Err(RequestError::Store(ClaimStoreError::Reply(format!(
-        "could not create a claim on {slot} after 8 tries"
-    ))))
+    let mut made = claim_slots(store, group, std::slice::from_ref(slot), now).await?;
+    made.pop().ok_or_else(|| {
+        RequestError::Store(ClaimStoreError::Reply(format!("no claim made on {slot}")))
+    })
 }
 
 /// Creates one claim on each of `slots` of `group`, all or none (SPEC §6.3: a provider's
@@ -88,8 +64,9 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
     slots: &[BenchName],
     now: DateTime<Utc>,
 ) -> Result<Vec<Claim>, RequestError> {
-    // A name collision or a digest that moved under us is retried a bounded number of times,
-    // with the seeds read again.
+    // A claim name is the slot and the request time; a collision (two requests in one
+    // millisecond) or a digest that moved under us is retried a bounded number of times, with
+    // the seeds read again.
     for n in 0..8 {
         let seeds = store.seeds(&group.name, slots).await?;
         let claims: Vec<Claim> = slots

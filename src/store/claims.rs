@@ -75,6 +75,12 @@ pub enum ClaimStoreError {
         #[source]
         source: redis::RedisError,
     },
+    #[error("writing the last-claim digest of slot {slot}")]
+    WriteDigest {
+        slot: BenchName,
+        #[source]
+        source: redis::RedisError,
+    },
     #[error("reading the timeline of claim {claim}")]
     Timeline {
         claim: ClaimName,
@@ -279,20 +285,10 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
 
     /// Reads a slot's last-claim digest, to seed a new claim's attempt.
     pub async fn seed(&self, group: &GroupName, slot: &BenchName) -> Result<Seed, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        let raw: Option<String> = redis::cmd("GET")
-            .arg(self.keys.group(group).last_claim(slot))
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-                group: group.clone(),
-                source,
-            })?;
-        let raw = raw.unwrap_or_default();
-        Ok(Seed {
-            last: serde_json::from_str(&raw).ok(),
-            raw,
-        })
+        let mut seeds = self.seeds(group, std::slice::from_ref(slot)).await?;
+        seeds
+            .pop()
+            .ok_or_else(|| ClaimStoreError::Reply("MGET of one key returned nothing".to_owned()))
     }
 
     /// Replaces the slot's digest `seed` with `next` if it has not moved since it was read;
@@ -310,8 +306,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(json("a last-claim digest", next)?)
             .query_async(&mut conn)
             .await
-            .map_err(|source| ClaimStoreError::WriteSlots {
-                group: group.clone(),
+            .map_err(|source| ClaimStoreError::WriteDigest {
+                slot: slot.clone(),
                 source,
             })?;
         Ok(swapped == 1)
