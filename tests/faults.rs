@@ -361,6 +361,45 @@ async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
     assert!(w.fired("shutdown").is_empty());
 }
 
+// SPEC §5.2: the grace follows any outage, not only one that emptied the fleet. Here every key
+// outlives the outage, so no bench vanishes and only the lost sight can make the pass blind; the
+// pass during the outage fails at its claims read and must still have recorded the loss.
+#[tokio::test]
+async fn sight_returning_is_blind_for_the_grace_even_when_no_bench_vanished() {
+    let mut w = World::new(true);
+    let grace = Duration::from_millis(400);
+    let mut ctl = w.controller("a", grace).await;
+    all_ready(&w, &mut ctl, grace).await;
+    w.server.kill();
+    assert!(
+        ctl.pass().await.is_err(),
+        "the claims cannot be read either"
+    );
+    w.server.restart().unwrap();
+    bounded("leading again", async {
+        while !ctl.lead().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    for slot in SLOTS {
+        assert_eq!(
+            w.state(slot).await,
+            State::Up,
+            "the hour-long beats outlived the outage"
+        );
+    }
+    let report = ctl.pass().await.unwrap();
+    assert!(report.blind, "blind for the grace after sight returns");
+    assert!(report.started.is_empty() && report.stopped.is_empty());
+    wait(grace + Duration::from_millis(50)).await;
+    let report = ctl.pass().await.unwrap();
+    assert!(!report.blind, "the grace ends");
+    settle(&mut ctl).await;
+    assert!(w.claims().await.iter().all(|c| c.phase == Phase::Ready));
+    assert!(w.fired("shutdown").is_empty());
+}
+
 // SPEC §5.3: the wipe record lives in the store, so a leader that takes over during the grace
 // keeps the grace and adopts; it never powers the running machines off.
 #[tokio::test]

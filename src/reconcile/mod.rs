@@ -309,6 +309,8 @@ where
                     error = format!("{:#}", anyhow::Error::new(e)),
                     "cannot reach the lease"
                 );
+                // The store is out of reach, so presence is too: when it returns, the grace.
+                self.sight_lost = true;
                 // A leader that cannot renew stops acting: its lease may lapse unseen.
                 if self.token.is_some() {
                     self.follow("the lease could not be renewed");
@@ -459,21 +461,27 @@ where
                     error = format!("{:#}", anyhow::Error::new(e)),
                     "cannot read presence: blind, no power action this pass"
                 );
+                // Recorded now, not at the end of the pass: the claims read below fails too when
+                // Redis is down, and the grace must still follow the outage.
+                self.sight_lost = true;
                 None
             }
         };
         self.metrics
             .presence_read_seconds
             .observe(read_started.elapsed().as_secs_f64());
-        let read = self
-            .store
-            .read_groups(&groups)
-            .await
-            .map_err(PassError::Claims)?;
-        if !self.loaded {
-            self.load_statuses(&config)
-                .await
-                .map_err(PassError::Claims)?;
+        let read = match self.store.read_groups(&groups).await {
+            Ok(read) => read,
+            Err(e) => {
+                self.sight_lost = true;
+                return Err(PassError::Claims(e));
+            }
+        };
+        if !self.loaded
+            && let Err(e) = self.load_statuses(&config).await
+        {
+            self.sight_lost = true;
+            return Err(PassError::Claims(e));
         }
         let now_seen = match &snapshot {
             Some(snap) => snap.now,
@@ -520,7 +528,7 @@ where
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
         match (&snapshot, self.sight_lost) {
-            (None, _) => self.sight_lost = true,
+            (None, _) => {}
             (Some(_), true) => {
                 self.sight_lost = false;
                 self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
