@@ -233,14 +233,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         &self,
         registry: &Registry,
     ) -> Result<(String, usize, Snapshot), PresenceError> {
+        // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
+        // the instant the keys were read. A key the MGET missed then expired at or before `now`,
+        // and a key it saw is judged against `now` by its deadline; a pause of the server
+        // between the two can never make a bench read DOWN before its deadline.
         let mut pipe = redis::pipe();
         pipe.get(self.keys.registry_version())
             .scard(self.keys.registry())
-            .cmd("TIME")
             .hgetall(self.keys.hold_requests());
         for batch in registry.keys.chunks(MGET_BATCH) {
             pipe.cmd("MGET").arg(batch);
         }
+        pipe.cmd("TIME");
         let mut conn = self.conn.clone();
         let mut replies: Vec<redis::Value> = pipe
             .query_async(&mut conn)
@@ -252,11 +256,11 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 replies.len()
             )));
         }
-        let batches = replies.split_off(4);
+        let time: (String, String) = parse(replies.pop())?;
+        let batches = replies.split_off(3);
         let mut head = replies.into_iter();
         let version: Option<String> = parse(head.next())?;
         let size: usize = parse(head.next())?;
-        let time: (String, String) = parse(head.next())?;
         let holds: Vec<(Vec<u8>, Vec<u8>)> = parse(head.next())?;
         let mut values = Vec::with_capacity(registry.names.len());
         for batch in batches {

@@ -5,10 +5,12 @@
 -- ARGV[1] the bench name, ARGV[2] the TTL in ms, ARGV[3] an explicit hold ('' for none),
 -- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown).
 --
--- The server's clock stamps the beat (TIME) and the server starts the TTL on receipt (PX), so
--- the bench's own clock is never part of the promise. A TTL of 0 expires at once: the key is
--- deleted, since PX 0 is not a valid expiry. With no explicit hold, the beat carries the
--- operator's hold request while it has not lapsed, so HELD always means the bench said it.
+-- The server's clock stamps the beat (TIME) and the expiry is that stamp plus the TTL (PXAT), so
+-- the bench's own clock is never part of the promise and the key expires exactly at the
+-- deadline its value states (PX would start from the SET's own instant, a little later). A TTL
+-- of 0 expires at once: the key is deleted, since a deadline of now is no expiry to set. With no
+-- explicit hold, the beat carries the operator's hold request while it has not lapsed, so HELD
+-- always means the bench said it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
@@ -39,6 +41,6 @@ else
   if hold then beat.hold = hold end
   if ARGV[4] ~= '' then beat.load = tonumber(ARGV[4]) end
   if ARGV[5] ~= '' then beat.cores = tonumber(ARGV[5]) end
-  redis.call('SET', KEYS[1], cjson.encode(beat), 'PX', ttl)
+  redis.call('SET', KEYS[1], cjson.encode(beat), 'PXAT', now + ttl)
 end
 return { now, hold }

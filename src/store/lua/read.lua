@@ -1,7 +1,8 @@
 -- The cold fleet read (SPEC §2.5): the registry with its version, the server's TIME, every
 -- registered bench's heartbeat value and the hold requests, in one round trip. Used when the
 -- reader does not hold the registry yet, or its copy is out of date; afterwards the reader uses
--- one pipeline (version, TIME, MGET, HGETALL), which costs Redis a fraction of this script.
+-- one pipeline (version, HGETALL, MGET, TIME), which costs Redis a fraction of this script.
+-- TIME is read after the keys: a key the MGET missed expired at or before the returned now.
 --
 -- KEYS[1] the registry, KEYS[2] the registry version, KEYS[3] the hold-request hash.
 -- ARGV[1] the heartbeat key prefix (named by the key module).
