@@ -169,8 +169,12 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
     .unwrap();
     assert_eq!(target(&mut c).await, 2);
     // l-01's startup fails; l-02 boots, its bench beats, and it is ready.
-    serve.log(&["claim moved", "slot=l-01", "to=failed"]).await;
-    serve.log(&["claim moved", "slot=l-02", "to=ready"]).await;
+    serve
+        .logs(&[
+            &["claim moved", "slot=l-01", "to=failed"],
+            &["claim moved", "slot=l-02", "to=ready"],
+        ])
+        .await;
     assert_eq!(
         instances(&mut c).await,
         [
@@ -386,12 +390,11 @@ fn metrics_text(addr: &str) -> String {
 #[test]
 fn fleet_autoscaler_says_what_to_do_when_the_provider_is_out_of_reach_or_flags_are_half_given() {
     let server = server();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    // A port held bound but not listening: connections to it are refused for as long as the
+    // test holds it, and no other process can take it meanwhile.
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
     let o = fleet(&server, &["autoscaler", "--grpc-addr", &addr, "groups"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);

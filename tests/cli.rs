@@ -358,26 +358,33 @@ fn tls_redis_with_a_ca_file_connects() {
     sh(
         "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null",
     );
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = free.local_addr().unwrap().port();
-    drop(free);
     let path = |f: &str| d.join(f).display().to_string();
-    let server = RedisServer::with(fleet::testing::Options {
-        args: vec![
-            "--tls-port".into(),
-            port.to_string(),
-            "--tls-cert-file".into(),
-            path("server.pem"),
-            "--tls-key-file".into(),
-            path("server.key"),
-            "--tls-ca-cert-file".into(),
-            path("ca.pem"),
-            "--tls-auth-clients".into(),
-            "no".into(),
-        ],
-        ..Default::default()
-    })
-    .unwrap();
+    // Redis takes no port 0 for TLS: pick a free one, and a fresh one if another process took it
+    // between the pick and the bind.
+    let (server, port) = (0..5)
+        .find_map(|_| {
+            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = free.local_addr().unwrap().port();
+            drop(free);
+            RedisServer::with(fleet::testing::Options {
+                args: vec![
+                    "--tls-port".into(),
+                    port.to_string(),
+                    "--tls-cert-file".into(),
+                    path("server.pem"),
+                    "--tls-key-file".into(),
+                    path("server.key"),
+                    "--tls-ca-cert-file".into(),
+                    path("ca.pem"),
+                    "--tls-auth-clients".into(),
+                    "no".into(),
+                ],
+                ..Default::default()
+            })
+            .ok()
+            .map(|server| (server, port))
+        })
+        .expect("a TLS redis-server on a free port");
     let url = format!("rediss://127.0.0.1:{port}");
     let ca = path("ca.pem");
     let o = fleet(

@@ -279,13 +279,15 @@ async fn a_failing_startup_spends_three_attempts_and_the_fourth_claim_buys_nothi
 // fails DeadlineExceeded mid-boot; when the machine then comes up, the law shuts it down.
 #[tokio::test]
 async fn a_boot_that_never_comes_fails_at_its_deadline_and_is_forced_off() {
-    let startup = r#"sleep 1; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
-    let timings = "job_timeout: 100ms, job_monitor_poll_interval: 100ms, uncordon_timeout: 100ms, readiness_gate_timeout: 100ms, max_uncordon_retry_interval: 100ms, budget_slack: 100ms";
+    // The deadline (1.8 s) leaves the first pass time to boot on a loaded machine, and the boot
+    // (3 s) outlives it.
+    let startup = r#"sleep 3; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
+    let timings = "job_timeout: 300ms, job_monitor_poll_interval: 300ms, uncordon_timeout: 300ms, readiness_gate_timeout: 300ms, max_uncordon_retry_interval: 300ms, budget_slack: 300ms";
     let mut h = harness(startup, POWERS_OFF, timings, &["bench-01"]).await;
     let c = h.claim("bench-01", 1).await;
     assert_eq!(
         c.deadline_at,
-        Some(c.requested_at + chrono::TimeDelta::milliseconds(600))
+        Some(c.requested_at + chrono::TimeDelta::milliseconds(1800))
     );
     h.settle().await;
     let c = h.the_claim("bench-01-1").await;
@@ -315,7 +317,8 @@ async fn a_ready_machine_that_vanishes_fails_machine_gone_and_one_that_returns_s
     let mut h = harness(
         BOOTS,
         POWERS_OFF,
-        "job_monitor_poll_interval: 100ms, machine_gone_grace: 1s",
+        // A grace the steps below fit in with room to spare on a loaded machine.
+        "job_monitor_poll_interval: 100ms, machine_gone_grace: 3s",
         &["bench-01", "bench-02"],
     )
     .await;
@@ -345,7 +348,7 @@ async fn a_ready_machine_that_vanishes_fails_machine_gone_and_one_that_returns_s
         .await
         .unwrap();
     h.settle().await;
-    h.at(since + chrono::TimeDelta::seconds(1)).await;
+    h.at(since + chrono::TimeDelta::seconds(3)).await;
     let gone = h.the_claim("bench-01-1").await;
     assert_eq!(
         (gone.phase, gone.reason),
@@ -360,7 +363,10 @@ async fn a_ready_machine_that_vanishes_fails_machine_gone_and_one_that_returns_s
 // stops after the bound, and resumes after the reset grace.
 #[tokio::test]
 async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the_grace() {
-    let timings = "job_monitor_poll_interval: 100ms, shutdown_attempt_reset_grace: 2s";
+    // The poll interval spaces the attempts; it is long enough that the pass recording one
+    // attempt's outcome and the next pass can never straddle it on a loaded machine, so each
+    // step below fires exactly one attempt.
+    let timings = "job_monitor_poll_interval: 1s, shutdown_attempt_reset_grace: 3s";
     let mut h = harness(BOOTS, "true", timings, &["bench-01"]).await;
     h.claim("bench-01", 1).await;
     h.settle().await;
@@ -372,7 +378,7 @@ async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the
         h.settle().await;
         let c = h.the_claim("bench-01-1").await;
         last = c.last_shutdown_attempt_at;
-        h.at(c.operation.unwrap().finished_at.unwrap() + chrono::TimeDelta::milliseconds(100))
+        h.at(c.operation.unwrap().finished_at.unwrap() + chrono::TimeDelta::seconds(1))
             .await;
     }
     let c = h.the_claim("bench-01-1").await;
@@ -391,7 +397,7 @@ async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the
         "no fourth shutdown inside the grace"
     );
     assert_eq!(h.slot_phase("bench-01").await, Some(Report::Draining));
-    h.at(last.unwrap() + chrono::TimeDelta::seconds(2)).await;
+    h.at(last.unwrap() + chrono::TimeDelta::seconds(3)).await;
     let c = h.the_claim("bench-01-1").await;
     assert_eq!(
         c.shutdown_attempts, 1,
@@ -643,12 +649,7 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
     let mut first = make(cfg.clone()).await;
     assert_eq!(first.pass().await.unwrap().started.len(), 1);
     drop(first); // the controller is gone; its operation is recorded on the claim as running
-    let mut second = make(cfg).await;
-    let report = second.pass().await.unwrap();
-    assert!(
-        report.started.is_empty(),
-        "the startup was not fired a second time"
-    );
+    // Read at once: the operation's 1 s timeout may pass before the second controller's pass.
     let booting = store
         .read_groups(&[group()])
         .await
@@ -657,6 +658,12 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
         .claims
         .remove(0);
     let op = booting.running_operation().cloned().unwrap();
+    let mut second = make(cfg).await;
+    let report = second.pass().await.unwrap();
+    assert!(
+        report.started.is_empty(),
+        "the startup was not fired a second time"
+    );
     // Past the operation's own timeout it is recorded JobTimeout, and the claim fails.
     let until = op.started_at + chrono::TimeDelta::from_std(op.timeout).unwrap();
     let (secs, micros): (i64, i64) = raw(&server, &["TIME"]).await;

@@ -16,8 +16,8 @@ fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
     min_size: 0
     max_size: 1
     readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 3s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 3s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
     timings: {{ job_monitor_poll_interval: 100ms }}
 slots:
   - {{ name: bench-01, group: pool-a }}

@@ -40,17 +40,9 @@ fn fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One HTTP/1.1 GET: (status, body).
-fn get(port: u16, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
@@ -65,6 +57,24 @@ fn get(port: u16, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     (status, body)
+}
+
+/// GETs `path` until `done` holds for the answer, within the test bound; returns the body.
+async fn get_until(addr: &str, path: &str, done: impl Fn(&(u16, String)) -> bool) -> String {
+    bounded(&format!("{path} to answer as expected"), async {
+        loop {
+            let (a, p) = (addr.to_owned(), path.to_owned());
+            let answer = tokio::task::spawn_blocking(move || get(&a, &p))
+                .await
+                .unwrap();
+            if done(&answer) {
+                return answer.1;
+            }
+            // Polling an HTTP endpoint of another process: nothing to wake this test sooner.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
 }
 
 #[test]
@@ -104,11 +114,9 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.yaml");
     std::fs::write(&path, yaml(&server, &["bench-01", "bench-02"])).unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     let args = [
         "--metrics-addr",
-        &addr,
+        "127.0.0.1:0",
         "--interval",
         "100ms",
         "--blind-grace",
@@ -117,7 +125,12 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
         "1s",
     ];
     let mut serve = Serve::start("serve", &server, &path, &args);
-    serve.log(&["fleet serve started"]).await;
+    let started = serve.log(&["fleet serve started"]).await;
+    let addr = started
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .expect("the start line names the metrics address")
+        .to_owned();
 
     let o = fleet(&server, &["claim", "bench-01"]);
     assert_eq!(
@@ -130,25 +143,22 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     let live = fleet(&server, &["live"]);
     assert_eq!(String::from_utf8_lossy(&live.stdout), "bench-01\n");
 
-    let (status, body) = tokio::task::spawn_blocking(move || get(port, "/metrics"))
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
-    assert!(
-        body.contains(r#"fleet_claims{group="pool-a",phase="ready"} 1"#),
-        "{body}"
-    );
+    // The gauges are set later in the pass that logged the move: wait for them.
+    let body = get_until(&addr, "/metrics", |(status, body)| {
+        *status == 200 && body.contains(r#"fleet_claims{group="pool-a",phase="ready"} 1"#)
+    })
+    .await;
     assert!(
         body.contains(r#"fleet_operations_total{operation="startup",outcome="completed"} 1"#),
         "{body}"
     );
     assert!(body.contains("fleet_leader 1"), "{body}");
-    let (status, body) = tokio::task::spawn_blocking(move || get(port, "/readyz"))
-        .await
-        .unwrap();
-    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    // Ready means a pass within the last few intervals: wait for one rather than assume it.
+    let body = get_until(&addr, "/readyz", |(status, _)| *status == 200).await;
+    assert_eq!(body, "ready\n");
+    let health = addr.clone();
     assert_eq!(
-        tokio::task::spawn_blocking(move || get(port, "/healthz"))
+        tokio::task::spawn_blocking(move || get(&health, "/healthz"))
             .await
             .unwrap()
             .0,

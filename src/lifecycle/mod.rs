@@ -244,8 +244,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("child.pid");
         let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+        // Long enough for sh to start its child and write the pid on a loaded machine.
         let r = Exec
-            .run(request(&["sh", "-c", &script], Duration::from_millis(300)))
+            .run(request(&["sh", "-c", &script], Duration::from_secs(2)))
             .await;
         assert_eq!(r.outcome, OperationOutcome::TimedOut);
         let pid: i32 = std::fs::read_to_string(&pidfile)

@@ -111,6 +111,23 @@ impl Serve {
         .await
     }
 
+    /// Reads the log until each of `lines` (the words one line must contain) has been seen, in
+    /// any order: for events of concurrent operations, whose order is the scheduler's.
+    pub async fn logs(&mut self, lines: &[&[&str]]) {
+        let name = self.name;
+        let mut left: Vec<&[&str]> = lines.to_vec();
+        bounded(&format!("{name} to log {lines:?}"), async {
+            while let Some(line) = self.lines.recv().await {
+                left.retain(|words| !words.iter().all(|w| line.contains(w)));
+                if left.is_empty() {
+                    return;
+                }
+            }
+            panic!("{name} ended before logging {left:?}");
+        })
+        .await
+    }
+
     /// Sends a signal (`-TERM`, `-STOP`, ...) to the process.
     pub fn signal(&self, sig: &str) {
         let pid = self.child.id().expect("running").to_string();
