@@ -402,6 +402,47 @@ async fn sight_returning_is_blind_for_the_grace_even_when_no_bench_vanished() {
     assert!(w.fired("shutdown").is_empty());
 }
 
+// SPEC §5.2: a follower that saw the outage end counts the grace from then: taking over after
+// the grace has run out, it acts at once instead of being blind for a whole grace again.
+#[tokio::test]
+async fn a_follower_counts_the_grace_from_when_sight_returned() {
+    let mut w = World::new(true);
+    let grace = Duration::from_secs(1);
+    let mut a = w.controller("a", grace).await;
+    let mut b = w.controller("b", grace).await;
+    all_ready(&w, &mut a, grace).await;
+    w.server.kill();
+    assert!(
+        !a.lead().await && !b.lead().await,
+        "neither reaches the lease"
+    );
+    w.server.restart().unwrap();
+    bounded("a leading again", async {
+        while !a.lead().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(!b.lead().await, "b follows, and sees Redis again");
+    assert!(
+        a.pass().await.unwrap().blind,
+        "the leader is blind for the grace"
+    );
+    // a stops renewing; by the time its lease lapses, b's grace has run out too.
+    wait(grace + Duration::from_millis(100)).await;
+    bounded("b to lead", async {
+        while !b.lead().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let report = b.pass().await.unwrap();
+    assert!(!report.blind, "the grace ran while b followed");
+    settle(&mut b).await;
+    assert!(w.claims().await.iter().all(|c| c.phase == Phase::Ready));
+    assert!(w.fired("shutdown").is_empty());
+}
+
 // SPEC §5.3: the wipe record lives in the store, so a leader that takes over during the grace
 // keeps the grace and adopts; it never powers the running machines off.
 #[tokio::test]

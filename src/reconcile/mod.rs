@@ -134,14 +134,25 @@ pub struct Controller<C, R, N = NoNodes> {
     generation: Option<String>,
     /// Blind until this server time, after sight returned or the store came back empty.
     blind_until: Option<DateTime<Utc>>,
-    /// The last pass could not read presence.
-    sight_lost: bool,
+    /// Whether this controller has lost sight of the store since its last pass that read it.
+    sight: Sight,
     /// The groups whose fence this leadership has raised (a group added on reload is raised on
     /// the next pass).
     fenced: std::collections::HashSet<GroupName>,
     /// The store came back without its claims: after the blind grace, machines found on with no
     /// claim are adopted rather than powered off.
     adopting: bool,
+}
+
+/// Whether the controller could see the store, for the grace after an outage (SPEC §5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sight {
+    /// Every read since the last pass that read presence succeeded.
+    Clear,
+    /// A read or a lease call failed; the grace starts at the next pass that reads presence.
+    Lost,
+    /// Sight returned at this instant while following; the grace runs from then.
+    Back(Instant),
 }
 
 /// How the controller protects machines it cannot see (SPEC §5.2).
@@ -203,7 +214,7 @@ where
             deposed: std::sync::atomic::AtomicBool::new(false),
             generation: None,
             blind_until: None,
-            sight_lost: false,
+            sight: Sight::Clear,
             fenced: std::collections::HashSet::new(),
             adopting: false,
         }
@@ -235,7 +246,7 @@ where
             deposed: self.deposed,
             generation: self.generation,
             blind_until: self.blind_until,
-            sight_lost: self.sight_lost,
+            sight: self.sight,
             fenced: self.fenced,
             adopting: self.adopting,
         }
@@ -299,6 +310,11 @@ where
             }
             Ok(Leadership::Follower(holder)) => {
                 self.health.following(true);
+                // Sight returned while following: the grace runs from now, not from the first
+                // pass this controller may run much later.
+                if self.sight == Sight::Lost {
+                    self.sight = Sight::Back(Instant::now());
+                }
                 if self.token.is_some() {
                     self.follow(&format!("the lease is held by {holder}"));
                 }
@@ -310,7 +326,7 @@ where
                     "cannot reach the lease"
                 );
                 // The store is out of reach, so presence is too: when it returns, the grace.
-                self.sight_lost = true;
+                self.sight = Sight::Lost;
                 // A leader that cannot renew stops acting: its lease may lapse unseen.
                 if self.token.is_some() {
                     self.follow("the lease could not be renewed");
@@ -463,7 +479,7 @@ where
                 );
                 // Recorded now, not at the end of the pass: the claims read below fails too when
                 // Redis is down, and the grace must still follow the outage.
-                self.sight_lost = true;
+                self.sight = Sight::Lost;
                 None
             }
         };
@@ -473,14 +489,14 @@ where
         let read = match self.store.read_groups(&groups).await {
             Ok(read) => read,
             Err(e) => {
-                self.sight_lost = true;
+                self.sight = Sight::Lost;
                 return Err(PassError::Claims(e));
             }
         };
         if !self.loaded
             && let Err(e) = self.load_statuses(&config).await
         {
-            self.sight_lost = true;
+            self.sight = Sight::Lost;
             return Err(PassError::Claims(e));
         }
         let now_seen = match &snapshot {
@@ -527,14 +543,18 @@ where
         }
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
-        match (&snapshot, self.sight_lost) {
-            (None, _) => {}
-            (Some(_), true) => {
-                self.sight_lost = false;
-                self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
-                warn!(grace = ?self.faults.blind_grace, "presence readable again: blind for the grace");
+        if snapshot.is_some() {
+            let left = match self.sight {
+                Sight::Clear => Duration::ZERO,
+                Sight::Lost => self.faults.blind_grace,
+                Sight::Back(at) => self.faults.blind_grace.saturating_sub(at.elapsed()),
+            };
+            if !left.is_zero() {
+                let until = claim::add(now_seen, left);
+                self.blind_until = Some(self.blind_until.map_or(until, |u| u.max(until)));
+                warn!(grace = ?left, "presence readable again: blind for the grace");
             }
-            (Some(_), false) => {}
+            self.sight = Sight::Clear;
         }
         if let Some(snap) = &snapshot
             && self.mass_vanishing(&config, snap)
