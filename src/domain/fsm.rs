@@ -159,6 +159,19 @@ mod tests {
         assert_eq!(table.len(), NodeState::ALL.len() * Event::ALL.len());
     }
 
+    // The name a state shows in logs and errors is its stored (serde) name, one per state.
+    #[test]
+    fn every_state_is_shown_by_its_stored_name() {
+        let names: Vec<String> = NodeState::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(names, ["shutdown", "startingup", "ready", "shuttingdown"]);
+        for state in NodeState::ALL {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::Value::from(state.as_str())
+            );
+        }
+    }
+
     proptest::proptest! {
         // Any sequence of events: accepted steps stay in the table, refused ones change nothing,
         // and an operation's end is accepted exactly when an operation is in flight.
