@@ -271,6 +271,19 @@ mod tests {
     use super::*;
     use ClaimInput as C;
 
+    // The phase a view, a metric label and a log line show is the stored (serde) name, and the
+    // stored name reads back as the same phase.
+    #[test]
+    fn every_report_is_shown_by_its_stored_name() {
+        let names: Vec<String> = Report::ALL.iter().map(|r| r.to_string()).collect();
+        assert_eq!(names, ["off", "pending", "booting", "ready", "draining"]);
+        for report in Report::ALL {
+            let stored = serde_json::to_value(report).unwrap();
+            assert_eq!(stored, serde_json::Value::from(report.as_str()));
+            assert_eq!(serde_json::from_value::<Report>(stored).unwrap(), report);
+        }
+    }
+
     // SPEC §3.1, the law over the whole input space, row by row. `None` for usability is the
     // table's "—": both values give the row.
     #[test]
