@@ -182,9 +182,10 @@ impl ClaimName {
         BenchName::parse(name).map(|n| Self(n.0))
     }
 
-    /// A claim name for `slot` with a `suffix` of lowercase letters and digits: `<slot>-<suffix>`
-    /// while that keeps the last label within 63 characters, else `<slot>.<suffix>`; a slot name
-    /// too long for either gives way to a short digest of itself. Always valid.
+    /// A claim name for `slot` with a `suffix` of lowercase letters and digits (at most 62 of
+    /// them, so `.<suffix>` always fits a label): `<slot>-<suffix>` while that is a valid name
+    /// (its last label within 63 characters), else `<slot>.<suffix>`; a slot name too long for
+    /// either gives way to a short digest of itself. Always valid.
     pub fn for_slot(slot: &BenchName, suffix: &str) -> Self {
         let suffix: String = suffix
             .chars()
@@ -197,12 +198,7 @@ impl ClaimName {
             suffix
         };
         let slot = slot.as_str();
-        let last = slot.rsplit('.').next().unwrap_or(slot);
-        let candidates = [
-            (last.len() + 1 + suffix.len() <= MAX_LABEL_LEN).then(|| format!("{slot}-{suffix}")),
-            Some(format!("{slot}.{suffix}")),
-        ];
-        for name in candidates.into_iter().flatten() {
+        for name in [format!("{slot}-{suffix}"), format!("{slot}.{suffix}")] {
             if let Ok(n) = Self::parse(&name) {
                 return n;
             }
@@ -411,6 +407,23 @@ mod tests {
         assert!(ClaimName::parse(n.as_str()).is_ok(), "{n}");
         assert!(n.as_str().ends_with(".1a22b2ddcef"));
         assert_eq!(ClaimName::for_slot(&short, "-!").as_str(), "bench-01-0");
+        // The dash form up to a last label of exactly 63, the dot form past it.
+        let label = |n: usize| BenchName::parse(&format!("x.{}", "a".repeat(n))).unwrap();
+        let suffix = "b".repeat(10);
+        assert_eq!(
+            ClaimName::for_slot(&label(52), &suffix).as_str(),
+            format!("x.{}-{suffix}", "a".repeat(52))
+        );
+        assert_eq!(
+            ClaimName::for_slot(&label(53), &suffix).as_str(),
+            format!("x.{}.{suffix}", "a".repeat(53))
+        );
+        // A suffix too long for a label is cut to 62, so the dot form still fits.
+        let one = BenchName::parse("b").unwrap();
+        assert_eq!(
+            ClaimName::for_slot(&one, &"c".repeat(100)).as_str(),
+            format!("b.{}", "c".repeat(62))
+        );
     }
 
     #[test]
