@@ -434,6 +434,10 @@ mod tests {
             Reason::parse("kernel upgrade").unwrap().as_str(),
             "kernel upgrade"
         );
+        assert_eq!(
+            Reason::parse("kernel upgrade").unwrap().to_string(),
+            "kernel upgrade"
+        );
         assert_eq!(Reason::parse(""), Err(InvalidReason::Empty));
         assert_eq!(Reason::parse("   "), Err(InvalidReason::Empty));
         assert!(matches!(
