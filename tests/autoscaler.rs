@@ -355,7 +355,7 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
     );
 
     // Every call is counted by method and code on /metrics.
-    let body = tokio::task::spawn_blocking(move || metrics_text(&metrics))
+    let body = tokio::task::spawn_blocking(move || http_get(&metrics, "/metrics").1)
         .await
         .unwrap();
     for want in [
@@ -370,21 +370,6 @@ async fn a_cluster_autoscaler_loop_scales_up_and_down_through_fleet_serve() {
     c.cleanup(CleanupRequest {}).await.unwrap();
     serve.signal("-TERM");
     serve.log(&["fleet serve stopped"]).await;
-}
-
-/// The body of one HTTP/1.1 GET /metrics.
-fn metrics_text(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
 }
 
 #[test]

@@ -152,6 +152,16 @@ async fn settle(ctl: &mut Ctl) {
     panic!("never settled");
 }
 
+/// Calls `lead` until the controller leads: after an outage or a lapsed lease.
+async fn lead_soon(ctl: &mut Ctl, what: &str) {
+    bounded(what, async {
+        while !ctl.lead().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 /// Waits, on the local clock, for `d` to pass: the lease and the graces are real time.
 async fn wait(d: Duration) {
     tokio::time::sleep(d).await;
@@ -339,12 +349,7 @@ async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
     w.server.restart().unwrap();
     // The keys expired; the benches beat again once Redis is back. The connection manager
     // reconnects after its first failed call.
-    bounded("leading again", async {
-        while !ctl.lead().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    lead_soon(&mut ctl, "leading again").await;
     let report = ctl.pass().await.unwrap();
     assert!(report.blind, "blind for the grace after sight returns");
     let p = presence(&w.server).await;
@@ -378,12 +383,7 @@ async fn sight_returning_is_blind_for_the_grace_even_when_no_bench_vanished() {
         "the claims cannot be read either"
     );
     w.server.restart().unwrap();
-    bounded("leading again", async {
-        while !ctl.lead().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    lead_soon(&mut ctl, "leading again").await;
     for slot in SLOTS {
         assert_eq!(
             w.state(slot).await,
@@ -417,12 +417,7 @@ async fn a_follower_counts_the_grace_from_when_sight_returned() {
         "neither reaches the lease"
     );
     w.server.restart().unwrap();
-    bounded("a leading again", async {
-        while !a.lead().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    lead_soon(&mut a, "a leading again").await;
     assert!(!b.lead().await, "b follows, and sees Redis again");
     assert!(
         a.pass().await.unwrap().blind,
@@ -430,12 +425,7 @@ async fn a_follower_counts_the_grace_from_when_sight_returned() {
     );
     // a stops renewing; by the time its lease lapses, b's grace has run out too.
     wait(grace + Duration::from_millis(100)).await;
-    bounded("b to lead", async {
-        while !b.lead().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    lead_soon(&mut b, "b to lead").await;
     let report = b.pass().await.unwrap();
     assert!(!report.blind, "the grace ran while b followed");
     settle(&mut b).await;
@@ -458,12 +448,7 @@ async fn a_leader_that_takes_over_after_a_wipe_keeps_the_grace_and_adopts() {
     assert!(a.pass().await.unwrap().blind, "a saw the wipe");
     drop(a); // a dies during the grace
     let mut b = w.controller("b", Duration::ZERO).await;
-    bounded("b to lead", async {
-        while !b.lead().await {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    lead_soon(&mut b, "b to lead").await;
     let p = presence(&w.server).await;
     for slot in SLOTS {
         p.beat(&beat(slot, Duration::from_secs(3600)))

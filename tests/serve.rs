@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use fleet::testing::RedisServer;
@@ -40,31 +39,12 @@ fn fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// One HTTP/1.1 GET: (status, body).
-fn get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 /// GETs `path` until `done` holds for the answer, within the test bound; returns the body.
 async fn get_until(addr: &str, path: &str, done: impl Fn(&(u16, String)) -> bool) -> String {
     bounded(&format!("{path} to answer as expected"), async {
         loop {
             let (a, p) = (addr.to_owned(), path.to_owned());
-            let answer = tokio::task::spawn_blocking(move || get(&a, &p))
+            let answer = tokio::task::spawn_blocking(move || http_get(&a, &p))
                 .await
                 .unwrap();
             if done(&answer) {
@@ -158,7 +138,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     assert_eq!(body, "ready\n");
     let health = addr.clone();
     assert_eq!(
-        tokio::task::spawn_blocking(move || get(&health, "/healthz"))
+        tokio::task::spawn_blocking(move || http_get(&health, "/healthz"))
             .await
             .unwrap()
             .0,

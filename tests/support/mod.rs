@@ -169,3 +169,28 @@ pub async fn request_claim(
     );
     c
 }
+
+/// One HTTP/1.1 GET of `path` from `addr` (a `fleet serve` endpoint): (status, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .expect("sending the request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("reading the answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
