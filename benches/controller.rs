@@ -58,7 +58,7 @@ fn controller(
         rx,
         Presence::new(conn.clone(), Keys::default()),
         ClaimStore::new(conn.clone(), Keys::default()),
-        Arc::new(Exec),
+        Arc::new(Exec::new(env!("CARGO_BIN_EXE_fleet"))),
         Arc::new(Metrics::default()),
         Arc::new(Health::default()),
     )

@@ -61,7 +61,14 @@ async fn controller(
         rx,
         Presence::new(manager.clone(), Keys::default()),
         ClaimStore::new(manager.clone(), Keys::default()),
-        Arc::new(Exec),
+        Arc::new(
+            Exec::new(env!("CARGO_BIN_EXE_fleet")).reporting_to(fleet::lifecycle::ReportTo {
+                url: server.url(),
+                ca_file: None,
+                timeout: Duration::from_secs(10),
+                prefix: Keys::default().prefix().to_owned(),
+            }),
+        ),
         Arc::new(Metrics::default()),
         health,
     )

@@ -85,7 +85,7 @@ async fn harness(startup: &str, shutdown: &str, timings: &str, slots: &[&str]) -
         rx,
         Presence::new(conn(&server).await, Keys::default()),
         ClaimStore::new(conn(&server).await, Keys::default()),
-        Arc::new(Exec),
+        Arc::new(exec(&server)),
         Arc::new(Metrics::default()),
         Arc::new(Health::default()),
     );
@@ -566,7 +566,7 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
         rx,
         Presence::new(conn(&server).await, Keys::default()),
         ClaimStore::new(conn(&server).await, Keys::default()),
-        Arc::new(Exec),
+        Arc::new(exec(&server)),
         Arc::new(Metrics::default()),
         Arc::new(Health::default()),
     )
@@ -638,7 +638,7 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
                 rx,
                 Presence::new(conn(server).await, Keys::default()),
                 ClaimStore::new(conn(server).await, Keys::default()),
-                Arc::new(Exec),
+                Arc::new(exec(server)),
                 Arc::new(Metrics::default()),
                 Arc::new(Health::default()),
             )

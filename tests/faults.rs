@@ -89,7 +89,7 @@ impl World {
             rx,
             Presence::new(manager.clone(), Keys::default()),
             ClaimStore::new(manager, Keys::default()),
-            Arc::new(Exec),
+            Arc::new(exec(&self.server)),
             Arc::new(Metrics::default()),
             Arc::new(Health::default()),
         )

@@ -73,7 +73,7 @@ async fn setup() -> (
         rx,
         Presence::new(conn(&server).await, Keys::default()),
         ClaimStore::new(conn(&server).await, Keys::default()),
-        Arc::new(Exec),
+        Arc::new(exec(&server)),
         Arc::new(Metrics::default()),
         Arc::new(Health::default()),
     );

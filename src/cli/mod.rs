@@ -17,6 +17,7 @@ pub mod forget;
 pub mod groups;
 pub mod hold;
 pub mod live;
+pub mod operation;
 pub mod output;
 pub mod release;
 pub mod reset;
@@ -112,6 +113,9 @@ pub enum Command {
     ResetAttempts(reset_attempts::Args),
     /// Call the cluster-autoscaler provider over gRPC, exactly as cluster-autoscaler does.
     Autoscaler(autoscaler::Args),
+    /// The operation wrapper `fleet serve` runs each lifecycle operation in (job on stdin).
+    #[command(hide = true)]
+    Operation(operation::Args),
 }
 
 /// Output of the views.
@@ -223,6 +227,7 @@ impl Command {
             Command::ResetShutdownAttempts(args) => args.run(ctx, out).await,
             Command::ResetAttempts(args) => args.run(ctx, out).await,
             Command::Autoscaler(args) => args.run(out).await,
+            Command::Operation(args) => args.run(out).await,
         }
     }
 }

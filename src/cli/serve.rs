@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError};
-use crate::lifecycle::Exec;
+use crate::lifecycle::{Exec, ReportTo};
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
 use crate::reconcile::metrics::{self, Health, Metrics};
@@ -40,8 +40,10 @@ pub struct Args {
     /// How often a pass runs over every slot (presence is re-read each pass).
     #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::positive_duration)]
     pub interval: Duration,
-    /// How long a stop waits for the operations in flight.
-    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "30s", value_parser = args::duration)]
+    /// How long a stop waits for the operations in flight to end. They are never killed by a
+    /// stop: each runs in a process of its own and reports its outcome to the store, where the
+    /// next leader reads it.
+    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "0s", value_parser = args::duration)]
     pub grace: Duration,
     /// The leader lease: a leader that dies is replaced within one lease.
     #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::positive_duration)]
@@ -70,6 +72,10 @@ pub struct Args {
     #[arg(long, env = "FLEET_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
 }
+
+/// The operation wrapper is this very binary: `/proc/self/exe` still starts it after a package
+/// upgrade replaced the file on disk.
+const WRAPPER: &str = "/proc/self/exe";
 
 fn ratio(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -228,7 +234,12 @@ impl Args {
             rx,
             Presence::new(conn.clone(), ctx.keys.clone()),
             ClaimStore::new(conn, ctx.keys.clone()),
-            Arc::new(Exec),
+            Arc::new(Exec::new(WRAPPER).reporting_to(ReportTo {
+                url: ctx.endpoint.url.clone(),
+                ca_file: ctx.endpoint.ca_file.clone(),
+                timeout: ctx.endpoint.timeout,
+                prefix: ctx.keys.prefix().to_owned(),
+            })),
             metrics,
             health,
         )

@@ -8,6 +8,7 @@
 //! - [`claim`]: claim phases, legal moves, deadlines, attempts, machine-gone (SPEC §3.2–§3.8).
 //! - [`fsm`]: the node state machine (SPEC §3.4).
 //! - [`node`]: the usability predicate (SPEC §3.1).
+//! - [`operation`]: the slot's operation record and the rules that read it (SPEC §4.3, §5.4).
 //! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
 
 pub mod claim;
@@ -16,4 +17,5 @@ pub mod history;
 pub mod law;
 pub mod name;
 pub mod node;
+pub mod operation;
 pub mod state;

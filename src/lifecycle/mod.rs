@@ -1,17 +1,26 @@
-//! Lifecycle operations: how a slot's machine is powered on and off (SPEC §4.4).
+//! Lifecycle operations: how a slot's machine is powered on and off (SPEC §4.2).
 //!
-//! An operation is run by a `Runner`. The local runner (`Exec`) runs the group's command with the
-//! slot's facts in its environment, in a process group of its own, and kills that whole group at
-//! the timeout. Exit 0 is JobCompleted, any other exit JobFailed, past the timeout JobTimeout.
-//! Kubernetes Jobs plug in behind the same trait.
+//! An operation is run by a `Runner`. The local runner (`Exec`) runs the group's command through
+//! the operation wrapper, `fleet operation`: a process of its own (its own process group, never
+//! killed when the controller stops or dies) that runs the command with the slot's facts in its
+//! environment, kills the command's whole process group at the timeout, keeps only the tail of
+//! its output, and reports the outcome to the store as well as to the controller that waits for
+//! it. So a controller that stops, is killed or is replaced never takes a power operation down
+//! with it, and its successor reads the operation's real outcome (SPEC §5.4). Exit 0 is
+//! JobCompleted, any other exit JobFailed, past the timeout JobTimeout. Kubernetes Jobs plug in
+//! behind the same trait.
+
+pub mod command;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::domain::claim::{OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
@@ -19,8 +28,16 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 /// The most bytes of an operation's output kept for its claim's timeline.
 pub const TAIL_BYTES: usize = 2048;
 
+/// How much longer than an operation's own timeout the controller waits for the wrapper's
+/// report: the wrapper kills the command at the timeout, then has this long to drain its output
+/// and report the outcome to the store (it retries a store it cannot reach within it).
+pub const REPORT_SLACK: Duration = Duration::from_secs(30);
+
+/// The verb of the `fleet` binary that is the operation wrapper.
+pub const WRAPPER_VERB: &str = "operation";
+
 /// One operation to run.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub kind: OperationKind,
     pub slot: BenchName,
@@ -35,6 +52,9 @@ pub struct Request {
     pub timeout: Duration,
     /// The controller that runs it (its lease holder id), for the operation's own records.
     pub controller: String,
+    /// When the operation was recorded as started (server time): its identity in the slot's
+    /// operation record, which its outcome must match.
+    pub started_at: DateTime<Utc>,
 }
 
 impl Request {
@@ -59,7 +79,7 @@ impl Request {
 }
 
 /// How an operation ended.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub outcome: OperationOutcome,
     pub duration: Duration,
@@ -72,206 +92,133 @@ pub trait Runner: Send + Sync + 'static {
     fn run(&self, request: Request) -> impl Future<Output = Report> + Send;
 }
 
-/// Runs an operation as a local command.
-#[derive(Clone, Debug, Default)]
-pub struct Exec;
+/// Where the wrapper reports an operation's outcome, so a controller that did not start it (a
+/// successor, or the same one restarted) reads it from the store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportTo {
+    /// The Redis URL (with its credentials: the job travels on the wrapper's stdin, never in its
+    /// arguments or environment).
+    pub url: String,
+    pub ca_file: Option<PathBuf>,
+    pub timeout: Duration,
+    pub prefix: String,
+}
+
+/// What the controller hands the wrapper on its stdin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub request: Request,
+    pub report_to: Option<ReportTo>,
+}
+
+/// Runs an operation's command through the operation wrapper, a process of its own.
+#[derive(Clone, Debug)]
+pub struct Exec {
+    /// The `fleet` binary that serves as the wrapper.
+    program: PathBuf,
+    report_to: Option<ReportTo>,
+}
+
+impl Exec {
+    /// Runs operations through `program` (the `fleet` binary). `fleet serve` passes
+    /// `/proc/self/exe`, which still starts the running binary after a package upgrade replaced
+    /// the file.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Exec {
+            program: program.into(),
+            report_to: None,
+        }
+    }
+
+    /// The wrapper also reports each outcome to this store.
+    pub fn reporting_to(mut self, report_to: ReportTo) -> Self {
+        self.report_to = Some(report_to);
+        self
+    }
+
+    fn failed(why: String, duration: Duration) -> Report {
+        Report {
+            outcome: OperationOutcome::Failed,
+            duration,
+            tail: why,
+        }
+    }
+}
 
 impl Runner for Exec {
     async fn run(&self, request: Request) -> Report {
-        let start = Instant::now();
-        let Some((program, args)) = request.command.split_first() else {
-            return Report {
-                outcome: OperationOutcome::Failed,
-                duration: start.elapsed(),
-                tail: "the operation has no command".to_owned(),
-            };
+        let start = std::time::Instant::now();
+        let bound = request.timeout + REPORT_SLACK;
+        let job = Job {
+            request,
+            report_to: self.report_to.clone(),
         };
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args)
-            .envs(&request.env)
-            .envs(request.fleet_env())
-            .stdin(Stdio::null())
+        let bytes = match serde_json::to_vec(&job) {
+            Ok(b) => b,
+            Err(e) => return Self::failed(format!("encoding the operation: {e}"), start.elapsed()),
+        };
+        // Its own process group, and no kill on drop: the operation outlives the controller.
+        let spawned = tokio::process::Command::new(&self.program)
+            .arg(WRAPPER_VERB)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so a timeout kills everything it started.
+            .stderr(Stdio::inherit())
             .process_group(0)
-            .kill_on_drop(true);
-        if let Some(dir) = &request.dir {
-            cmd.current_dir(dir);
-        }
-        let mut child = match cmd.spawn() {
-            Ok(child) => child,
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
             Err(e) => {
-                return Report {
-                    outcome: OperationOutcome::Failed,
-                    duration: start.elapsed(),
-                    tail: format!("cannot start {program:?}: {e}"),
-                };
+                return Self::failed(
+                    format!(
+                        "cannot start the operation wrapper {}: {e}",
+                        self.program.display()
+                    ),
+                    start.elapsed(),
+                );
             }
         };
         let pid = child.id();
-        let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
-        let collect = async {
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            let read_out = async {
-                if let Some(o) = out.as_mut() {
-                    let _ = o.read_to_end(&mut a).await;
-                }
-            };
-            let read_err = async {
-                if let Some(e) = err.as_mut() {
-                    let _ = e.read_to_end(&mut b).await;
-                }
-            };
-            tokio::join!(read_out, read_err);
-            a.extend_from_slice(&b);
-            a
-        };
-        let waited = tokio::time::timeout(request.timeout, async {
-            let (status, output) = tokio::join!(child.wait(), collect);
-            (status, output)
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(&bytes).await;
+        }
+        let mut stdout = child.stdout.take();
+        let waited = tokio::time::timeout(bound, async {
+            let mut out = Vec::new();
+            if let Some(o) = stdout.as_mut() {
+                // The wrapper writes one short line: bounded all the same.
+                let _ = o.take(1 << 20).read_to_end(&mut out).await;
+            }
+            let status = child.wait().await;
+            (out, status)
         })
         .await;
         match waited {
-            Ok((status, output)) => {
-                let ok = status.as_ref().is_ok_and(|s| s.success());
-                let mut tail = tail(&output);
-                if let Ok(s) = &status
-                    && !s.success()
-                {
-                    tail.push_str(&format!("\n[{s}]"));
-                }
-                Report {
-                    outcome: if ok {
-                        OperationOutcome::Completed
-                    } else {
-                        OperationOutcome::Failed
-                    },
-                    duration: start.elapsed(),
-                    tail,
-                }
-            }
+            Ok((out, status)) => serde_json::from_slice::<Report>(&out).unwrap_or_else(|_| {
+                Self::failed(
+                    format!(
+                        "the operation wrapper gave no report ({})",
+                        status.map_or_else(|e| e.to_string(), |s| s.to_string())
+                    ),
+                    start.elapsed(),
+                )
+            }),
             Err(_) => {
                 if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // SAFETY: killpg only sends a signal to the process group this command
-                    // leads; a stale id at worst fails with ESRCH.
+                    // SAFETY: killpg only signals the wrapper's own process group; a stale id at
+                    // worst fails with ESRCH.
                     unsafe {
                         libc::killpg(pid, libc::SIGKILL);
                     }
                 }
-                let _ = child.wait().await;
                 Report {
                     outcome: OperationOutcome::TimedOut,
                     duration: start.elapsed(),
                     tail: format!(
-                        "killed after {}",
-                        humantime::format_duration(request.timeout)
+                        "the operation wrapper did not report within {}",
+                        humantime::format_duration(bound)
                     ),
                 }
             }
         }
-    }
-}
-
-/// The last `TAIL_BYTES` of `output`, as text.
-fn tail(output: &[u8]) -> String {
-    let from = output.len().saturating_sub(TAIL_BYTES);
-    String::from_utf8_lossy(&output[from..])
-        .trim_end()
-        .to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(command: &[&str], timeout: Duration) -> Request {
-        Request {
-            kind: OperationKind::Startup,
-            slot: BenchName::parse("bench-01").unwrap(),
-            group: GroupName::parse("pool-a").unwrap(),
-            claim: Some(ClaimName::parse("bench-01-1").unwrap()),
-            attempt: 2,
-            provider_id: "fleet://bench-01".into(),
-            command: command.iter().map(|s| s.to_string()).collect(),
-            env: BTreeMap::from([("BMC".to_owned(), "10.0.0.9".to_owned())]),
-            dir: None,
-            timeout,
-            controller: "ctl-1".into(),
-        }
-    }
-
-    #[tokio::test]
-    async fn exit_0_completes_and_the_slots_facts_are_in_the_environment() {
-        let r = Exec
-            .run(request(
-                &["sh", "-c", "echo $FLEET_SLOT $FLEET_GROUP $FLEET_CLAIM $FLEET_ATTEMPT $FLEET_PROVIDER_ID $FLEET_OPERATION $BMC"],
-                Duration::from_secs(10),
-            ))
-            .await;
-        assert_eq!(r.outcome, OperationOutcome::Completed);
-        assert_eq!(
-            r.tail,
-            "bench-01 pool-a bench-01-1 2 fleet://bench-01 startup 10.0.0.9"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_non_zero_exit_fails_with_its_output() {
-        let r = Exec
-            .run(request(
-                &["sh", "-c", "echo no power >&2; exit 3"],
-                Duration::from_secs(10),
-            ))
-            .await;
-        assert_eq!(r.outcome, OperationOutcome::Failed);
-        assert!(r.tail.starts_with("no power"), "{}", r.tail);
-        assert!(r.tail.contains("exit status: 3"), "{}", r.tail);
-    }
-
-    #[tokio::test]
-    async fn a_command_that_cannot_start_fails_saying_why() {
-        let r = Exec
-            .run(request(&["/nonexistent/power"], Duration::from_secs(10)))
-            .await;
-        assert_eq!(r.outcome, OperationOutcome::Failed);
-        assert!(r.tail.contains("cannot start"), "{}", r.tail);
-    }
-
-    // Past the timeout the whole process group is killed: the child it started as well.
-    #[tokio::test]
-    async fn past_the_timeout_the_whole_process_group_is_killed() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("child.pid");
-        let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
-        // Long enough for sh to start its child and write the pid on a loaded machine.
-        let r = Exec
-            .run(request(&["sh", "-c", &script], Duration::from_secs(2)))
-            .await;
-        assert_eq!(r.outcome, OperationOutcome::TimedOut);
-        let pid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        // The grandchild is gone (or a zombie waiting for init). SIGKILL is delivered at once but
-        // the process exits when it is next scheduled: allow a loaded machine a moment for that.
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .map(|s| !s.contains("State:\tZ"))
-                .unwrap_or(false)
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while alive() && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        assert!(!alive(), "the operation's child survived its timeout");
-    }
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes() {
-        let long = "x".repeat(5000) + "end";
-        assert_eq!(tail(long.as_bytes()).len(), TAIL_BYTES);
-        assert!(tail(long.as_bytes()).ends_with("end"));
     }
 }

@@ -30,10 +30,12 @@ use crate::domain::claim::{
 use crate::domain::law::{self, ClaimInput, Fires, Input, Power};
 use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
 use crate::domain::node::{self, Binding, NodeView};
+use crate::domain::operation::{self, OpEnd, SlotOp, UnclaimedShutdown};
 use crate::domain::state::{Bench, State};
-use crate::lifecycle::{Report, Request, Runner};
+use crate::lifecycle::{REPORT_SLACK, Report, Request, Runner};
 use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
 use crate::store::lease::{Leadership, Lease};
+use crate::store::operations::Unclaimed;
 use crate::store::presence::{Presence, Snapshot};
 
 use metrics::{GroupPhase, Health, KindLabel, Metrics, MoveLabels, OperationLabels};
@@ -142,6 +144,11 @@ pub struct Controller<C, R, N = NoNodes> {
     /// The store came back without its claims: after the blind grace, machines found on with no
     /// claim are adopted rather than powered off.
     adopting: bool,
+    /// This controller's memory of each slot's last operation (SPEC §5.4): it outlives a store
+    /// that lost its last writes.
+    ops: HashMap<(GroupName, BenchName), SlotOp>,
+    /// Operations recorded by a write whose reply was lost.
+    uncertain: HashMap<BenchName, Uncertain>,
 }
 
 /// Whether the controller could see the store, for the grace after an outage (SPEC §5.2).
@@ -217,6 +224,8 @@ where
             sight: Sight::Clear,
             fenced: std::collections::HashSet::new(),
             adopting: false,
+            ops: HashMap::new(),
+            uncertain: HashMap::new(),
         }
     }
 
@@ -249,6 +258,8 @@ where
             sight: self.sight,
             fenced: self.fenced,
             adopting: self.adopting,
+            ops: self.ops,
+            uncertain: self.uncertain,
         }
     }
 }
@@ -292,9 +303,9 @@ where
         match lease.acquire(self.token.as_deref()).await {
             Ok(Leadership::Leader(token)) if self.token.as_deref() == Some(token.as_str()) => true,
             Ok(Leadership::Leader(token)) => {
-                let config = self.config.borrow().clone();
+                let groups: Vec<GroupName> = self.config.borrow().groups.keys().cloned().collect();
                 self.fenced.clear();
-                if !self.raise_fences(&config, &token).await {
+                if !self.raise_fences(&groups, &token).await {
                     return false;
                 }
                 info!(holder = lease.id(), token, "became the leader");
@@ -338,8 +349,8 @@ where
 
     /// Raises the fence of every group not raised yet in this leadership. Returns false when a
     /// newer leader's fence is up (or Redis refused), so this controller must not act.
-    async fn raise_fences(&mut self, config: &Config, token: &str) -> bool {
-        for group in config.groups.keys() {
+    async fn raise_fences(&mut self, groups: &[GroupName], token: &str) -> bool {
+        for group in groups {
             if self.fenced.contains(group) {
                 continue;
             }
@@ -460,9 +471,18 @@ where
             self.finished.insert(slot, done);
         }
         let config = self.config.borrow().clone();
-        let groups: Vec<GroupName> = config.groups.keys().cloned().collect();
+        let configured: Vec<GroupName> = config.groups.keys().cloned().collect();
+        // Every group that may hold claims: the configured ones, and those that left the
+        // configuration with claims still in the store (SPEC §4.1).
+        let groups = match self.store.known_groups(&configured).await {
+            Ok(groups) => groups,
+            Err(e) => {
+                self.sight = Sight::Lost;
+                return Err(PassError::Claims(e));
+            }
+        };
         if let Some(token) = self.token.clone()
-            && !self.raise_fences(&config, &token).await
+            && !self.raise_fences(&groups, &token).await
         {
             self.follow("a group's fence could not be raised");
             return Ok(PassReport::default());
@@ -591,51 +611,62 @@ where
         };
         let mut writes: BTreeMap<GroupName, Vec<(BenchName, SlotStatus)>> = BTreeMap::new();
         for group_claims in read {
+            let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
             let Some(group) = config.groups.get(&group_claims.group) else {
+                // A group that left the configuration (removed, or renamed: a removal plus an
+                // addition): its claims end SlotDeleted and are collected after the TTL; the group
+                // is forgotten once it holds none (SPEC §4.1). Its machines are no group's to
+                // power: a slot that moved to another group is that group's.
+                let gone = &group_claims.group;
+                let claims: Vec<&Claim> = group_claims.claims.iter().collect();
+                report.writes += self
+                    .orphans(gone, &claim::Timings::default(), &claims, now)
+                    .await;
+                if group_claims.claims.is_empty()
+                    && group_claims.unreadable.is_empty()
+                    && let Err(e) = self.store.forget_group(gone).await
+                {
+                    warn!(group = %gone, error = format!("{:#}", anyhow::Error::new(e)), "forgetting a removed group failed");
+                }
                 continue;
             };
-            let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
             for (name, why) in &group_claims.unreadable {
                 warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");
             }
             // A claim that cannot be read may be the live claim of its slot: no power action on
-            // that slot, or on the whole group when the claim does not even say its slot.
+            // that slot, or on the whole group when the claim does not even say its slot. The
+            // same for an operation record that cannot be read.
             let unknown_unreadable = group_claims.unreadable_slots.iter().any(Option::is_none);
-            let unreadable_slots: Vec<String> = group_claims
+            let mut unreadable_slots: Vec<String> = group_claims
                 .unreadable_slots
                 .iter()
                 .flatten()
                 .cloned()
                 .collect();
+            for slot in &group_claims.operations.unreadable {
+                warn!(group = %group.name, %slot, "the slot's operation record is unreadable; no power action on it");
+                unreadable_slots.push(slot.to_string());
+            }
+            let mut ops = group_claims.operations.by_slot;
             let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
             for c in group_claims.claims {
                 by_slot.entry(c.slot.clone()).or_default().push(c);
             }
-            // Claims of slots that left the configuration end SlotDeleted.
-            for (slot, claims) in by_slot.iter().filter(|(s, _)| {
-                config
-                    .slots
-                    .get(*s)
-                    .is_none_or(|slot| slot.group != group.name)
-            }) {
-                for c in claims.iter().filter(|c| c.phase.is_live()) {
-                    let ctx = Context {
-                        now,
-                        power: None,
-                        slot_exists: false,
-                        superseded: false,
-                        timings: &group.timings,
-                    };
-                    if let Judgment::Fail(reason) = claim::judge(c, &ctx) {
-                        let next = c.apply(Move::because(Phase::Failed, reason), now).ok();
-                        if let Some(next) = next {
-                            self.write(c, &next, Event::Failed, now, None).await;
-                            report.writes += 1;
-                            info!(slot = %slot, claim = %c.name, "slot left the configuration; claim failed SlotDeleted");
-                        }
-                    }
-                }
-            }
+            // Claims of slots that left the group (removed, or moved to another group) end
+            // SlotDeleted, and are collected after the TTL.
+            let orphans: Vec<&Claim> = by_slot
+                .iter()
+                .filter(|(s, _)| {
+                    config
+                        .slots
+                        .get(*s)
+                        .is_none_or(|slot| slot.group != group.name)
+                })
+                .flat_map(|(_, claims)| claims.iter())
+                .collect();
+            report.writes += self
+                .orphans(&group.name, &group.timings, &orphans, now)
+                .await;
             let mut phases: HashMap<&'static str, i64> = HashMap::new();
             for slot in config.slots_of(&group.name) {
                 if self.deposed.load(std::sync::atomic::Ordering::Relaxed) {
@@ -649,6 +680,7 @@ where
                     bench,
                     blind,
                     unreadable,
+                    op: ops.remove(&slot.name),
                 };
                 let outcome = self.slot_pass(group, slot, claims, seen, now).await;
                 report.slots += 1;
@@ -698,6 +730,52 @@ where
             .observe(started.elapsed().as_secs_f64());
         self.health.passed(blind);
         Ok(report)
+    }
+
+    /// Ends the claims of slots or groups that left the configuration (SPEC §4.1): a live claim
+    /// fails SlotDeleted, a terminal one is collected `ttl_after_finished` after it ended. Returns
+    /// the writes made.
+    async fn orphans(
+        &self,
+        group: &GroupName,
+        timings: &claim::Timings,
+        claims: &[&Claim],
+        now: DateTime<Utc>,
+    ) -> usize {
+        let mut writes = 0;
+        for c in claims {
+            let ctx = Context {
+                now,
+                power: None,
+                slot_exists: false,
+                superseded: false,
+                timings,
+            };
+            match claim::judge(c, &ctx) {
+                Judgment::Fail(reason) => {
+                    let Ok(next) = c.apply(Move::because(Phase::Failed, reason), now) else {
+                        continue;
+                    };
+                    if self.write(c, &next, Event::Failed, now, None).await {
+                        writes += 1;
+                        info!(%group, slot = %c.slot, claim = %c.name, "the slot left the configuration; claim failed SlotDeleted");
+                    }
+                }
+                Judgment::Collect => {
+                    if self
+                        .store
+                        .delete(c, None, timings.ttl_after_finished)
+                        .await
+                        .unwrap_or(false)
+                    {
+                        writes += 1;
+                        debug!(%group, claim = %c.name, "claim of a slot that left the configuration collected");
+                    }
+                }
+                Judgment::Keep | Judgment::Complete(_) | Judgment::Watch(_) => {}
+            }
+        }
+        writes
     }
 
     /// Whether a large share of the machines that were on vanished in one pass (SPEC §5.2): at
@@ -781,6 +859,7 @@ where
             bench,
             blind,
             unreadable,
+            op: stored,
         } = seen;
         let t = &group.timings;
         let mut out = SlotOutcome::default();
@@ -795,66 +874,66 @@ where
             state.is_some_and(|s| node::usable(s, self.binding(slot), &group.readiness_taints));
         claims.sort_by(|a, b| (a.requested_at, &a.name).cmp(&(b.requested_at, &b.name)));
 
-        // Act on an operation that ended: its outcome is written to its claim before anything else.
-        if let Some(done) = self.finished.get(&slot.name).cloned()
-            && self
-                .record_outcome(&slot.name, &done, &mut claims, now)
-                .await
+        // The slot's operation record: the newest of the store's, this controller's memory and the
+        // claims' own records, put back where the store lost it (SPEC §5.4).
+        let mut op = self
+            .operation_record(group, slot, stored, &mut claims, now, &mut out)
+            .await;
+        // An operation this controller recorded without learning whether the write landed runs
+        // now, if the store shows it recorded and nobody runs it.
+        if let Some(o) = &op
+            && let Some(u) = self.uncertain.remove(&slot.name)
+            && u.op.started_at == o.started_at
+            && o.running()
+            && !self.running.contains_key(&slot.name)
         {
-            self.finished.remove(&slot.name);
-            out.writes += 1;
+            warn!(slot = %slot.name, operation = o.kind.as_str(), "the write that recorded the operation did land: running it now");
+            match o.kind {
+                OperationKind::Startup => out.started = true,
+                OperationKind::Shutdown => out.stopped = true,
+            }
+            self.spawn(group, slot, u.claim.as_ref(), o.kind, o.started_at);
         }
-        // An operation recorded as running that this process is not running (a restart, or a
-        // leader that died): judged by the observation and its own deadline, never fired again for
-        // its claim. A startup whose machine is up and usable, or a shutdown whose machine is off,
-        // did its work; one past its timeout without that is JobTimeout.
-        for i in 0..claims.len() {
-            let c = claims[i].clone();
-            let Some(op) = c.running_operation() else {
-                continue;
-            };
-            if self.running.contains_key(&slot.name)
-                || self.finished.contains_key(&slot.name)
-                || blind
-            {
-                continue;
-            }
-            let confirmed = match op.kind {
-                OperationKind::Startup => power == Some(Power::On) && usable,
-                OperationKind::Shutdown => power == Some(Power::Off),
-            };
-            let overdue = now >= add(op.started_at, op.timeout);
-            if !confirmed && !overdue {
-                continue;
-            }
-            let (outcome, tail) = if confirmed {
-                (
-                    OperationOutcome::Completed,
-                    "not running here; the observation shows it did its work",
-                )
-            } else {
-                (
-                    OperationOutcome::TimedOut,
-                    "not running here; judged by its timeout",
-                )
-            };
-            let done = Finished {
-                kind: op.kind,
-                claim: Some(c.name.clone()),
-                started_at: Some(op.started_at),
-                report: Report {
-                    outcome,
-                    duration: (now - op.started_at).to_std().unwrap_or_default(),
-                    tail: tail.into(),
-                },
-            };
-            if self
+
+        // Act on an operation that ended here: its outcome is written to its claim and to the
+        // slot's record before anything else.
+        if let Some(done) = self.finished.get(&slot.name).cloned() {
+            let settled = self
                 .record_outcome(&slot.name, &done, &mut claims, now)
-                .await
-            {
+                .await;
+            if let Some(started_at) = done.started_at {
+                self.end_recorded(group, slot, &mut op, started_at, &done.report, now)
+                    .await;
+            }
+            if settled {
+                self.finished.remove(&slot.name);
                 out.writes += 1;
             }
         }
+        // Outcomes reported to the store by an operation's wrapper (one that a controller that
+        // stopped or died started), and operations whose outcome can no longer come.
+        if !self.running.contains_key(&slot.name) && !self.finished.contains_key(&slot.name) {
+            let seen = (power, usable, blind);
+            self.settle_reported(group, slot, &mut op, &mut claims, seen, now, &mut out)
+                .await;
+        }
+        // A machine observed off after a shutdown is no longer on its way down.
+        if power == Some(Power::Off)
+            && let Some(o) = op.as_mut().filter(|o| o.going_down())
+        {
+            match self
+                .store
+                .observe_off(&group.name, &slot.name, o.started_at, now)
+                .await
+            {
+                Ok(_) => {
+                    o.off_at = Some(now);
+                    self.remember(group, slot, o);
+                }
+                Err(e) => self.write_failed(&slot.name, "recording the machine off", e),
+            }
+        }
+        let going_down = op.as_ref().is_some_and(SlotOp::going_down);
 
         // Decide and act: the claim controller.
         let live: Vec<&Claim> = claims.iter().filter(|c| c.phase.is_live()).collect();
@@ -910,17 +989,22 @@ where
         }
         claims.retain(|c| !collected.contains(&c.name));
 
-        // A claim that wants the machine lifts fleet's own cordon, wherever a crash left it.
+        // A claim that wants the machine lifts fleet's own cordon, wherever a crash left it; not
+        // while the machine is on its way down (its claim starts it once it is off).
         if !blind
+            && !going_down
             && self.token.is_some() == self.lease.is_some()
             && claims.iter().any(|c| c.wants_machine())
         {
             self.uncordon(&slot.name, bench).await;
         }
 
-        // The readiness gate. Not while a shutdown of the slot is in flight or settling: a machine
-        // on its way off is not capacity, whatever it reports this instant.
-        let shutting_down = self.running.get(&slot.name) == Some(&OperationKind::Shutdown)
+        // The readiness gate. Not while a shutdown of the slot is in flight or settling, nor while
+        // the machine has not been observed off since the last shutdown: a machine on its way off
+        // is not capacity, whatever it reports this instant, and a claim that arrives then waits
+        // for it to go dark and starts it again (SPEC §4.5).
+        let shutting_down = going_down
+            || self.running.get(&slot.name) == Some(&OperationKind::Shutdown)
             || self
                 .finished
                 .get(&slot.name)
@@ -980,7 +1064,13 @@ where
         // Adoption: after the store came back without its claims, a machine found on with no
         // claim is taken under a ready claim (reason Adopted) instead of being powered off.
         let mut hold_power = false;
-        if self.adopting && !blind && !unreadable && power == Some(Power::On) && claims.is_empty() {
+        if self.adopting
+            && !blind
+            && !unreadable
+            && !going_down
+            && power == Some(Power::On)
+            && claims.is_empty()
+        {
             // Until the adoption is written, no power action on this slot: an adoption that
             // failed must not fall through to the law, which would power the machine off.
             hold_power = true;
@@ -1040,19 +1130,27 @@ where
             // that died, blocks every new one: the seed's "an operation owns this slot".
             let in_flight = self.running.contains_key(&slot.name)
                 || self.finished.contains_key(&slot.name)
+                || op.as_ref().is_some_and(SlotOp::running)
                 || claims.iter().any(|c| c.running_operation().is_some());
             if !in_flight && !hold_power && !unreadable {
                 match decision.fires {
-                    Fires::StartNode => {
-                        if let Some(c) = current.as_ref() {
+                    Fires::StartNode => match current.as_ref() {
+                        // A startup is fired once per claim attempt, whatever the claim's own
+                        // record says now (its write may have been lost).
+                        Some(c) if op.as_ref().is_some_and(|o| o.started(c)) => {
+                            debug!(slot = %slot.name, claim = %c.name, "startup already fired for this attempt; not again");
+                        }
+                        Some(c) => {
                             out.started |= self
                                 .start_node(group, slot, c, bench, &mut claims, now)
                                 .await;
                         }
-                    }
+                        None => {}
+                    },
                     Fires::ShutdownNode => {
+                        let (current, op) = (current.as_ref(), op.as_ref());
                         out.stopped |= self
-                            .shutdown_node(group, slot, current.as_ref(), bench, &mut claims, now)
+                            .shutdown_node(group, slot, current, bench, op, &mut claims, now)
                             .await;
                     }
                     Fires::Nothing | Fires::CompleteClaim => {}
@@ -1103,8 +1201,230 @@ where
         }
     }
 
-    /// StartNode: the claim moves pending → booting with the operation recorded, in one write;
-    /// then the cordon is lifted and the operation runs.
+    /// The lease holder id of this controller, for the operations it fires.
+    fn holder(&self) -> String {
+        self.lease
+            .as_ref()
+            .map(|l| l.id().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `op` as this controller's memory of the slot's last operation.
+    fn remember(&mut self, group: &Group, slot: &Slot, op: &SlotOp) {
+        self.ops
+            .insert((group.name.clone(), slot.name.clone()), op.clone());
+    }
+
+    /// A controller write that failed: a fence refusal deposes this controller at once.
+    fn write_failed(&self, slot: &BenchName, what: &str, e: ClaimStoreError) {
+        if matches!(e, ClaimStoreError::Fenced { .. }) {
+            self.deposed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "{what} failed");
+    }
+
+    /// The slot's operation record (SPEC §5.4): the newest of the store's record, this
+    /// controller's memory and the claims' own records. Where the store lacks it (a restart that
+    /// lost its last writes, or a store written before slot records existed) it is put back, and
+    /// a pending claim whose startup it records goes back to booting with it: a startup fires
+    /// once per claim attempt, and a lost write must not make it fire twice.
+    async fn operation_record(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        stored: Option<SlotOp>,
+        claims: &mut [Claim],
+        now: DateTime<Utc>,
+        out: &mut SlotOutcome,
+    ) -> Option<SlotOp> {
+        let key = (group.name.clone(), slot.name.clone());
+        let from_claims: Vec<SlotOp> = claims.iter().filter_map(SlotOp::of_claim).collect();
+        let memory = self.ops.get(&key).cloned();
+        let op = operation::merge(stored.iter().chain(memory.iter()).chain(from_claims.iter()))?;
+        if stored.as_ref().is_none_or(|s| s.started_at < op.started_at) {
+            match self
+                .store
+                .restore_operation(&group.name, &slot.name, &op)
+                .await
+            {
+                Ok(true) => {
+                    warn!(slot = %slot.name, operation = op.kind.as_str(), started_at = %op.started_at, "the store did not hold the slot's last operation; put back from what this controller knows");
+                    out.writes += 1;
+                }
+                Ok(false) => {}
+                Err(e) => self.write_failed(&slot.name, "putting back the operation record", e),
+            }
+        }
+        if op.kind == OperationKind::Startup
+            && let Some(i) = claims.iter().position(|c| {
+                c.phase == Phase::Pending
+                    && op.started(c)
+                    && c.operation
+                        .as_ref()
+                        .is_none_or(|o| o.started_at != op.started_at)
+            })
+            && let Ok(booting) = claims[i].apply(Move::to(Phase::Booting), now)
+        {
+            let c = claims[i].clone();
+            let next = booting.start_operation(OperationKind::Startup, op.timeout, op.started_at);
+            let detail = format!(
+                "restored: the store lost the write that recorded this attempt's startup, which \
+                 was fired once, at {}",
+                op.started_at.to_rfc3339()
+            );
+            if self
+                .write(
+                    &c,
+                    &next,
+                    Event::Booting,
+                    now,
+                    Some((Some(OperationKind::Startup), None, Some(detail))),
+                )
+                .await
+            {
+                warn!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "the claim lost the write that recorded its startup; restored, not fired again");
+                claims[i] = next;
+                out.writes += 1;
+            }
+        }
+        self.ops.insert(key, op.clone());
+        Some(op)
+    }
+
+    /// Writes the outcome of an operation this process ran to the slot's record (its wrapper
+    /// may have written it first: an outcome is recorded once).
+    async fn end_recorded(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        op: &mut Option<SlotOp>,
+        started_at: DateTime<Utc>,
+        report: &Report,
+        now: DateTime<Utc>,
+    ) {
+        let end = OpEnd {
+            outcome: report.outcome,
+            finished_at: now,
+            duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+            tail: report.tail.clone(),
+        };
+        if let Err(e) = self
+            .store
+            .end_operation(&group.name, &slot.name, started_at, &end)
+            .await
+        {
+            warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the operation's outcome on the slot failed");
+        }
+        if let Some(o) = op.as_mut().filter(|o| o.started_at == started_at)
+            && o.end.is_none()
+        {
+            o.end = Some(end);
+            let o = o.clone();
+            self.remember(group, slot, &o);
+        }
+    }
+
+    /// Settles the slot's recorded operation when this process is not running it (SPEC §5.4): an
+    /// outcome its wrapper reported to the store is written to its claim; one that can no longer
+    /// be reported (past its timeout and the report slack: its wrapper is gone) is judged by the
+    /// observation. A startup is then recorded completed and the readiness gate judges the
+    /// machine with its usual budgets; a shutdown is completed when the machine is off, else
+    /// timed out. A startup whose machine is already up and usable, or a shutdown whose machine
+    /// is already off, did its work. Never fired again.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle_reported(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        op: &mut Option<SlotOp>,
+        claims: &mut [Claim],
+        (power, usable, blind): (Option<Power>, bool, bool),
+        now: DateTime<Utc>,
+        out: &mut SlotOutcome,
+    ) {
+        let Some(o) = op.as_mut() else { return };
+        if o.end.is_none() {
+            if blind {
+                return;
+            }
+            let confirmed = match o.kind {
+                OperationKind::Startup => power == Some(Power::On) && usable,
+                OperationKind::Shutdown => power == Some(Power::Off),
+            };
+            if !confirmed && !o.report_overdue(now, REPORT_SLACK) {
+                return;
+            }
+            let (outcome, tail) = match (o.kind, confirmed) {
+                (_, true) => (
+                    OperationOutcome::Completed,
+                    "not running here; the observation shows it did its work",
+                ),
+                (OperationKind::Startup, false) => (
+                    OperationOutcome::Completed,
+                    "its outcome was never reported; the readiness gate judges the machine",
+                ),
+                (OperationKind::Shutdown, false) => (
+                    OperationOutcome::TimedOut,
+                    "its outcome was never reported; judged by its timeout",
+                ),
+            };
+            let end = OpEnd {
+                outcome,
+                finished_at: now,
+                duration_ms: (now - o.started_at)
+                    .num_milliseconds()
+                    .max(0)
+                    .unsigned_abs(),
+                tail: tail.to_owned(),
+            };
+            match self
+                .store
+                .end_operation(&group.name, &slot.name, o.started_at, &end)
+                .await
+            {
+                Ok(true) => {
+                    o.end = Some(end);
+                    let o = o.clone();
+                    self.remember(group, slot, &o);
+                }
+                // Reported meanwhile: the next pass reads it.
+                Ok(false) => return,
+                Err(e) => {
+                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the operation's outcome on the slot failed");
+                    return;
+                }
+            }
+        }
+        let Some(o) = op.as_ref() else { return };
+        let (Some(end), Some(name)) = (&o.end, &o.claim) else {
+            return;
+        };
+        let waiting = claims.iter().any(|c| {
+            &c.name == name
+                && c.running_operation()
+                    .is_some_and(|r| r.started_at == o.started_at)
+        });
+        if waiting {
+            let done = Finished {
+                kind: o.kind,
+                claim: Some(name.clone()),
+                started_at: Some(o.started_at),
+                report: Report {
+                    outcome: end.outcome,
+                    duration: Duration::from_millis(end.duration_ms),
+                    tail: end.tail.clone(),
+                },
+            };
+            if self.record_outcome(&slot.name, &done, claims, now).await {
+                out.writes += 1;
+            }
+        }
+    }
+
+    /// StartNode: the claim moves pending → booting with the operation recorded (on the claim
+    /// and as the slot's operation record), in one write; then the cordon is lifted and the
+    /// operation runs.
     async fn start_node(
         &mut self,
         group: &Group,
@@ -1117,39 +1437,81 @@ where
         let Ok(booting) = c.apply(Move::to(Phase::Booting), now) else {
             return false;
         };
-        let next = booting.start_operation(OperationKind::Startup, group.startup.timeout, now);
+        let started_at = operation::stamp(now);
+        let next =
+            booting.start_operation(OperationKind::Startup, group.startup.timeout, started_at);
+        let op = SlotOp {
+            kind: OperationKind::Startup,
+            claim: Some(c.name.clone()),
+            attempt: c.attempt,
+            started_at,
+            timeout: group.startup.timeout,
+            controller: self.holder(),
+            streak: 0,
+            end: None,
+            off_at: None,
+        };
         // The cordon is lifted before the boot is recorded: a controller that dies between the
         // two leaves a pending claim with no cordon, which the next pass boots; the other order
         // could leave a booted bench carrying a cordon no pass lifts.
         self.uncordon(&slot.name, bench).await;
         if !self
-            .record_start(c, &next, Event::Booting, now, claims)
+            .record_start(group, slot, c, &next, Event::Booting, &op, now, claims)
             .await
         {
             return false;
         }
         info!(slot = %slot.name, claim = %c.name, attempt = c.attempt, "starting machine");
-        self.spawn(group, slot, Some(&next), OperationKind::Startup);
+        self.spawn(group, slot, Some(&next), OperationKind::Startup, started_at);
         true
     }
 
-    /// Records an operation's start on its claim (the write that must land before it runs), and
-    /// keeps the pass's copy of the claim current.
+    /// Records an operation's start on its claim and as the slot's operation record, in one
+    /// write that must land before the operation runs, and keeps the pass's copy of the claim
+    /// current. A write whose reply was lost (the server may have applied it) is read back
+    /// before deciding (SPEC §5.4): applied, the operation runs; not applied, it does not; still
+    /// unknown, the next pass runs it if the store shows it recorded.
+    #[allow(clippy::too_many_arguments)]
     async fn record_start(
-        &self,
+        &mut self,
+        group: &Group,
+        slot: &Slot,
         c: &Claim,
         next: &Claim,
         event: Event,
+        op: &SlotOp,
         now: DateTime<Utc>,
         claims: &mut [Claim],
     ) -> bool {
-        let kind = next.running_operation().map(|op| op.kind);
-        if !self
-            .write(c, next, event, now, Some((kind, None, None)))
+        let extra = Some((Some(op.kind), None, None));
+        let written = match self
+            .write_checked(c, next, event, now, extra, Some(op))
             .await
         {
+            Written::Yes => true,
+            Written::No => false,
+            Written::Unknown => match self.store.read_claim(&c.group, &c.name).await {
+                Ok(stored) => stored.is_some_and(|s| {
+                    s.version == next.version
+                        && s.running_operation().map(|o| o.started_at) == Some(op.started_at)
+                }),
+                Err(e) => {
+                    warn!(slot = %slot.name, claim = %c.name, error = format!("{:#}", anyhow::Error::new(e)), "cannot read back an operation's record; the next pass decides");
+                    self.uncertain.insert(
+                        slot.name.clone(),
+                        Uncertain {
+                            op: op.clone(),
+                            claim: Some(next.clone()),
+                        },
+                    );
+                    false
+                }
+            },
+        };
+        if !written {
             return false;
         }
+        self.remember(group, slot, op);
         if let Some(i) = claims.iter().position(|x| x.name == c.name) {
             claims[i] = next.clone();
         }
@@ -1157,18 +1519,22 @@ where
     }
 
     /// ShutdownNode: cordon, then the shutdown operation, counted on the claim that asked for it
-    /// (or on the slot when no claim wants the machine) and bounded by the attempt streak.
+    /// (or on the slot's operation record when no claim wants the machine) and bounded by the
+    /// attempt streak.
+    #[allow(clippy::too_many_arguments)]
     async fn shutdown_node(
         &mut self,
         group: &Group,
         slot: &Slot,
         current: Option<&Claim>,
         bench: Option<&Bench>,
+        last: Option<&SlotOp>,
         claims: &mut [Claim],
         now: DateTime<Utc>,
     ) -> bool {
         let t = &group.timings;
         let settle = t.job_monitor_poll_interval;
+        let started_at = operation::stamp(now);
         match current.filter(|c| c.phase.is_live() && c.marked_for_deletion.is_some()) {
             Some(c) => {
                 // A shutdown that completed while the bench still beats is not a machine that is
@@ -1188,10 +1554,21 @@ where
                 let next = c.record_shutdown_attempt(now, t).start_operation(
                     OperationKind::Shutdown,
                     group.shutdown.timeout,
-                    now,
+                    started_at,
                 );
+                let op = SlotOp {
+                    kind: OperationKind::Shutdown,
+                    claim: Some(c.name.clone()),
+                    attempt: c.attempt,
+                    started_at,
+                    timeout: group.shutdown.timeout,
+                    controller: self.holder(),
+                    streak: 0,
+                    end: None,
+                    off_at: None,
+                };
                 if !self
-                    .record_start(c, &next, Event::Shutdown, now, claims)
+                    .record_start(group, slot, c, &next, Event::Shutdown, &op, now, claims)
                     .await
                 {
                     return false;
@@ -1199,47 +1576,86 @@ where
                 self.cordon(&slot.name, bench, &format!("draining for claim {}", c.name))
                     .await;
                 info!(slot = %slot.name, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down");
-                self.spawn(group, slot, Some(&next), OperationKind::Shutdown);
+                self.spawn(
+                    group,
+                    slot,
+                    Some(&next),
+                    OperationKind::Shutdown,
+                    started_at,
+                );
                 true
             }
             None => {
-                let key = (group.name.clone(), slot.name.clone());
-                let status = self.statuses.get(&key).cloned().unwrap_or_default();
-                let streak = match status.last_unclaimed_shutdown_at {
-                    Some(last) if now < add(last, settle + group.shutdown.timeout) => return false,
-                    Some(last) if now >= add(last, t.shutdown_attempt_reset_grace) => 0,
-                    _ => status.unclaimed_shutdowns,
+                let streak = match operation::unclaimed_shutdown(
+                    last,
+                    now,
+                    t,
+                    group.shutdown.timeout,
+                ) {
+                    UnclaimedShutdown::Fire { streak } => streak,
+                    UnclaimedShutdown::Settling => return false,
+                    UnclaimedShutdown::Paused { until } => {
+                        debug!(slot = %slot.name, until = %until, "shutdowns of this unclaimed machine spent; paused");
+                        return false;
+                    }
                 };
-                if streak >= t.max_attempts {
-                    return false;
-                }
-                // Recorded (fenced) before it runs, like every operation.
-                let mut status = status;
-                status.unclaimed_shutdowns = streak + 1;
-                status.last_unclaimed_shutdown_at = Some(now);
-                if let Err(e) = self
+                let op = SlotOp {
+                    kind: OperationKind::Shutdown,
+                    claim: None,
+                    attempt: 0,
+                    started_at,
+                    timeout: group.shutdown.timeout,
+                    controller: self.holder(),
+                    streak,
+                    end: None,
+                    off_at: None,
+                };
+                // Recorded (fenced, and atomic with the check that no claim took the slot since
+                // this pass read it) before it runs, like every operation.
+                match self
                     .store
-                    .write_slots(&group.name, &[(slot.name.clone(), status.clone())])
+                    .record_unclaimed(&group.name, &slot.name, &op)
                     .await
                 {
-                    if matches!(e, ClaimStoreError::Fenced { .. }) {
-                        self.deposed
-                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    Ok(Unclaimed::Recorded) => self.remember(group, slot, &op),
+                    Ok(Unclaimed::Claimed(holder)) => {
+                        info!(slot = %slot.name, claim = holder, "a claim took the slot since this pass read it; no shutdown");
+                        return false;
                     }
-                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the shutdown failed; not fired");
-                    return false;
+                    Err(e @ ClaimStoreError::Fenced { .. }) => {
+                        self.write_failed(&slot.name, "recording the shutdown", e);
+                        return false;
+                    }
+                    Err(e) => {
+                        // The reply was lost: the next pass runs it if the store shows it.
+                        self.uncertain.insert(
+                            slot.name.clone(),
+                            Uncertain {
+                                op: op.clone(),
+                                claim: None,
+                            },
+                        );
+                        self.write_failed(&slot.name, "recording the shutdown (not fired)", e);
+                        return false;
+                    }
                 }
-                self.statuses.insert(key, status);
                 self.cordon(&slot.name, bench, "draining: no claim wants this machine")
                     .await;
-                info!(slot = %slot.name, attempt = streak + 1, "shutting down a machine no claim wants");
-                self.spawn(group, slot, None, OperationKind::Shutdown);
+                info!(slot = %slot.name, attempt = streak, "shutting down a machine no claim wants");
+                self.spawn(group, slot, None, OperationKind::Shutdown, started_at);
                 true
             }
         }
     }
 
-    fn spawn(&mut self, group: &Group, slot: &Slot, c: Option<&Claim>, kind: OperationKind) {
+    fn spawn(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        c: Option<&Claim>,
+        kind: OperationKind,
+        started_at: DateTime<Utc>,
+    ) {
         let op = match kind {
             OperationKind::Startup => &group.startup,
             OperationKind::Shutdown => &group.shutdown,
@@ -1255,19 +1671,13 @@ where
             env: op.env.clone(),
             dir: op.dir.clone(),
             timeout: op.timeout,
-            controller: self
-                .lease
-                .as_ref()
-                .map(|l| l.id().to_owned())
-                .unwrap_or_default(),
+            controller: self.holder(),
+            started_at,
         };
         self.running.insert(slot.name.clone(), kind);
         let (runner, done, slot_name) =
             (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
         let claim = request.claim.clone();
-        let started_at = c
-            .and_then(|c| c.running_operation())
-            .map(|op| op.started_at);
         self.tasks.spawn(async move {
             let report = runner.run(request).await;
             let _ = done.send((
@@ -1275,7 +1685,7 @@ where
                 Finished {
                     kind,
                     claim,
-                    started_at,
+                    started_at: Some(started_at),
                     report,
                 },
             ));
@@ -1367,13 +1777,31 @@ where
         now: DateTime<Utc>,
         extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
     ) -> bool {
+        self.write_checked(old, next, event, now, extra, None).await == Written::Yes
+    }
+
+    /// `write`, also recording `op` as the slot's operation record in the same step, and telling
+    /// a refusal from a write whose reply was lost (the server may have applied it).
+    async fn write_checked(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        event: Event,
+        now: DateTime<Utc>,
+        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
+        op: Option<&SlotOp>,
+    ) -> Written {
         let mut entry = Entry::of(next, event, now);
         if let Some((operation, duration_ms, detail)) = extra {
             entry.operation = operation;
             entry.duration_ms = duration_ms;
             entry.detail = detail;
         }
-        match self.store.write(old, next, Some(&entry)).await {
+        match self
+            .store
+            .write_recording(old, next, Some(&entry), op)
+            .await
+        {
             Ok(true) => {
                 if next.phase != old.phase {
                     let labels = MoveLabels {
@@ -1383,21 +1811,21 @@ where
                     self.metrics.moves.get_or_create(&labels).inc();
                     info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
                 }
-                true
+                Written::Yes
             }
             Ok(false) => {
                 debug!(claim = %old.name, "claim changed under this pass; read again next pass");
-                false
+                Written::No
             }
             Err(ClaimStoreError::Fenced { group }) => {
                 warn!(claim = %old.name, %group, "write refused: a newer leader holds the fence");
                 self.deposed
                     .store(true, std::sync::atomic::Ordering::Relaxed);
-                false
+                Written::No
             }
             Err(e) => {
-                warn!(claim = %old.name, error = format!("{:#}", anyhow::Error::new(e)), "claim write failed");
-                false
+                warn!(claim = %old.name, error = format!("{:#}", anyhow::Error::new(e)), "claim write failed; it may have been applied");
+                Written::Unknown
             }
         }
     }
@@ -1427,13 +1855,31 @@ where
 }
 
 /// What a pass sees of one slot.
-#[derive(Clone, Copy)]
 struct Seen<'a> {
     bench: Option<&'a Bench>,
     /// The controller cannot see the machines: no power action.
     blind: bool,
     /// A claim of this slot cannot be read: no power action on the slot.
     unreadable: bool,
+    /// The slot's operation record as the store holds it.
+    op: Option<SlotOp>,
+}
+
+/// An operation whose recording write lost its reply: it runs at the next pass if the store
+/// shows it recorded (SPEC §5.4).
+struct Uncertain {
+    op: SlotOp,
+    claim: Option<Claim>,
+}
+
+/// How a claim write ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    Yes,
+    /// Refused: another writer won, or the fence.
+    No,
+    /// The reply was lost: the server may have applied it.
+    Unknown,
 }
 
 #[derive(Default)]

@@ -16,8 +16,10 @@ use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason};
 use crate::domain::history::History;
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
+use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
+use super::operations::Operations;
 
 const CREATE: &str = include_str!("lua/claim_create.lua");
 const WRITE: &str = include_str!("lua/claim_write.lua");
@@ -30,7 +32,7 @@ const SWAP_DIGEST: &str = include_str!("lua/digest_swap.lua");
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
 
-fn eval(source: &str, keys: &[String]) -> redis::Cmd {
+pub(crate) fn eval(source: &str, keys: &[String]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(source).arg(keys.len()).arg(keys);
     cmd
@@ -92,6 +94,17 @@ pub enum ClaimStoreError {
         what: String,
         #[source]
         source: serde_json::Error,
+    },
+    #[error("reading or writing the set of groups")]
+    Groups {
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("writing the operation record of slot {slot}")]
+    Operation {
+        slot: BenchName,
+        #[source]
+        source: redis::RedisError,
     },
     #[error("raising the fence of group {group}")]
     RaiseFence {
@@ -171,11 +184,6 @@ pub struct SlotStatus {
     pub usable: bool,
     pub claim: Option<ClaimName>,
     pub updated_at: Option<DateTime<Utc>>,
-    /// Shutdowns fired for this slot with no claim to count them on (law rows 2 and 11).
-    #[serde(default)]
-    pub unclaimed_shutdowns: u32,
-    #[serde(default)]
-    pub last_unclaimed_shutdown_at: Option<DateTime<Utc>>,
 }
 
 impl SlotStatus {
@@ -215,6 +223,8 @@ pub struct GroupClaims {
     /// The slot each unreadable claim names, when that much can be read; the controller takes
     /// no power action on those slots (or on the whole group, for one it cannot tell).
     pub unreadable_slots: Vec<Option<String>>,
+    /// The slots' operation records (SPEC §5.4), read in the same step.
+    pub operations: Operations,
 }
 
 /// The claim store over one connection.
@@ -232,7 +242,7 @@ fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
 }
 
-fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
+pub(crate) fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
     serde_json::to_string(value).map_err(|source| ClaimStoreError::Encode {
         what: what.to_owned(),
         source,
@@ -256,8 +266,12 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         }
     }
 
-    fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         self.fence.as_deref().unwrap_or("")
+    }
+
+    pub(crate) fn conn(&self) -> C {
+        self.conn.clone()
     }
 
     /// Raises `group`'s fence to `token`: from now on only writes carrying it are accepted.
@@ -422,6 +436,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         next: &Claim,
         entry: Option<&Entry>,
     ) -> Result<bool, ClaimStoreError> {
+        self.write_recording(old, next, entry, None).await
+    }
+
+    /// `write`, which also makes `op` the slot's operation record in the same step: the write
+    /// that records an operation before it runs (SPEC §5.4).
+    pub async fn write_recording(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        entry: Option<&Entry>,
+        op: Option<&SlotOp>,
+    ) -> Result<bool, ClaimStoreError> {
         let g = self.keys.group(&old.group);
         let keys = [
             g.claim(&old.name),
@@ -430,7 +456,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.last_claim(&old.slot),
             g.fence(),
             g.wanted(),
+            g.operations(),
         ];
+        let (op_slot, op_start) = Self::start_args(op, &old.slot)?;
         let terminal = next.phase.is_terminal();
         let digest = if terminal {
             json("a digest", &next.digest())?
@@ -452,6 +480,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(old.name.as_str())
             .arg(self.token())
             .arg(flag(next.wants_machine()))
+            .arg(op_slot)
+            .arg(op_start)
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Write {
@@ -503,6 +533,45 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         settled(code, &why, &claim.group)
     }
 
+    /// Adds `groups` to the groups that may hold claims and returns them all (SPEC §4.1): the
+    /// configured ones and those that left the configuration with claims still in the store.
+    /// One round trip.
+    pub async fn known_groups(
+        &self,
+        groups: &[GroupName],
+    ) -> Result<Vec<GroupName>, ClaimStoreError> {
+        let mut pipe = redis::pipe();
+        if !groups.is_empty() {
+            pipe.cmd("SADD")
+                .arg(self.keys.groups())
+                .arg(groups.iter().map(GroupName::as_str).collect::<Vec<_>>())
+                .ignore();
+        }
+        pipe.cmd("SMEMBERS").arg(self.keys.groups());
+        let mut conn = self.conn.clone();
+        let (members,): (Vec<String>,) = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Groups { source })?;
+        let mut known: Vec<GroupName> = members
+            .iter()
+            .filter_map(|m| GroupName::parse(m).ok())
+            .collect();
+        known.sort();
+        Ok(known)
+    }
+
+    /// Forgets a group that left the configuration and holds no claim any more. One round trip.
+    pub async fn forget_group(&self, group: &GroupName) -> Result<(), ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SREM")
+            .arg(self.keys.groups())
+            .arg(group.as_str())
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::Groups { source })
+    }
+
     /// The group's target size: how many of its claims want a machine (live, not marked for
     /// deletion). One round trip, independent of the group's size.
     pub async fn target(&self, group: &GroupName) -> Result<usize, ClaimStoreError> {
@@ -529,13 +598,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         for group in groups {
             let g = self.keys.group(group);
             pipe.add_command(
-                eval(READ_GROUP, &[g.claims()])
+                eval(READ_GROUP, &[g.claims(), g.operations()])
                     .arg(g.claim_prefix())
                     .to_owned(),
             );
         }
         let mut conn = self.conn.clone();
-        type Reply = ((String, String), Vec<String>, Vec<Option<String>>);
+        type Reply = (
+            (String, String),
+            Vec<String>,
+            Vec<Option<String>>,
+            Vec<(String, String)>,
+        );
         let replies: Vec<Reply> =
             pipe.query_async(&mut conn)
                 .await
@@ -546,7 +620,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         groups
             .iter()
             .zip(replies)
-            .map(|(group, ((secs, micros), names, values))| {
+            .map(|(group, ((secs, micros), names, values, ops))| {
                 let now = server_time(&secs, &micros).ok_or_else(|| {
                     ClaimStoreError::Reply(format!("TIME was {secs:?} {micros:?}"))
                 })?;
@@ -579,6 +653,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                     claims,
                     unreadable,
                     unreadable_slots,
+                    operations: super::operations::decode(ops),
                 })
             })
             .collect()

@@ -84,15 +84,27 @@ pub struct GroupKeys {
 impl Keys {
     /// The keys of one group.
     pub fn group(&self, group: &GroupName) -> GroupKeys {
-        let prefix = &self.tag[1..self.tag.len() - 1];
+        let prefix = self.prefix();
         GroupKeys {
             tag: format!("{{{prefix}:{group}}}"),
         }
     }
 
+    /// The prefix these keys live under.
+    pub fn prefix(&self) -> &str {
+        &self.tag[1..self.tag.len() - 1]
+    }
+
     /// The configuration `fleet serve` runs with, published for the views and verbs (JSON).
     pub fn config(&self) -> String {
         format!("{}:config", self.tag)
+    }
+
+    /// Every group that may hold claims: the groups `fleet serve` and `fleet claim` ran with, kept
+    /// until a group that left the configuration has no claim left, so the controller still
+    /// ends the claims of a group that was removed or renamed (SPEC §4.1).
+    pub fn groups(&self) -> String {
+        format!("{}:groups", self.tag)
     }
 
     /// The leader lease: `<holder> <token>`, with a TTL the leader renews well inside.
@@ -171,6 +183,13 @@ impl GroupKeys {
         format!("{}:fence", self.tag)
     }
 
+    /// The slots' operation records (SPEC §5.4): a hash with, per slot, the field `<slot>` (the
+    /// start of the last operation fired on it), `<slot>:end` (how it ended) and `<slot>:off`
+    /// (when the machine was observed off after a shutdown). A slot name never holds `:`.
+    pub fn operations(&self) -> String {
+        format!("{}:ops", self.tag)
+    }
+
     /// A claim's timeline: a list of JSON entries, one per accepted move, capped in length, and
     /// expiring with the claim's collection.
     pub fn timeline(&self, claim: &ClaimName) -> String {
@@ -214,9 +233,11 @@ mod tests {
         assert_eq!(g.timeline(&claim), "{fleet:pool-a}:timeline:bench-01-1");
         assert_eq!(Keys::default().config(), "{fleet}:config");
         assert_eq!(g.fence(), "{fleet:pool-a}:fence");
+        assert_eq!(g.operations(), "{fleet:pool-a}:ops");
         assert_eq!(Keys::default().leader(), "{fleet}:leader");
         assert_eq!(Keys::default().leader_epoch(), "{fleet}:leader:epoch");
         assert_eq!(Keys::default().generation(), "{fleet}:generation");
+        assert_eq!(Keys::default().groups(), "{fleet}:groups");
     }
 
     #[test]

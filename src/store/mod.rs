@@ -8,4 +8,5 @@ pub mod connect;
 pub mod counting;
 pub mod keys;
 pub mod lease;
+pub mod operations;
 pub mod presence;

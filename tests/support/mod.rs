@@ -194,3 +194,16 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// The operation runner as `fleet serve` builds it: each operation in its own `fleet operation`
+/// process, which reports the outcome to `server`.
+pub fn exec(server: &RedisServer) -> fleet::lifecycle::Exec {
+    fleet::lifecycle::Exec::new(env!("CARGO_BIN_EXE_fleet")).reporting_to(
+        fleet::lifecycle::ReportTo {
+            url: server.url(),
+            ca_file: None,
+            timeout: Duration::from_secs(10),
+            prefix: Keys::default().prefix().to_owned(),
+        },
+    )
+}

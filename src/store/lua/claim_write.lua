@@ -2,10 +2,14 @@
 -- A write whose expected version is not the stored one writes nothing.
 --
 -- KEYS[1] the claim, KEYS[2] the slot's live pointer, KEYS[3] the timeline, KEYS[4] the slot's
--- last-claim digest, KEYS[6] the group's set of claims that want a machine.
+-- last-claim digest, KEYS[6] the group's set of claims that want a machine, KEYS[7] the group's
+-- operation records.
 -- ARGV[1] the expected version, ARGV[2] the new JSON, ARGV[3] '1' when the new phase is terminal,
 -- ARGV[4] a timeline entry ('' for none), ARGV[5] the timeline's cap, ARGV[6] the digest to keep
--- ('' for none), ARGV[7] the claim name, ARGV[9] '1' when the new state wants a machine.
+-- ('' for none), ARGV[7] the claim name, ARGV[9] '1' when the new state wants a machine,
+-- ARGV[10] the slot, ARGV[11] the start of an operation this write records ('' for none): it
+-- becomes the slot's operation record in the same step, replacing the last one with its outcome
+-- and its observation (SPEC §5.4).
 --
 -- Returns {1, ''} when written, {0, why} when refused.
 -- Fenced: a controller's write carries its leadership token (ARGV[8]); it is refused
@@ -31,5 +35,9 @@ if ARGV[6] ~= '' then redis.call('SET', KEYS[4], ARGV[6]) end
 if ARGV[4] ~= '' then
   redis.call('RPUSH', KEYS[3], ARGV[4])
   redis.call('LTRIM', KEYS[3], -tonumber(ARGV[5]), -1)
+end
+if ARGV[11] ~= '' then
+  redis.call('HSET', KEYS[7], ARGV[10], ARGV[11])
+  redis.call('HDEL', KEYS[7], ARGV[10] .. ':end', ARGV[10] .. ':off')
 end
 return { 1, '' }

@@ -1,0 +1,374 @@
+//! The slot's operation record (SPEC §4.3, §5.4): the last lifecycle operation fired on a slot,
+//! as the controller recorded it before running it, with its outcome once reported and, for a
+//! shutdown, when the machine was first observed off after it.
+//!
+//! It is the controller's own memory of what it told the machine, never a report: it outlives the
+//! claim it served, a claim write that was lost, and the process that fired it. The rules that
+//! read it are here: whether the slot's machine is on its way down, whether an operation may
+//! still report, whether a startup was already fired for a claim's attempt, and the bound on
+//! shutdowns of a machine no claim wants. Pure: no I/O, no clock.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::claim::{Claim, OperationKind, OperationOutcome, Timings, add};
+use super::name::ClaimName;
+
+/// The last operation fired on a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotOp {
+    pub kind: OperationKind,
+    /// The claim it served; `None` for a shutdown of a machine no claim wants.
+    pub claim: Option<ClaimName>,
+    /// The claim's attempt (0 without a claim).
+    pub attempt: u32,
+    /// When it was recorded as started (server time): its identity.
+    pub started_at: DateTime<Utc>,
+    /// Its own timeout: the wrapper kills it there.
+    pub timeout: Duration,
+    /// The controller that fired it (its lease holder id).
+    pub controller: String,
+    /// For a shutdown of a machine no claim wants: how many such shutdowns in a row, this one
+    /// included (the bound of SPEC §4.9 3). 0 otherwise.
+    pub streak: u32,
+    /// How it ended, once reported.
+    pub end: Option<OpEnd>,
+    /// For a shutdown: when the machine was first observed off after it started.
+    pub off_at: Option<DateTime<Utc>>,
+}
+
+/// How an operation ended, as its wrapper (or the controller that ran it) reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpEnd {
+    pub outcome: OperationOutcome,
+    pub finished_at: DateTime<Utc>,
+    pub duration_ms: u64,
+    /// The tail of its output.
+    pub tail: String,
+}
+
+/// What the bound on shutdowns of a machine no claim wants allows now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnclaimedShutdown {
+    /// Fire one, the `streak`-th in a row.
+    Fire { streak: u32 },
+    /// The last one has not had time to take effect: one operation timeout plus one monitor poll
+    /// after it started.
+    Settling,
+    /// The streak is spent until the reset grace after the last one.
+    Paused { until: DateTime<Utc> },
+}
+
+impl SlotOp {
+    /// Whether the operation is still running: no outcome reported yet.
+    pub fn running(&self) -> bool {
+        self.end.is_none()
+    }
+
+    /// Whether the slot's machine is on its way down (SPEC §4.5): the last operation fired on it
+    /// is a shutdown, and the machine has not been observed off since. A power-off command
+    /// returns before the machine goes dark (a BMC soft-off, an OS shutting down), so a machine
+    /// that still reads on is not capacity: no claim may take it as it is, and it is offered to
+    /// no request. A shutdown whose command failed said it did not power anything off.
+    pub fn going_down(&self) -> bool {
+        self.kind == OperationKind::Shutdown
+            && self.off_at.is_none()
+            && self
+                .end
+                .as_ref()
+                .is_none_or(|e| e.outcome != OperationOutcome::Failed)
+    }
+
+    /// Whether a running operation's outcome can no longer come: past its timeout (where its
+    /// wrapper kills it) and the time the wrapper has to report.
+    pub fn report_overdue(&self, now: DateTime<Utc>, slack: Duration) -> bool {
+        self.running() && now >= add(self.started_at, self.timeout + slack)
+    }
+
+    /// Whether this is the startup fired for `claim`'s attempt: a startup is fired once per
+    /// claim attempt, whatever the claim's own record says now.
+    pub fn started(&self, claim: &Claim) -> bool {
+        self.kind == OperationKind::Startup
+            && self.claim.as_ref() == Some(&claim.name)
+            && self.attempt == claim.attempt
+    }
+
+    /// The record a claim keeps of its own operation, as a slot record: what the slot's record
+    /// must at least say (a store written before slot records existed has only the claim's).
+    pub fn of_claim(claim: &Claim) -> Option<SlotOp> {
+        let op = claim.operation.as_ref()?;
+        Some(SlotOp {
+            kind: op.kind,
+            claim: Some(claim.name.clone()),
+            attempt: claim.attempt,
+            started_at: op.started_at,
+            timeout: op.timeout,
+            controller: String::new(),
+            streak: 0,
+            end: op.outcome.map(|outcome| {
+                let finished_at = op.finished_at.unwrap_or(op.started_at);
+                OpEnd {
+                    outcome,
+                    finished_at,
+                    duration_ms: (finished_at - op.started_at)
+                        .num_milliseconds()
+                        .max(0)
+                        .unsigned_abs(),
+                    tail: String::new(),
+                }
+            }),
+            off_at: None,
+        })
+    }
+}
+
+/// The slot's record from its witnesses (the store's record, the controller's memory, the claims'
+/// own records): the newest operation wins, and what one witness knows of it (its outcome, the
+/// machine observed off) fills what another lacks. A record the store lost (a restart that
+/// dropped its last writes) survives in the others.
+pub fn merge<'a>(witnesses: impl IntoIterator<Item = &'a SlotOp>) -> Option<SlotOp> {
+    let witnesses: Vec<&SlotOp> = witnesses.into_iter().collect();
+    let newest = witnesses.iter().map(|w| w.started_at).max()?;
+    let same: Vec<&&SlotOp> = witnesses
+        .iter()
+        .filter(|w| w.started_at == newest)
+        .collect();
+    let mut merged = (*same[0]).clone();
+    for w in &same[1..] {
+        if merged.end.is_none() {
+            merged.end.clone_from(&w.end);
+        }
+        if merged.off_at.is_none() {
+            merged.off_at = w.off_at;
+        }
+        if merged.controller.is_empty() {
+            merged.controller.clone_from(&w.controller);
+        }
+        merged.streak = merged.streak.max(w.streak);
+    }
+    Some(merged)
+}
+
+/// An operation's start time as its record keeps it: the server's time to the millisecond, the
+/// precision the store's scripts compare.
+pub fn stamp(now: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
+}
+
+/// The bound on shutdowns of a machine no claim wants (law rows 2 and 11, SPEC §4.9 3): they are
+/// counted on the slot's operation record like a claim's, spaced by one operation timeout plus
+/// one monitor poll, paused after `max_attempts` in a row until `shutdown_attempt_reset_grace`
+/// after the last. Any other operation since ends the streak.
+pub fn unclaimed_shutdown(
+    last: Option<&SlotOp>,
+    now: DateTime<Utc>,
+    timings: &Timings,
+    shutdown_timeout: Duration,
+) -> UnclaimedShutdown {
+    let Some(last) = last.filter(|op| op.kind == OperationKind::Shutdown && op.claim.is_none())
+    else {
+        return UnclaimedShutdown::Fire { streak: 1 };
+    };
+    if now
+        < add(
+            last.started_at,
+            shutdown_timeout + timings.job_monitor_poll_interval,
+        )
+    {
+        return UnclaimedShutdown::Settling;
+    }
+    let reset = add(last.started_at, timings.shutdown_attempt_reset_grace);
+    if now >= reset {
+        return UnclaimedShutdown::Fire { streak: 1 };
+    }
+    if last.streak >= timings.max_attempts {
+        return UnclaimedShutdown::Paused { until: reset };
+    }
+    UnclaimedShutdown::Fire {
+        streak: last.streak + 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::*;
+    use crate::domain::name::{BenchName, GroupName};
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    fn op(kind: OperationKind, claim: Option<&str>) -> SlotOp {
+        SlotOp {
+            kind,
+            claim: claim.map(|c| ClaimName::parse(c).unwrap()),
+            attempt: 1,
+            started_at: t0(),
+            timeout: Duration::from_secs(60),
+            controller: "ctl".into(),
+            streak: u32::from(claim.is_none()),
+            end: None,
+            off_at: None,
+        }
+    }
+
+    fn ended(mut o: SlotOp, outcome: OperationOutcome) -> SlotOp {
+        o.end = Some(OpEnd {
+            outcome,
+            finished_at: t0() + TimeDelta::seconds(1),
+            duration_ms: 1000,
+            tail: String::new(),
+        });
+        o
+    }
+
+    // Every combination of kind, outcome and observation.
+    #[test]
+    fn a_machine_is_going_down_after_a_shutdown_until_it_is_observed_off() {
+        use OperationOutcome::*;
+        for kind in [OperationKind::Startup, OperationKind::Shutdown] {
+            for outcome in [None, Some(Completed), Some(Failed), Some(TimedOut)] {
+                for off in [false, true] {
+                    let mut o = op(kind, None);
+                    if let Some(outcome) = outcome {
+                        o = ended(o, outcome);
+                    }
+                    o.off_at = off.then(t0);
+                    let want = kind == OperationKind::Shutdown && !off && outcome != Some(Failed);
+                    assert_eq!(o.going_down(), want, "{kind:?} {outcome:?} off={off}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_outcome_is_overdue_past_the_timeout_and_the_report_slack() {
+        let o = op(OperationKind::Startup, Some("bench-01-1"));
+        let slack = Duration::from_secs(30);
+        assert!(!o.report_overdue(t0() + TimeDelta::seconds(89), slack));
+        assert!(o.report_overdue(t0() + TimeDelta::seconds(90), slack));
+        let done = ended(o, OperationOutcome::Completed);
+        assert!(!done.report_overdue(t0() + TimeDelta::days(1), slack));
+    }
+
+    #[test]
+    fn a_startup_is_known_fired_for_its_claim_and_attempt_only() {
+        let t = Timings::default();
+        let name = |n: &str| ClaimName::parse(n).unwrap();
+        let mut c = Claim::new(
+            name("bench-01-1"),
+            BenchName::parse("bench-01").unwrap(),
+            GroupName::parse("pool-a").unwrap(),
+            None,
+            t0(),
+            &t,
+            None,
+        );
+        let o = op(OperationKind::Startup, Some("bench-01-1"));
+        assert!(o.started(&c));
+        c.attempt = 2;
+        assert!(!o.started(&c), "another attempt");
+        c.attempt = 1;
+        c.name = name("bench-01-2");
+        assert!(!o.started(&c), "another claim");
+        let shutdown = op(OperationKind::Shutdown, Some("bench-01-2"));
+        assert!(!shutdown.started(&c), "a shutdown is no startup");
+    }
+
+    #[test]
+    fn the_newest_record_wins_and_witnesses_of_it_fill_in_what_it_lacks() {
+        let a = op(OperationKind::Startup, Some("bench-01-1"));
+        let mut b = op(OperationKind::Shutdown, None);
+        b.started_at = t0() + TimeDelta::seconds(5);
+        assert_eq!(merge([&a, &b]), Some(b.clone()));
+        assert_eq!(merge([&b, &a]), Some(b.clone()));
+        assert_eq!(merge([&a]), Some(a.clone()));
+        assert_eq!(merge([]), None);
+        // The store's record without its outcome, memory's with it and the machine seen off.
+        let mut known = ended(b.clone(), OperationOutcome::Completed);
+        known.off_at = Some(t0() + TimeDelta::seconds(9));
+        known.controller = String::new();
+        let merged = merge([&b, &known, &a]).unwrap();
+        assert_eq!(merged.end, known.end);
+        assert_eq!(merged.off_at, known.off_at);
+        assert_eq!(merged.controller, "ctl");
+    }
+
+    #[test]
+    fn a_claims_own_record_is_a_witness() {
+        let t = Timings::default();
+        let c = Claim::new(
+            ClaimName::parse("bench-01-1").unwrap(),
+            BenchName::parse("bench-01").unwrap(),
+            GroupName::parse("pool-a").unwrap(),
+            None,
+            t0(),
+            &t,
+            None,
+        );
+        assert_eq!(SlotOp::of_claim(&c), None);
+        let started = c.start_operation(OperationKind::Startup, Duration::from_secs(60), t0());
+        let o = SlotOp::of_claim(&started).unwrap();
+        assert!(o.started(&started) && o.running());
+        let done = started
+            .finish_operation(OperationOutcome::Failed, t0() + TimeDelta::seconds(2))
+            .unwrap();
+        let o = SlotOp::of_claim(&done).unwrap();
+        assert_eq!(
+            o.end.map(|e| (e.outcome, e.duration_ms)),
+            Some((OperationOutcome::Failed, 2000))
+        );
+    }
+
+    #[test]
+    fn a_stamp_keeps_milliseconds() {
+        let t = t0() + TimeDelta::microseconds(1_234_567);
+        assert_eq!(
+            stamp(t).timestamp_micros(),
+            t0().timestamp_micros() + 1_234_000
+        );
+    }
+
+    #[test]
+    fn unclaimed_shutdowns_settle_count_pause_and_reset() {
+        let t = Timings {
+            job_monitor_poll_interval: Duration::from_secs(30),
+            shutdown_attempt_reset_grace: Duration::from_secs(1800),
+            max_attempts: 3,
+            ..Timings::default()
+        };
+        let timeout = Duration::from_secs(60);
+        let at = |s: i64| t0() + TimeDelta::seconds(s);
+        assert_eq!(
+            unclaimed_shutdown(None, at(0), &t, timeout),
+            UnclaimedShutdown::Fire { streak: 1 }
+        );
+        // A claimed operation last: no unclaimed streak.
+        let claimed = op(OperationKind::Shutdown, Some("bench-01-1"));
+        assert_eq!(
+            unclaimed_shutdown(Some(&claimed), at(0), &t, timeout),
+            UnclaimedShutdown::Fire { streak: 1 }
+        );
+        let mut last = op(OperationKind::Shutdown, None);
+        assert_eq!(
+            unclaimed_shutdown(Some(&last), at(89), &t, timeout),
+            UnclaimedShutdown::Settling
+        );
+        assert_eq!(
+            unclaimed_shutdown(Some(&last), at(90), &t, timeout),
+            UnclaimedShutdown::Fire { streak: 2 }
+        );
+        last.streak = 3;
+        assert_eq!(
+            unclaimed_shutdown(Some(&last), at(90), &t, timeout),
+            UnclaimedShutdown::Paused { until: at(1800) }
+        );
+        assert_eq!(
+            unclaimed_shutdown(Some(&last), at(1800), &t, timeout),
+            UnclaimedShutdown::Fire { streak: 1 }
+        );
+    }
+}

@@ -1,0 +1,314 @@
+//! Running one operation's command (SPEC §4.2): what the operation wrapper (`fleet operation`)
+//! does, in the wrapper's process.
+//!
+//! The command runs in a process group of its own with stdin closed. Its outcome is its exit
+//! status: a command that exits 0 has succeeded, even when it left a background child holding its
+//! output open (`nohup`, `ssh -f`, `(sleep 30) &`). Its output is read as it arrives and only the
+//! last `TAIL_BYTES` are kept, so a command that prints gigabytes costs the wrapper a few
+//! kilobytes. Past its timeout the whole process group is killed.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{Report, Request, TAIL_BYTES};
+use crate::domain::claim::OperationOutcome;
+
+/// How long output already written is read after the command exits. Output written just before
+/// the exit may still be in the pipe; a background child that keeps the pipe open gets no more
+/// than this.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// The last bytes of a stream of output: bounded whatever the stream's length.
+#[derive(Debug, Default)]
+struct Tail {
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        // Trim in batches, so the copy is amortised: never more than twice the tail is held.
+        if self.bytes.len() > 2 * TAIL_BYTES {
+            let cut = self.bytes.len() - TAIL_BYTES;
+            self.bytes.drain(..cut);
+        }
+    }
+
+    fn text(&self) -> String {
+        tail(&self.bytes)
+    }
+}
+
+/// The last `TAIL_BYTES` of `output`, as text.
+pub(crate) fn tail(output: &[u8]) -> String {
+    let from = output.len().saturating_sub(TAIL_BYTES);
+    String::from_utf8_lossy(&output[from..])
+        .trim_end()
+        .to_owned()
+}
+
+/// Reads `stream` into `tail` chunk by chunk until it ends.
+async fn collect(mut stream: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(&buf[..n]),
+        }
+    }
+}
+
+/// Runs the request's command to its outcome.
+pub async fn run(request: &Request) -> Report {
+    let start = Instant::now();
+    let Some((program, args)) = request.command.split_first() else {
+        return Report {
+            outcome: OperationOutcome::Failed,
+            duration: start.elapsed(),
+            tail: "the operation has no command".to_owned(),
+        };
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(&request.env)
+        .envs(request.fleet_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so a timeout kills everything it started.
+        .process_group(0);
+    if let Some(dir) = &request.dir {
+        cmd.current_dir(dir);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Report {
+                outcome: OperationOutcome::Failed,
+                duration: start.elapsed(),
+                tail: format!("cannot start {program:?}: {e}"),
+            };
+        }
+    };
+    let pid = child.id();
+    let output = Arc::new(Mutex::new(Tail::default()));
+    let mut readers = tokio::task::JoinSet::new();
+    if let Some(out) = child.stdout.take() {
+        readers.spawn(collect(out, output.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.spawn(collect(err, output.clone()));
+    }
+    // The outcome is the exit status, never the end of the output: a background child may hold
+    // the pipes open long after the command itself has exited.
+    let waited = tokio::time::timeout(request.timeout, child.wait()).await;
+    let status = match waited {
+        Ok(status) => Some(status),
+        Err(_) => {
+            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                // SAFETY: killpg only sends a signal to the process group this command leads; a
+                // stale id at worst fails with ESRCH.
+                unsafe {
+                    libc::killpg(pid, libc::SIGKILL);
+                }
+            }
+            let _ = child.wait().await;
+            None
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN, async {
+        while readers.join_next().await.is_some() {}
+    })
+    .await;
+    readers.abort_all();
+    let text = output.lock().unwrap_or_else(|e| e.into_inner()).text();
+    match status {
+        Some(Ok(s)) if s.success() => Report {
+            outcome: OperationOutcome::Completed,
+            duration: start.elapsed(),
+            tail: text,
+        },
+        Some(result) => {
+            let why = match result {
+                Ok(s) => format!("[{s}]"),
+                Err(e) => format!("[waiting for it failed: {e}]"),
+            };
+            Report {
+                outcome: OperationOutcome::Failed,
+                duration: start.elapsed(),
+                tail: if text.is_empty() {
+                    why
+                } else {
+                    format!("{text}\n{why}")
+                },
+            }
+        }
+        None => Report {
+            outcome: OperationOutcome::TimedOut,
+            duration: start.elapsed(),
+            tail: {
+                let killed = format!(
+                    "[killed after {}]",
+                    humantime::format_duration(request.timeout)
+                );
+                if text.is_empty() {
+                    killed
+                } else {
+                    format!("{text}\n{killed}")
+                }
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::domain::claim::OperationKind;
+    use crate::domain::name::{BenchName, ClaimName, GroupName};
+
+    fn request(command: &[&str], timeout: Duration) -> Request {
+        Request {
+            kind: OperationKind::Startup,
+            slot: BenchName::parse("bench-01").unwrap(),
+            group: GroupName::parse("pool-a").unwrap(),
+            claim: Some(ClaimName::parse("bench-01-1").unwrap()),
+            attempt: 2,
+            provider_id: "fleet://bench-01".into(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            env: BTreeMap::from([("BMC".to_owned(), "10.0.0.9".to_owned())]),
+            dir: None,
+            timeout,
+            controller: "ctl-1".into(),
+            started_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_0_completes_and_the_slots_facts_are_in_the_environment() {
+        let r = run(&request(
+            &["sh", "-c", "echo $FLEET_SLOT $FLEET_GROUP $FLEET_CLAIM $FLEET_ATTEMPT $FLEET_PROVIDER_ID $FLEET_OPERATION $BMC"],
+            Duration::from_secs(10),
+        ))
+        .await;
+        assert_eq!(r.outcome, OperationOutcome::Completed);
+        assert_eq!(
+            r.tail,
+            "bench-01 pool-a bench-01-1 2 fleet://bench-01 startup 10.0.0.9"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_non_zero_exit_fails_with_its_output() {
+        let r = run(&request(
+            &["sh", "-c", "echo no power >&2; exit 3"],
+            Duration::from_secs(10),
+        ))
+        .await;
+        assert_eq!(r.outcome, OperationOutcome::Failed);
+        assert!(r.tail.starts_with("no power"), "{}", r.tail);
+        assert!(r.tail.contains("exit status: 3"), "{}", r.tail);
+    }
+
+    #[tokio::test]
+    async fn a_command_that_cannot_start_fails_saying_why() {
+        let r = run(&request(&["/nonexistent/power"], Duration::from_secs(10))).await;
+        assert_eq!(r.outcome, OperationOutcome::Failed);
+        assert!(r.tail.contains("cannot start"), "{}", r.tail);
+    }
+
+    // Issue 10 #5: a command that exits 0 and leaves a background child holding its output
+    // (as `nohup` or `ssh -f` do) has succeeded; its outcome is its exit status, not the end of
+    // its output. The old runner waited for end-of-file and recorded TimedOut.
+    #[tokio::test]
+    async fn exit_0_with_a_background_child_holding_the_output_completes() {
+        let r = run(&request(
+            &["sh", "-c", "echo powering on; (sleep 30) & exit 0"],
+            Duration::from_secs(5),
+        ))
+        .await;
+        assert_eq!(r.outcome, OperationOutcome::Completed, "{}", r.tail);
+        assert_eq!(r.tail, "powering on");
+        assert!(
+            r.duration < Duration::from_secs(5),
+            "it did not wait for the child: {:?}",
+            r.duration
+        );
+    }
+
+    // Past the timeout the whole process group is killed: the child it started as well.
+    #[tokio::test]
+    async fn past_the_timeout_the_whole_process_group_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("child.pid");
+        let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+        // Long enough for sh to start its child and write the pid on a loaded machine.
+        let r = run(&request(&["sh", "-c", &script], Duration::from_secs(2))).await;
+        assert_eq!(r.outcome, OperationOutcome::TimedOut);
+        assert!(r.tail.contains("killed after 2s"), "{}", r.tail);
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild is gone (or a zombie waiting for init). SIGKILL is delivered at once but
+        // the process exits when it is next scheduled: allow a loaded machine a moment for that.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|s| !s.contains("State:\tZ"))
+                .unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while alive() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!alive(), "the operation's child survived its timeout");
+    }
+
+    // Issue 10 #10: output is read and discarded as it arrives; only the tail is kept.
+    #[test]
+    fn the_tail_holds_at_most_twice_its_size_whatever_is_pushed() {
+        let mut t = Tail::default();
+        for i in 0..10_000u32 {
+            t.push(format!("line {i}\n").as_bytes());
+            assert!(t.bytes.len() <= 2 * TAIL_BYTES + 16);
+        }
+        assert!(t.text().ends_with("line 9999"), "{}", t.text());
+        assert!(t.text().len() <= TAIL_BYTES);
+    }
+
+    #[tokio::test]
+    async fn a_command_printing_megabytes_keeps_only_its_tail() {
+        let r = run(&request(
+            &[
+                "sh",
+                "-c",
+                "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo the end",
+            ],
+            Duration::from_secs(30),
+        ))
+        .await;
+        assert_eq!(r.outcome, OperationOutcome::Completed);
+        assert!(r.tail.len() <= TAIL_BYTES, "{}", r.tail.len());
+        assert!(
+            r.tail.ends_with("x\nthe end"),
+            "{:?}",
+            &r.tail[r.tail.len() - 20..]
+        );
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes() {
+        let long = "x".repeat(5000) + "end";
+        assert_eq!(tail(long.as_bytes()).len(), TAIL_BYTES);
+        assert!(tail(long.as_bytes()).ends_with("end"));
+    }
+}
