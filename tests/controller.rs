@@ -685,3 +685,274 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
         (Phase::Failed, Some(Reason::StartupJobTimeout))
     );
 }
+
+/// The lines an operation log holds (each operation appends one).
+fn log_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+// Issue 10 #1: a machine no claim wants is told to power off, and the command returns before the
+// machine goes dark (as a BMC soft-off does). A claim that arrives then (the provider offered
+// the slot in the old code) must not go ready on the dying machine: it waits for the machine to
+// be observed off, and then starts it.
+#[tokio::test]
+async fn a_claim_on_a_machine_going_down_waits_for_it_to_go_dark_then_starts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let startup = format!(r#"echo "startup $FLEET_CLAIM" >> {log:?}; {BOOTS}"#);
+    // Returns at once; the machine stays on until the test powers it off.
+    let shutdown = format!(r#"echo "shutdown $FLEET_CLAIM" >> {log:?}"#);
+    let mut h = harness(&startup, &shutdown, FAST, &["bench-01"]).await;
+    h.presence
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(log_lines(&log), ["shutdown "]);
+    assert_eq!(h.state("bench-01").await, State::Up, "not dark yet");
+
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.operation),
+        (Phase::Pending, None),
+        "no claim goes ready on a machine on its way down"
+    );
+    let snap = h.presence.read(&[name("bench-01")]).await.unwrap();
+    assert!(
+        snap.benches[0]
+            .requested_hold
+            .as_ref()
+            .is_some_and(|r| r.reason.as_str().starts_with("fleet: draining")),
+        "the cordon stays while the machine goes down"
+    );
+
+    // The machine goes dark: the claim starts it again.
+    h.presence
+        .beat(&beat("bench-01", Duration::ZERO))
+        .await
+        .unwrap();
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!((c.phase, c.attempt), (Phase::Ready, 1));
+    assert_eq!(
+        c.operation.map(|o| o.kind),
+        Some(OperationKind::Startup),
+        "ready through its own startup"
+    );
+    assert_eq!(log_lines(&log), ["shutdown ", "startup bench-01-1"]);
+    assert_eq!(h.state("bench-01").await, State::Up);
+}
+
+// Issue 10 #3: Redis loses the write that recorded a boot (a restart under appendfsync everysec
+// drops the last second): the claim reads pending again, and the slot's operation record is gone.
+// The controller remembers the startup it fired for the claim's attempt, puts the record back,
+// and never fires it a second time (the old code fired it again, 3 s later).
+#[tokio::test]
+async fn a_lost_booting_write_never_fires_the_startup_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let startup =
+        format!(r#"echo "startup $FLEET_CLAIM $FLEET_ATTEMPT" >> {log:?}; sleep 1; {BOOTS}"#);
+    let mut h = harness(&startup, POWERS_OFF, FAST, &["bench-01"]).await;
+    let c = h.claim("bench-01", 1).await;
+    let g = Keys::default().group(&group());
+    let before: String = raw(&h.server, &["GET", &g.claim(&c.name)]).await;
+    let report = bounded("a pass", h.ctl.pass()).await.unwrap();
+    assert_eq!(report.started, [name("bench-01")]);
+    // The store loses the write: the claim and the slot's record as they were before it.
+    let _: () = raw(&h.server, &["SET", &g.claim(&c.name), &before]).await;
+    let _: () = raw(
+        &h.server,
+        &[
+            "HDEL",
+            &g.operations(),
+            "bench-01",
+            "bench-01:end",
+            "bench-01:off",
+        ],
+    )
+    .await;
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Pending);
+    h.settle().await;
+    bounded("the startup", h.ctl.operation_ended()).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!((c.phase, c.attempt), (Phase::Ready, 1));
+    assert_eq!(log_lines(&log), ["startup bench-01-1 1"], "fired once");
+    let timeline = h.store.timeline(&group(), &c.name).await.unwrap();
+    assert!(
+        timeline.iter().any(|e| e.event == Event::Booting
+            && e.detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with("restored"))),
+        "{timeline:?}"
+    );
+}
+
+/// A controller whose store connection loses replies.
+async fn lossy(
+    h: &Harness,
+) -> (
+    Controller<LoseReply<MultiplexedConnection>, fleet::lifecycle::Exec>,
+    LoseReply<MultiplexedConnection>,
+) {
+    let lossy = LoseReply::new(conn(&h.server).await);
+    let ctl = Controller::new(
+        h.config.subscribe(),
+        Presence::new(lossy.clone(), Keys::default()),
+        ClaimStore::new(lossy.clone(), Keys::default()),
+        Arc::new(exec(&h.server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    (ctl, lossy)
+}
+
+const BOOTING_WRITE: [&str; 2] = ["Writes a claim's next state", r#""phase":"booting""#];
+
+// Issue 10 #6: the write that records a boot is applied, and its reply is lost. The old code took
+// the error for "not written", ran nothing, and the claim failed StartupJobTimeout after the
+// operation's timeout. The write is read back before the pass decides: the startup runs, once.
+#[tokio::test]
+async fn a_lost_reply_on_the_booting_write_is_read_back_and_the_startup_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let startup = format!(r#"echo "startup $FLEET_CLAIM" >> {log:?}; {BOOTS}"#);
+    let h = harness(&startup, POWERS_OFF, FAST, &["bench-01"]).await;
+    let (mut ctl, lossy) = lossy(&h).await;
+    lossy.lose(Rule {
+        needles: BOOTING_WRITE.to_vec(),
+        times: 1,
+        applied: true,
+    });
+    h.claim("bench-01", 1).await;
+    let report = bounded("a pass", ctl.pass()).await.unwrap();
+    assert_eq!(lossy.pending(), 0, "the reply was lost");
+    assert_eq!(
+        report.started,
+        [name("bench-01")],
+        "run after the read-back"
+    );
+    bounded("the startup", ctl.operation_ended()).await;
+    for _ in 0..3 {
+        bounded("a pass", ctl.pass()).await.unwrap();
+    }
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(c.phase, Phase::Ready);
+    assert_eq!(log_lines(&log), ["startup bench-01-1"]);
+}
+
+// Issue 10 #6, the read-back failing too: the next pass finds the operation recorded and not
+// running anywhere, and runs it; never twice, never left to time out.
+#[tokio::test]
+async fn a_booting_write_whose_outcome_stays_unknown_runs_at_the_next_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let startup = format!(r#"echo "startup $FLEET_CLAIM" >> {log:?}; {BOOTS}"#);
+    let h = harness(&startup, POWERS_OFF, FAST, &["bench-01"]).await;
+    let (mut ctl, lossy) = lossy(&h).await;
+    lossy.lose(Rule {
+        needles: BOOTING_WRITE.to_vec(),
+        times: 1,
+        applied: true,
+    });
+    lossy.lose(Rule {
+        needles: vec!["\r\n$3\r\nGET\r\n", ":claim:bench-01-1"],
+        times: 1,
+        applied: false,
+    });
+    h.claim("bench-01", 1).await;
+    let report = bounded("a pass", ctl.pass()).await.unwrap();
+    assert_eq!(lossy.pending(), 0, "both replies were lost");
+    assert!(report.started.is_empty(), "not run while unknown");
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Booting);
+    let report = bounded("a pass", ctl.pass()).await.unwrap();
+    assert_eq!(report.started, [name("bench-01")], "run once it is known");
+    bounded("the startup", ctl.operation_ended()).await;
+    for _ in 0..3 {
+        bounded("a pass", ctl.pass()).await.unwrap();
+    }
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Ready);
+    assert_eq!(log_lines(&log), ["startup bench-01-1"]);
+}
+
+// Issue 10 #2: a renamed group is a removal plus an addition. The old group's ready claim ends
+// SlotDeleted (the old code left it ready in Redis forever, and revived it when the name came
+// back), is collected after the group's own ttl_after_finished, and the group is forgotten. The
+// machine is the new group's, where no claim wants it: powered off.
+#[tokio::test]
+async fn a_renamed_groups_claims_end_slot_deleted_and_are_collected() {
+    let timings = "job_monitor_poll_interval: 100ms, ttl_after_finished: 1s";
+    let mut h = harness(BOOTS, POWERS_OFF, timings, &["bench-01"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Ready);
+    let renamed =
+        yaml(&h.server, BOOTS, POWERS_OFF, timings, &["bench-01"]).replace("pool-a", "pool-b");
+    h.config
+        .send(Arc::new(config::parse(&renamed, Path::new("t")).unwrap()))
+        .unwrap();
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::SlotDeleted))
+    );
+    assert_eq!(
+        h.state("bench-01").await,
+        State::Down,
+        "pool-b's machine, wanted by no claim"
+    );
+    let g = Keys::default().group(&group());
+    h.at(c.finished_at.unwrap() + chrono::TimeDelta::seconds(1))
+        .await;
+    assert!(h.claims().await.is_empty(), "collected");
+    let index: usize = raw(&h.server, &["ZCARD", &g.claims()]).await;
+    let kept: i64 = raw(&h.server, &["PTTL", &g.timeline(&c.name)]).await;
+    let known: bool = raw(&h.server, &["HEXISTS", &Keys::default().groups(), "pool-a"]).await;
+    assert_eq!(index, 0);
+    assert!(kept > 0, "the timeline expires: {kept}");
+    assert!(!known, "the removed group is forgotten once empty");
+    // The old name comes back: nothing revives.
+    let back = yaml(&h.server, BOOTS, POWERS_OFF, timings, &["bench-01"]);
+    h.config
+        .send(Arc::new(config::parse(&back, Path::new("t")).unwrap()))
+        .unwrap();
+    h.settle().await;
+    assert!(h.claims().await.is_empty());
+    assert_eq!(h.state("bench-01").await, State::Down);
+}
+
+// Issue 10 #2: a removed slot's ended claim, its index entry and its timeline are collected
+// after ttl_after_finished (the old code kept them forever).
+#[tokio::test]
+async fn a_removed_slots_ended_claims_are_collected() {
+    let timings = "job_monitor_poll_interval: 100ms, ttl_after_finished: 1s";
+    let mut h = harness(BOOTS, POWERS_OFF, timings, &["bench-01", "bench-02"]).await;
+    h.claim("bench-02", 1).await;
+    h.settle().await;
+    let text = yaml(&h.server, BOOTS, POWERS_OFF, timings, &["bench-01"]);
+    h.config
+        .send(Arc::new(config::parse(&text, Path::new("t")).unwrap()))
+        .unwrap();
+    h.settle().await;
+    let c = h.the_claim("bench-02-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::SlotDeleted))
+    );
+    h.at(c.finished_at.unwrap() + chrono::TimeDelta::seconds(1))
+        .await;
+    assert!(h.claims().await.is_empty(), "collected");
+    let g = Keys::default().group(&group());
+    let index: usize = raw(&h.server, &["ZCARD", &g.claims()]).await;
+    let kept: i64 = raw(&h.server, &["PTTL", &g.timeline(&c.name)]).await;
+    assert_eq!(index, 0);
+    assert!(kept > 0, "the timeline expires: {kept}");
+}

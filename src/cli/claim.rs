@@ -20,14 +20,15 @@ pub fn request_error(e: RequestError) -> Error {
         | RequestError::NoSuchClaim(_)
         | RequestError::Ended { .. }
         | RequestError::Raced(_)
-        | RequestError::NotMarkable(..) => Error::Usage(e.into()),
+        | RequestError::NotMarkable(..)
+        | RequestError::PoweringOff { .. } => Error::Usage(e.into()),
     }
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let (store, group, now) = super::views::slot_request(ctx, &self.slot).await?;
-        let c = requests::claim_slot(&store, &group, &self.slot, now)
+        let (store, group, _) = super::views::slot_request(ctx, &self.slot).await?;
+        let c = requests::claim_free_slot(&store, &group, &self.slot)
             .await
             .map_err(request_error)?;
         writeln!(

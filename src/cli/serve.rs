@@ -259,6 +259,32 @@ impl Args {
     }
 }
 
+/// Says what a reload takes away (SPEC §4.1): a group or slot that left the configuration ends
+/// its claims SlotDeleted. A rename is a removal plus an addition: the old name's claims end, and
+/// the new name starts with none.
+fn log_departures(old: &Config, new: &Config) {
+    for group in old.groups.keys().filter(|g| !new.groups.contains_key(*g)) {
+        warn!(
+            %group,
+            "group left the configuration: its claims end SlotDeleted (a renamed group is a removal plus an addition: the new name starts with no claims, and a machine no claim wants is powered off)"
+        );
+    }
+    for slot in old.slots.values() {
+        match new.slots.get(&slot.name) {
+            None => {
+                warn!(slot = %slot.name, group = %slot.group, "slot left the configuration: its claims end SlotDeleted")
+            }
+            Some(moved) if moved.group != slot.group => warn!(
+                slot = %slot.name,
+                from = %slot.group,
+                to = %moved.group,
+                "slot moved to another group: its claims in the old group end SlotDeleted"
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
 /// The file's identity: a change of either is a new version to read.
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let m = std::fs::metadata(path).ok()?;
@@ -297,6 +323,7 @@ async fn reload(
                     );
                 }
                 info!(config = %path.display(), groups = config.groups.len(), slots = config.slots.len(), "configuration reloaded");
+                log_departures(&tx.borrow(), &config);
                 let _ = tx.send(Arc::new(config));
             }
             Err(e) => error!(

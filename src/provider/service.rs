@@ -26,10 +26,12 @@ use tracing::{info, warn};
 use crate::config::{Config, Group};
 use crate::domain::claim::{self, Claim, LastClaim, Phase, Reason};
 use crate::domain::name::{BenchName, GroupName};
+use crate::domain::operation::SlotOp;
 use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::reconcile::requests::{self, RequestError};
 use crate::store::catalog::Catalog;
 use crate::store::claims::{ClaimStore, ClaimStoreError};
+use crate::store::operations::Operations;
 
 use super::convert;
 use super::template;
@@ -68,10 +70,18 @@ pub struct Provider<C> {
     max_sizes: Mutex<HashMap<GroupName, u32>>,
 }
 
+/// A group as one fresh read saw it.
+struct Fresh {
+    claims: Arc<Vec<Claim>>,
+    ops: Arc<Operations>,
+    now: DateTime<Utc>,
+}
+
 /// What a group has room for.
 struct Room {
     free: Vec<BenchName>,
-    /// Slots whose machine is being powered off (a live claim marked for deletion).
+    /// Slots whose machine is being powered off (a live claim marked for deletion, or a machine
+    /// fleet told to power off that is not observed off yet).
     busy: usize,
     /// Slots that spent their attempts.
     spent: usize,
@@ -175,12 +185,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// The group's claims read now, with the server's time of the read; a change needs them
-    /// fresh.
-    async fn fresh_claims(
-        &self,
-        group: &GroupName,
-    ) -> Result<(Arc<Vec<Claim>>, DateTime<Utc>), Status> {
+    /// The group's claims and operation records read now, with the server's time of the read; a
+    /// change needs them fresh.
+    async fn fresh_claims(&self, group: &GroupName) -> Result<Fresh, Status> {
         let read = self
             .store
             .read_groups(std::slice::from_ref(group))
@@ -194,7 +201,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let now = Instant::now();
         snapshot.target = Some((target(&claims), now));
         snapshot.claims = Some((claims.clone(), now));
-        Ok((claims, read.now))
+        Ok(Fresh {
+            claims,
+            ops: Arc::new(read.operations),
+            now: read.now,
+        })
     }
 
     /// Counts a stale answer.
@@ -226,14 +237,21 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// The group's claims for a read: fresh (with the server's time) when Redis answers, else
-    /// the last snapshot and its age (SPEC §5.5).
+    /// The group's claims for a read: fresh (with the operation records and the server's time)
+    /// when Redis answers, else the last snapshot and its age (SPEC §5.5).
+    #[allow(clippy::type_complexity)]
     async fn read_claims(
         &self,
         group: &GroupName,
-    ) -> Result<(Arc<Vec<Claim>>, Result<DateTime<Utc>, Duration>), Status> {
+    ) -> Result<
+        (
+            Arc<Vec<Claim>>,
+            Result<(Arc<Operations>, DateTime<Utc>), Duration>,
+        ),
+        Status,
+    > {
         match self.fresh_claims(group).await {
-            Ok((claims, now)) => Ok((claims, Ok(now))),
+            Ok(Fresh { claims, ops, now }) => Ok((claims, Ok((ops, now)))),
             Err(status) => {
                 let snapshots = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
                 let Some((claims, at)) = snapshots.get(group).and_then(|s| s.claims.clone()) else {
@@ -246,13 +264,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
     }
 
     /// What `group` has room for (SPEC §6.3): the slots a new claim may take, best first (no
-    /// live claim, and a failure streak short of the bound; the fewest counted failures first,
-    /// then slot order), and why the others are not free.
+    /// live claim, no machine on its way down, and a failure streak short of the bound; the
+    /// fewest counted failures first, then slot order), and why the others are not free.
     async fn room(
         &self,
         config: &Config,
         group: &Group,
         claims: &[Claim],
+        ops: &Operations,
         now: DateTime<Utc>,
     ) -> Result<Room, Status> {
         let mut busy = 0;
@@ -261,8 +280,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             .map(|s| s.name.clone())
             .filter(|s| {
                 let live = claims.iter().find(|c| &c.slot == s && c.phase.is_live());
-                busy += usize::from(live.is_some_and(|c| !c.wants_machine()));
-                live.is_none()
+                // A machine a scale-down is powering off, or one fleet told to power off that
+                // has not been observed off yet: a claim on it would wait for it to go dark.
+                let powering_off = live.is_some_and(|c| !c.wants_machine())
+                    || (live.is_none() && ops.by_slot.get(s).is_some_and(SlotOp::going_down));
+                busy += usize::from(powering_off);
+                live.is_none() && !powering_off
             })
             .collect();
         let digests = self
@@ -316,7 +339,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             let Some(group) = config.group(&g.group) else {
                 continue;
             };
-            match self.room(config, group, &g.claims, g.now).await {
+            match self
+                .room(config, group, &g.claims, &g.operations, g.now)
+                .await
+            {
                 Ok(room) => {
                     let reachable =
                         u32::try_from(target(&g.claims) + room.free.len()).unwrap_or(u32::MAX);
@@ -390,7 +416,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let (claims, now) = self.fresh_claims(&group.name).await?;
+        let Fresh { claims, ops, now } = self.fresh_claims(&group.name).await?;
         let delta = usize::try_from(request.delta).unwrap_or(usize::MAX);
         let now_target = target(&claims);
         if now_target.saturating_add(delta) > group.max_size as usize {
@@ -399,7 +425,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 group.max_size, group.name
             )));
         }
-        let Room { free, busy, spent } = self.room(&config, &group, &claims, now).await?;
+        let Room { free, busy, spent } = self.room(&config, &group, &claims, &ops, now).await?;
         if free.len() < delta {
             let mut why = Vec::new();
             if busy > 0 {
@@ -486,7 +512,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let (claims, now) = self.fresh_claims(&group.name).await?;
+        let Fresh { claims, now, .. } = self.fresh_claims(&group.name).await?;
         let real = named
             .iter()
             .filter(|(slot, fake)| {
@@ -513,7 +539,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let after = self
             .fresh_claims(&group.name)
             .await
-            .map(|(c, _)| target(&c))
+            .map(|f| target(&f.claims))
             .ok();
         info!(group = %group.name, removed = ?removed, target = ?after, "DeleteNodes");
         Ok(Response::new(NodeGroupDeleteNodesResponse {}))
@@ -558,7 +584,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             match result {
                 Ok(what) => return Ok(Some(what)),
                 Err(RequestError::Raced(_)) => {
-                    claims = self.fresh_claims(&group.name).await?.0;
+                    claims = self.fresh_claims(&group.name).await?.claims;
                 }
                 Err(e) => return Err(request_status(e)),
             }
@@ -582,7 +608,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         let writer = self.writer()?;
         let lock = self.lock(&group.name);
         let _held = lock.lock().await;
-        let (mut claims, now) = self.fresh_claims(&group.name).await?;
+        let Fresh {
+            mut claims, now, ..
+        } = self.fresh_claims(&group.name).await?;
         let wanted = usize::try_from(request.delta.unsigned_abs()).unwrap_or(usize::MAX);
         let now_target = target(&claims);
         let pending = |claims: &[Claim]| -> Vec<Claim> {
@@ -643,7 +671,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 }
                 Err(RequestError::Raced(_)) if races < RACE_RETRIES => {
                     races += 1;
-                    claims = self.fresh_claims(&group.name).await?.0;
+                    claims = self.fresh_claims(&group.name).await?.claims;
                 }
                 Err(e) => return Err(request_status(e)),
             }
@@ -691,9 +719,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         if !failed.is_empty() {
             // OutOfResources when nothing is left to try: cluster-autoscaler may then prefer
             // another group. Without Redis, the class cannot be known: Other.
-            let exhausted = match read {
-                Ok(now) => self
-                    .room(&config, &group, &claims, now)
+            let exhausted = match &read {
+                Ok((ops, now)) => self
+                    .room(&config, &group, &claims, ops, *now)
                     .await?
                     .free
                     .is_empty(),
@@ -773,9 +801,9 @@ fn request_status(e: RequestError) -> Status {
         RequestError::Store(e) => store_status(e),
         RequestError::SlotTaken { .. } | RequestError::Raced(_) => Status::aborted(e.to_string()),
         RequestError::NoSuchClaim(_) => Status::not_found(e.to_string()),
-        RequestError::Ended { .. } | RequestError::NotMarkable(..) => {
-            Status::failed_precondition(e.to_string())
-        }
+        RequestError::Ended { .. }
+        | RequestError::NotMarkable(..)
+        | RequestError::PoweringOff { .. } => Status::failed_precondition(e.to_string()),
     }
 }
 

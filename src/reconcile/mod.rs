@@ -471,16 +471,22 @@ where
             self.finished.insert(slot, done);
         }
         let config = self.config.borrow().clone();
-        let configured: Vec<GroupName> = config.groups.keys().cloned().collect();
+        let configured: Vec<(&GroupName, &claim::Timings)> = config
+            .groups
+            .values()
+            .map(|g| (&g.name, &g.timings))
+            .collect();
         // Every group that may hold claims: the configured ones, and those that left the
-        // configuration with claims still in the store (SPEC §4.1).
-        let groups = match self.store.known_groups(&configured).await {
-            Ok(groups) => groups,
+        // configuration with claims still in the store, with the timings they last ran with
+        // (SPEC §4.1).
+        let known = match self.store.known_groups(&configured).await {
+            Ok(known) => known,
             Err(e) => {
                 self.sight = Sight::Lost;
                 return Err(PassError::Claims(e));
             }
         };
+        let groups: Vec<GroupName> = known.iter().map(|(g, _)| g.clone()).collect();
         if let Some(token) = self.token.clone()
             && !self.raise_fences(&groups, &token).await
         {
@@ -618,10 +624,13 @@ where
                 // is forgotten once it holds none (SPEC §4.1). Its machines are no group's to
                 // power: a slot that moved to another group is that group's.
                 let gone = &group_claims.group;
+                let timings = known
+                    .iter()
+                    .find(|(g, _)| g == gone)
+                    .map(|(_, t)| t.clone())
+                    .unwrap_or_default();
                 let claims: Vec<&Claim> = group_claims.claims.iter().collect();
-                report.writes += self
-                    .orphans(gone, &claim::Timings::default(), &claims, now)
-                    .await;
+                report.writes += self.orphans(gone, &timings, &claims, now).await;
                 if group_claims.claims.is_empty()
                     && group_claims.unreadable.is_empty()
                     && let Err(e) = self.store.forget_group(gone).await

@@ -28,6 +28,11 @@ pub enum RequestError {
     Raced(ClaimName),
     #[error("claim {0}: {1}")]
     NotMarkable(ClaimName, NotMarkable),
+    #[error(
+        "slot {slot} is powering off: fleet fired its shutdown at {since} and has not seen the \
+         machine off yet; claim it once `fleet state {slot}` reads DOWN"
+    )]
+    PoweringOff { slot: BenchName, since: String },
     #[error(transparent)]
     Store(#[from] ClaimStoreError),
 }
@@ -55,6 +60,31 @@ pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
     })
 }
 
+/// `fleet claim`: a claim on a slot that is free (SPEC §4.6): no live claim (checked by the
+/// create, atomically) and no machine on its way down (a claim on it would wait for the machine to
+/// go dark and start it again: a person asking for a machine is told instead). The request time
+/// is the server's, from the same read.
+pub async fn claim_free_slot<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &CatalogGroup,
+    slot: &BenchName,
+) -> Result<Claim, RequestError> {
+    let read = store
+        .read_groups(std::slice::from_ref(&group.name))
+        .await?
+        .pop()
+        .ok_or_else(|| ClaimStoreError::Reply("a group read returned no group".to_owned()))?;
+    if let Some(op) = read.operations.by_slot.get(slot).filter(|o| o.going_down()) {
+        return Err(RequestError::PoweringOff {
+            slot: slot.clone(),
+            since: op
+                .started_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        });
+    }
+    claim_slot(store, group, slot, read.now).await
+}
+
 /// Creates one claim on each of `slots` of `group`, all or none (SPEC §6.3: a provider's
 /// IncreaseSize), each atomic with the check that its slot has no live claim and its attempt
 /// seeded from the slot's last claim.
@@ -64,6 +94,9 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
     slots: &[BenchName],
     now: DateTime<Utc>,
 ) -> Result<Vec<Claim>, RequestError> {
+    // The group is among those that may hold claims, so a controller reads them even after the
+    // group left its configuration (SPEC §4.1).
+    store.known_groups(&[(&group.name, &group.timings)]).await?;
     // A claim name is the slot and the request time; a collision (two requests in one
     // millisecond) or a digest that moved under us is retried a bounded number of times, with
     // the seeds read again.

@@ -12,7 +12,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason};
+use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason, Timings};
 use crate::domain::history::History;
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
@@ -533,38 +533,46 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         settled(code, &why, &claim.group)
     }
 
-    /// Adds `groups` to the groups that may hold claims and returns them all (SPEC §4.1): the
-    /// configured ones and those that left the configuration with claims still in the store.
-    /// One round trip.
+    /// Records `groups` (with their timings) among the groups that may hold claims and returns
+    /// them all (SPEC §4.1): the configured ones, and those that left the configuration with
+    /// claims still in the store, with the timings they last ran with (a removed group's claims
+    /// are collected on its own `ttl_after_finished`). One round trip.
     pub async fn known_groups(
         &self,
-        groups: &[GroupName],
-    ) -> Result<Vec<GroupName>, ClaimStoreError> {
+        groups: &[(&GroupName, &Timings)],
+    ) -> Result<Vec<(GroupName, Timings)>, ClaimStoreError> {
         let mut pipe = redis::pipe();
         if !groups.is_empty() {
-            pipe.cmd("SADD")
-                .arg(self.keys.groups())
-                .arg(groups.iter().map(GroupName::as_str).collect::<Vec<_>>())
-                .ignore();
+            let cmd = pipe.cmd("HSET").arg(self.keys.groups());
+            for (name, timings) in groups {
+                cmd.arg(name.as_str())
+                    .arg(json("a group's timings", timings)?);
+            }
+            cmd.ignore();
         }
-        pipe.cmd("SMEMBERS").arg(self.keys.groups());
+        pipe.cmd("HGETALL").arg(self.keys.groups());
         let mut conn = self.conn.clone();
-        let (members,): (Vec<String>,) = pipe
+        let (members,): (Vec<(String, String)>,) = pipe
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Groups { source })?;
-        let mut known: Vec<GroupName> = members
+        let mut known: Vec<(GroupName, Timings)> = members
             .iter()
-            .filter_map(|m| GroupName::parse(m).ok())
+            .filter_map(|(name, timings)| {
+                Some((
+                    GroupName::parse(name).ok()?,
+                    serde_json::from_str(timings).unwrap_or_default(),
+                ))
+            })
             .collect();
-        known.sort();
+        known.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(known)
     }
 
     /// Forgets a group that left the configuration and holds no claim any more. One round trip.
     pub async fn forget_group(&self, group: &GroupName) -> Result<(), ClaimStoreError> {
         let mut conn = self.conn.clone();
-        redis::cmd("SREM")
+        redis::cmd("HDEL")
             .arg(self.keys.groups())
             .arg(group.as_str())
             .query_async::<()>(&mut conn)

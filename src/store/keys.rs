@@ -100,9 +100,10 @@ impl Keys {
         format!("{}:config", self.tag)
     }
 
-    /// Every group that may hold claims: the groups `fleet serve` and `fleet claim` ran with, kept
-    /// until a group that left the configuration has no claim left, so the controller still
-    /// ends the claims of a group that was removed or renamed (SPEC §4.1).
+    /// Every group that may hold claims: a hash from the name of each group `fleet serve` and
+    /// `fleet claim` ran with to the timings it last ran with, kept until a group that left the
+    /// configuration has no claim left, so the controller still ends the claims of a group that
+    /// was removed or renamed, and collects them on time (SPEC §4.1).
     pub fn groups(&self) -> String {
         format!("{}:groups", self.tag)
     }

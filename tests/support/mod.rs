@@ -207,3 +207,87 @@ pub fn exec(server: &RedisServer) -> fleet::lifecycle::Exec {
         },
     )
 }
+
+/// A connection that loses replies: the first `times` commands whose packed bytes hold every one
+/// of `needles` fail with a timeout, after the server applied them (`applied`) or before it saw
+/// them. It plays a network that drops a reply, which is exactly the ambiguous write.
+#[derive(Clone)]
+pub struct LoseReply<C> {
+    inner: C,
+    rules: std::sync::Arc<std::sync::Mutex<Vec<Rule>>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub needles: Vec<&'static str>,
+    pub times: usize,
+    pub applied: bool,
+}
+
+impl<C> LoseReply<C> {
+    pub fn new(inner: C) -> Self {
+        Self {
+            inner,
+            rules: Default::default(),
+        }
+    }
+
+    pub fn lose(&self, rule: Rule) {
+        self.rules.lock().unwrap().push(rule);
+    }
+
+    /// How many replies are still to be lost.
+    pub fn pending(&self) -> usize {
+        self.rules.lock().unwrap().iter().map(|r| r.times).sum()
+    }
+
+    fn matches(&self, packed: &[u8]) -> Option<bool> {
+        let text = String::from_utf8_lossy(packed);
+        let mut rules = self.rules.lock().unwrap();
+        let rule = rules
+            .iter_mut()
+            .find(|r| r.times > 0 && r.needles.iter().all(|n| text.contains(n)))?;
+        rule.times -= 1;
+        Some(rule.applied)
+    }
+}
+
+fn lost() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the reply was lost (test)",
+    ))
+}
+
+impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for LoseReply<C> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        let rule = self.matches(&cmd.get_packed_command());
+        Box::pin(async move {
+            match rule {
+                None => self.inner.req_packed_command(cmd).await,
+                Some(applied) => {
+                    if applied {
+                        let _ = self.inner.req_packed_command(cmd).await;
+                    }
+                    Err(lost())
+                }
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
