@@ -489,3 +489,134 @@ async fn several_claims_are_created_all_or_none_in_one_round_trip() {
     assert_eq!(counting.trips() - before, 1);
     assert_eq!(s.target(&group()).await.unwrap(), 3);
 }
+
+fn unclaimed_shutdown(at: DateTime<Utc>) -> fleet::domain::operation::SlotOp {
+    fleet::domain::operation::SlotOp {
+        kind: fleet::domain::claim::OperationKind::Shutdown,
+        claim: None,
+        attempt: 0,
+        started_at: at,
+        timeout: Duration::from_secs(60),
+        controller: "ctl".into(),
+        streak: 1,
+        end: None,
+        off_at: None,
+    }
+}
+
+// Issue 10 #1, the race from the controller's side: a pass read no claim on the slot and decides
+// to power its machine off; a request creates a claim before the shutdown is recorded. The
+// record is refused atomically, so nothing is told to power off a machine a live claim wants.
+#[tokio::test]
+async fn a_shutdown_of_an_unclaimed_machine_is_refused_once_a_claim_took_the_slot() {
+    use fleet::store::operations::Unclaimed;
+    let server = server();
+    let s = store(&server).await;
+    assert_eq!(
+        s.record_unclaimed(&group(), &name("bench-02"), &unclaimed_shutdown(now()))
+            .await
+            .unwrap(),
+        Unclaimed::Recorded
+    );
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let c = new_claim("bench-01-a", "bench-01", &seed);
+    assert_eq!(s.create(&c, &seed).await.unwrap(), Created::Created);
+    assert_eq!(
+        s.record_unclaimed(&group(), &name("bench-01"), &unclaimed_shutdown(now()))
+            .await
+            .unwrap(),
+        Unclaimed::Claimed("bench-01-a".into())
+    );
+    let ops = s
+        .read_groups(&[group()])
+        .await
+        .unwrap()
+        .remove(0)
+        .operations;
+    assert!(ops.by_slot[&name("bench-02")].going_down());
+    assert!(
+        !ops.by_slot.contains_key(&name("bench-01")),
+        "nothing recorded"
+    );
+    // A fenced writer that lost the fence records nothing either.
+    let _: () = raw(
+        &server,
+        &["SET", &Keys::default().group(&group()).fence(), "9"],
+    )
+    .await;
+    assert!(matches!(
+        s.fenced("8")
+            .record_unclaimed(&group(), &name("bench-03"), &unclaimed_shutdown(now()))
+            .await,
+        Err(fleet::store::claims::ClaimStoreError::Fenced { .. })
+    ));
+}
+
+// The slot's operation record (SPEC §5.4): an outcome is recorded once and only on its own
+// operation; the machine observed off ends the way down; a record put back never replaces a
+// newer one.
+#[tokio::test]
+async fn an_operation_record_takes_one_outcome_and_is_put_back_only_over_older_ones() {
+    use fleet::domain::claim::OperationOutcome;
+    use fleet::domain::operation::OpEnd;
+    let server = server();
+    let s = store(&server).await;
+    let slot = name("bench-01");
+    let op = unclaimed_shutdown(now());
+    s.record_unclaimed(&group(), &slot, &op).await.unwrap();
+    let end = |outcome| OpEnd {
+        outcome,
+        finished_at: now(),
+        duration_ms: 5,
+        tail: "done".into(),
+    };
+    let earlier = now() - chrono::TimeDelta::seconds(1);
+    assert!(
+        !s.end_operation(&group(), &slot, earlier, &end(OperationOutcome::Failed))
+            .await
+            .unwrap(),
+        "another operation's outcome"
+    );
+    assert!(
+        s.end_operation(&group(), &slot, now(), &end(OperationOutcome::Completed))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.end_operation(&group(), &slot, now(), &end(OperationOutcome::Failed))
+            .await
+            .unwrap(),
+        "recorded once"
+    );
+    let read = |s: ClaimStore<redis::aio::MultiplexedConnection>| async move {
+        s.read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .operations
+            .by_slot[&name("bench-01")]
+            .clone()
+    };
+    let got = read(s.clone()).await;
+    assert_eq!(
+        got.end.as_ref().map(|e| (e.outcome, e.tail.as_str())),
+        Some((OperationOutcome::Completed, "done"))
+    );
+    assert!(got.going_down());
+    assert!(s.observe_off(&group(), &slot, now(), now()).await.unwrap());
+    assert!(!read(s.clone()).await.going_down());
+    // Put back over an older record only.
+    assert!(
+        !s.restore_operation(&group(), &slot, &unclaimed_shutdown(earlier))
+            .await
+            .unwrap()
+    );
+    let later = now() + chrono::TimeDelta::seconds(1);
+    assert!(
+        s.restore_operation(&group(), &slot, &unclaimed_shutdown(later))
+            .await
+            .unwrap()
+    );
+    let got = read(s.clone()).await;
+    assert_eq!((got.started_at, got.end, got.off_at), (later, None, None));
+}

@@ -244,3 +244,41 @@ async fn scale_cycles_through_three_leaders_with_faults_converge() {
 async fn fifty_scale_cycles_through_three_leaders_with_faults() {
     cycles_through_three_leaders(50).await;
 }
+
+// Issue 10 #4: a clean stop (a rolling restart) does not take the startup in flight with it. The
+// old controller killed it (kill_on_drop) and its successor failed the claim StartupJobTimeout,
+// burning an attempt on every restart. Now the operation runs on in its wrapper, which reports
+// its real outcome to the store; the successor records it and the claim goes ready on attempt 1,
+// with the startup run once.
+#[tokio::test]
+async fn a_clean_stop_leaves_the_startup_running_and_the_successor_records_its_outcome() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let go = dir.path().join("ops.go");
+    let config = dir.path().join("fleet.yaml");
+    // The startup waits for the test to let it finish: it is certainly in flight at the stop.
+    let text = yaml(&server, &log).replace(
+        r#"echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; "#,
+        r#"echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; while [ ! -e \"$LOG.go\" ]; do sleep 0.05; done; "#,
+    );
+    assert!(text.contains("while"), "{text}");
+    std::fs::write(&config, text).unwrap();
+    let mut a = start("a", &server, &config);
+    a.log(&["became the leader"]).await;
+    let mut b = start("b", &server, &config);
+    b.log(&["fleet serve started"]).await;
+    fleet(&server, &["claim", "bench-01"]);
+    a.log(&["starting machine"]).await;
+    a.signal("-TERM");
+    let status = bounded("a to stop", a.child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    b.log(&["became the leader"]).await;
+    std::fs::write(&go, "").unwrap();
+    b.log(&["claim moved", "to=ready"]).await;
+    assert_eq!(ops(dir.path(), "startup"), 1, "the startup ran once");
+    let claims: serde_json::Value =
+        serde_json::from_str(&fleet(&server, &["claims", "-o", "json"])).unwrap();
+    assert_eq!(claims[0]["phase"], "ready", "{claims}");
+    assert_eq!(claims[0]["attempt"], 1, "{claims}");
+}

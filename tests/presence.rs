@@ -537,3 +537,149 @@ async fn a_timed_hold_request_lapses_and_the_next_beat_carries_no_hold() {
     .await;
     assert_eq!(left, None, "the beat cleared the lapsed request");
 }
+
+/// Writes `raw` as bench-01's hold request (a foreign writer), beats, and checks the beat carried
+/// it exactly when the reader accepts it, and that the bench never reads DOWN for it.
+async fn carried_by_the_readers_rule(
+    server: &fleet::testing::RedisServer,
+    p: &Presence<redis::aio::MultiplexedConnection>,
+    raw_request: &[u8],
+) {
+    let mut c = conn(server).await;
+    let _: () = redis::cmd("HSET")
+        .arg(Keys::default().hold_requests())
+        .arg("bench-01")
+        .arg(raw_request)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let receipt = p
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let accepted = fleet::store::presence::decode_request(raw_request);
+    let snap = p.read(&[name("bench-01")]).await.unwrap();
+    let row = snap.benches[0].row(snap.now);
+    let shown = String::from_utf8_lossy(raw_request);
+    match &accepted {
+        Some(request) => {
+            assert_eq!(row.state, State::Held, "{shown:?}: {row:?}");
+            assert_eq!(
+                row.hold.as_deref(),
+                Some(request.reason.as_str()),
+                "{shown:?}"
+            );
+            assert_eq!(receipt.refused_request, None, "{shown:?}");
+        }
+        None => {
+            assert_eq!(
+                row.state,
+                State::Up,
+                "{shown:?} made the bench read {row:?}"
+            );
+            assert_eq!(row.error, None, "{shown:?}");
+            assert!(receipt.refused_request.is_some(), "{shown:?}: not reported");
+        }
+    }
+}
+
+// Issue 10 #7: a hold request fleet's own reader refuses (here a 300-character reason written
+// straight into the hash) was carried by the beat, which the reader then rejected whole: a
+// running machine read DOWN. The beat and the reader now share one rule, tested on its edges.
+#[tokio::test]
+async fn a_hold_request_the_reader_refuses_is_not_carried_and_the_bench_stays_up() {
+    let server = server();
+    let p = presence(&server).await;
+    let request = |reason: &str| serde_json::json!({ "reason": reason }).to_string();
+    let mut cases: Vec<Vec<u8>> = [
+        "upgrade".to_owned(),
+        "x".repeat(256),
+        "x".repeat(257),
+        "x".repeat(300),
+        "é".repeat(256),
+        "é".repeat(257),
+        "🚀 rack move".to_owned(),
+        "a\tb".to_owned(),
+        "a\u{85}b".to_owned(),
+        "a\u{7f}b".to_owned(),
+        "\u{a0}\u{3000} ".to_owned(),
+        " ".to_owned(),
+        String::new(),
+        "line\u{2028}separator".to_owned(),
+        " padded ".to_owned(),
+    ]
+    .iter()
+    .map(|r| request(r).into_bytes())
+    .collect();
+    cases.extend(
+        [
+            &br#"{"reason":5}"#[..],
+            b"nonsense",
+            br#"{"reason":"x","until":"soon"}"#,
+            br#"{"reason":"x","until":1.5}"#,
+            br#"{"reason":"x","until":null}"#,
+            br#"{"reason":"x","until":9000000000000000}"#,
+            br#"{"reason":"x","until":99999999999999}"#,
+            b"{\"reason\":\"\xff\xfe\"}",
+            br#"{"reason":"\ud800"}"#,
+            br#"{"reason":"a\u0000b"}"#,
+        ]
+        .map(<[u8]>::to_vec),
+    );
+    for raw_request in &cases {
+        carried_by_the_readers_rule(&server, &p, raw_request).await;
+    }
+}
+
+// The same rule over random reasons: characters drawn from ASCII, controls, white space and
+// multi-byte ranges, lengths around the bound. Seeded (FLEET_HOLD_SEED).
+#[tokio::test]
+async fn random_hold_requests_are_carried_exactly_when_the_reader_accepts_them() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("FLEET_HOLD_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let server = server();
+    let p = presence(&server).await;
+    let pools: [&[char]; 4] = [
+        &['a', 'Z', '0', '-', ' ', '.'],
+        &['\t', '\n', '\u{0}', '\u{1b}', '\u{7f}', '\u{85}', '\u{9f}'],
+        &[
+            '\u{a0}', '\u{2000}', '\u{200a}', '\u{3000}', '\u{2028}', '\u{feff}',
+        ],
+        &['é', 'ß', '中', '🚀', '\u{10ffff}', '\u{e000}'],
+    ];
+    for _ in 0..300 {
+        let len = *[0usize, 1, 2, 255, 256, 257, 40]
+            .get(rng.random_range(0..7))
+            .unwrap();
+        let weights = [
+            rng.random_range(0..10),
+            rng.random_range(0..2),
+            rng.random_range(0..4),
+            rng.random_range(0..5),
+        ];
+        let reason: String = (0..len)
+            .map(|_| {
+                let total: u32 = weights.iter().sum::<u32>().max(1);
+                let mut pick = rng.random_range(0..total);
+                let pool = weights
+                    .iter()
+                    .position(|w| {
+                        if pick < *w {
+                            true
+                        } else {
+                            pick -= w;
+                            false
+                        }
+                    })
+                    .unwrap_or(0);
+                pools[pool][rng.random_range(0..pools[pool].len())]
+            })
+            .collect();
+        let raw_request = serde_json::json!({ "reason": reason }).to_string();
+        carried_by_the_readers_rule(&server, &p, raw_request.as_bytes()).await;
+    }
+}

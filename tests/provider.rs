@@ -1163,3 +1163,90 @@ async fn losing_the_leadership_closes_the_connections_so_the_client_dials_again(
         .unwrap()
         .unwrap();
 }
+
+// Issue 10 #1, the provider's side: a slot whose machine fleet told to power off and has not
+// seen off yet is not free. NodeGroups does not count it, IncreaseSize says why it cannot have
+// it (the old code offered it, and the new claim went ready on the dying machine), and the slot
+// is offered again once the machine is observed off.
+#[tokio::test]
+async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() {
+    let server = server();
+    let mut c = provider(&server).await;
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let group = GroupName::parse("pool-a").unwrap();
+    let now = store.now().await.unwrap();
+    for slot in ["bench-01", "bench-02"] {
+        let op = fleet::domain::operation::SlotOp {
+            kind: fleet::domain::claim::OperationKind::Shutdown,
+            claim: None,
+            attempt: 0,
+            started_at: fleet::domain::operation::stamp(now),
+            timeout: std::time::Duration::from_secs(300),
+            controller: "ctl".into(),
+            streak: 1,
+            end: None,
+            off_at: None,
+        };
+        store
+            .record_unclaimed(&group, &name(slot), &op)
+            .await
+            .unwrap();
+    }
+    let max = |groups: Vec<NodeGroup>| groups.iter().find(|g| g.id == "pool-a").unwrap().max_size;
+    let groups = c
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(max(groups.node_groups), 1, "only bench-03 is free");
+    let refused = c
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            id: "pool-a".into(),
+            delta: 2,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("2 still powering off"),
+        "{}",
+        refused.message()
+    );
+    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        id: "pool-a".into(),
+        delta: 1,
+    })
+    .await
+    .unwrap();
+    let claims = store
+        .read_groups(&[group.clone()])
+        .await
+        .unwrap()
+        .remove(0)
+        .claims;
+    assert_eq!(
+        claims
+            .iter()
+            .map(|c| c.slot.to_string())
+            .collect::<Vec<_>>(),
+        ["bench-03"]
+    );
+    // bench-01 observed off: offered again.
+    let ops = store
+        .read_groups(&[group.clone()])
+        .await
+        .unwrap()
+        .remove(0)
+        .operations;
+    let started = ops.by_slot[&name("bench-01")].started_at;
+    store
+        .observe_off(&group, &name("bench-01"), started, now)
+        .await
+        .unwrap();
+    let groups = c
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(max(groups.node_groups), 2);
+}

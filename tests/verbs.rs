@@ -289,3 +289,39 @@ async fn reset_shutdown_attempts_restarts_the_streak() {
         0
     );
 }
+
+// Issue 10 #1: `fleet claim` refuses a slot whose machine fleet told to power off and has not
+// seen off yet, saying when the shutdown fired and what to wait for; once the machine is
+// observed off, the claim is taken.
+#[tokio::test]
+async fn claim_refuses_a_slot_whose_machine_is_powering_off() {
+    let (server, mut ctl) = setup().await;
+    // bench-02 is on and no claim wants it: the controller powers it off. The store's record
+    // says so until a pass sees the machine off.
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let group = fleet::domain::name::GroupName::parse("pool-a").unwrap();
+    let now = store.now().await.unwrap();
+    let op = fleet::domain::operation::SlotOp {
+        kind: fleet::domain::claim::OperationKind::Shutdown,
+        claim: None,
+        attempt: 0,
+        started_at: fleet::domain::operation::stamp(now),
+        timeout: std::time::Duration::from_secs(300),
+        controller: "ctl".into(),
+        streak: 1,
+        end: None,
+        off_at: None,
+    };
+    store
+        .record_unclaimed(&group, &name("bench-02"), &op)
+        .await
+        .unwrap();
+    let (out, code) = run(&server, &["claim", "bench-02"]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("bench-02 is powering off"), "{out}");
+    assert!(out.contains("`fleet state bench-02` reads DOWN"), "{out}");
+    // A pass sees the machine off (it never beat): the slot is free again.
+    settle(&mut ctl).await;
+    let (out, code) = run(&server, &["claim", "bench-02"]).await;
+    assert_eq!(code, 0, "{out}");
+}

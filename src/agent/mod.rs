@@ -72,6 +72,8 @@ impl Agent {
         let name = self.config.name.clone();
         info!(bench = %name, interval = ?self.config.interval, ttl = ?self.config.ttl, redis = %self.endpoint.redacted(), "agent started");
         let mut carried: Option<String> = None;
+        // The last refused hold request: said once, not on every beat.
+        let mut refused: Option<String> = None;
         loop {
             let outcome = match &presence {
                 Some(p) => p
@@ -97,6 +99,12 @@ impl Agent {
                         info!(bench = %name, failures, "beat restored");
                     }
                     failures = 0;
+                    if let Some(why) = &receipt.refused_request
+                        && refused.as_ref() != Some(why)
+                    {
+                        warn!(bench = %name, error = why.as_str(), "the hold request was not carried; withdraw it with `fleet release` and ask again");
+                    }
+                    refused.clone_from(&receipt.refused_request);
                     if receipt.hold != carried {
                         match &receipt.hold {
                             Some(hold) => info!(bench = %name, hold, "holding"),

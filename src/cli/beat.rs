@@ -59,6 +59,13 @@ impl Args {
             )?,
             None => writeln!(out, "{}: beat written, ttl {ttl}", beat.name)?,
         }
+        if let Some(why) = receipt.refused_request {
+            eprintln!(
+                "warning: the hold request for {name} was not carried: {why}; withdraw it with \
+                 `fleet release {name}` and ask again with `fleet hold`",
+                name = beat.name
+            );
+        }
         Ok(())
     }
 }

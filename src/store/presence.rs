@@ -98,6 +98,10 @@ pub struct Receipt {
     pub at: DateTime<Utc>,
     /// The hold the beat carried (explicit, or the operator's request).
     pub hold: Option<String>,
+    /// Why the bench's hold request was not carried: it breaks the rule the reader holds it to
+    /// (SPEC §2.4), so carrying it would make the bench read DOWN. `None` when there was none to
+    /// refuse.
+    pub refused_request: Option<String>,
 }
 
 /// The fleet as one read saw it: every bench, sorted by name, and the server's time of the read.
@@ -190,7 +194,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.registry_version(),
         ];
         let mut conn = self.conn.clone();
-        let (at_ms, hold): (i64, Option<String>) = eval(BEAT, &keys)
+        let (at_ms, hold, refused): (i64, Option<String>, String) = eval(BEAT, &keys)
             .arg(beat.name.as_str())
             .arg(ttl_ms)
             .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
@@ -205,6 +209,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         Ok(Receipt {
             at: DateTime::from_timestamp_millis(at_ms).unwrap_or_default(),
             hold,
+            refused_request: (!refused.is_empty()).then_some(refused),
         })
     }
 
@@ -496,14 +501,21 @@ fn decode_beat(bytes: &[u8]) -> (Reading, Option<f64>, Option<u32>) {
     (Reading::Beat(key), load, wire.cores)
 }
 
+/// The largest lapse time a hold request may name, in ms either side of the epoch; the beat
+/// script holds requests to the same bound.
+const MAX_UNTIL_MS: i64 = 8_000_000_000_000_000;
+
 /// Decodes one hold request; one that is not a valid request (a foreign write) is no request:
-/// it is an operator's ask, never the bench's word, and trusting garbage would hold a bench.
-fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
+/// it is an operator's ask, never the bench's word, and trusting garbage would hold a bench. The
+/// beat script (`lua/beat.lua`) carries a request by the same rule, so a bench never carries a
+/// hold that would make its own beat unreadable.
+pub fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
     let wire: WireRequest = serde_json::from_slice(bytes).ok()?;
     Some(HoldRequest {
         reason: Reason::parse(&wire.reason).ok()?,
         until: match wire.until {
             None => None,
+            Some(ms) if ms.abs() > MAX_UNTIL_MS => return None,
             Some(ms) => Some(DateTime::from_timestamp_millis(ms)?),
         },
     })

@@ -11,17 +11,80 @@
 -- of 0 expires at once: the key is deleted, since a deadline of now is no expiry to set. With no
 -- explicit hold, the beat carries the operator's hold request while it has not lapsed, so HELD
 -- always means the bench said it.
+--
+-- A request is carried only when the reader would accept it (the rule of
+-- `store::presence::decode_request` and `domain::name::Reason::parse`, kept the same here and
+-- tested against it): a reason of 1 to 256 characters of valid UTF-8, no control character, not
+-- all white space; a lapse, if any, a whole number of ms within ±8e15. A request that breaks it
+-- (a foreign write) is not carried, so it cannot make a running bench read DOWN; the beat
+-- reports it instead.
+--
+-- Returns { now, the hold carried (nil for none), why a request was not carried ('' if none) }.
+
+-- White space that is not a control character (Unicode White_Space, as Rust's
+-- char::is_whitespace; the control ones are refused before).
+local space = {
+  [0x20] = true, [0xA0] = true, [0x1680] = true, [0x2028] = true, [0x2029] = true,
+  [0x202F] = true, [0x205F] = true, [0x3000] = true,
+}
+for cp = 0x2000, 0x200A do space[cp] = true end
+
+local function reason_ok(s)
+  if type(s) ~= 'string' then return false, 'the reason is not text' end
+  local i, len, n, blank = 1, #s, 0, true
+  while i <= len do
+    local c = s:byte(i)
+    local cp, size
+    if c < 0x80 then cp, size = c, 1
+    elseif c >= 0xC2 and c <= 0xDF then cp, size = c - 0xC0, 2
+    elseif c >= 0xE0 and c <= 0xEF then cp, size = c - 0xE0, 3
+    elseif c >= 0xF0 and c <= 0xF4 then cp, size = c - 0xF0, 4
+    else return false, 'the reason is not UTF-8' end
+    if i + size - 1 > len then return false, 'the reason is not UTF-8' end
+    for k = i + 1, i + size - 1 do
+      local b = s:byte(k)
+      if b < 0x80 or b > 0xBF then return false, 'the reason is not UTF-8' end
+      cp = cp * 64 + (b - 0x80)
+    end
+    if (size == 3 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF)))
+      or (size == 4 and (cp < 0x10000 or cp > 0x10FFFF)) then
+      return false, 'the reason is not UTF-8'
+    end
+    if cp < 0x20 or (cp >= 0x7F and cp <= 0x9F) then
+      return false, 'the reason has a control character'
+    end
+    if not (space[cp] or false) then blank = false end
+    n = n + 1
+    i = i + size
+  end
+  if blank then return false, 'the reason is empty' end
+  if n > 256 then return false, 'the reason is longer than 256 characters' end
+  return true, ''
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local hold = ARGV[3]
+local ignored = ''
 if hold == '' then
   hold = false
   local raw = redis.call('HGET', KEYS[2], ARGV[1])
   if raw then
     local ok, request = pcall(cjson.decode, raw)
-    if ok and type(request) == 'table' and type(request.reason) == 'string' then
-      if type(request['until']) == 'number' and request['until'] <= now then
+    if not ok or type(request) ~= 'table' then
+      ignored = 'the hold request is not a request'
+    else
+      local valid, why = reason_ok(request.reason)
+      local lapse = request['until']
+      if lapse == cjson.null then lapse = nil end
+      if valid and lapse ~= nil and (type(lapse) ~= 'number' or lapse ~= math.floor(lapse)
+          or lapse > 8e15 or lapse < -8e15) then
+        valid, why = false, 'the lapse is not a time'
+      end
+      if not valid then
+        ignored = why
+      elseif lapse ~= nil and lapse <= now then
         redis.call('HDEL', KEYS[2], ARGV[1])
       else
         hold = request.reason
@@ -43,4 +106,4 @@ else
   if ARGV[5] ~= '' then beat.cores = tonumber(ARGV[5]) end
   redis.call('SET', KEYS[1], cjson.encode(beat), 'PXAT', now + ttl)
 end
-return { now, hold }
+return { now, hold, ignored }
