@@ -1219,7 +1219,7 @@ async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() 
     .await
     .unwrap();
     let claims = store
-        .read_groups(&[group.clone()])
+        .read_groups(std::slice::from_ref(&group))
         .await
         .unwrap()
         .remove(0)
@@ -1233,7 +1233,7 @@ async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() 
     );
     // bench-01 observed off: offered again.
     let ops = store
-        .read_groups(&[group.clone()])
+        .read_groups(std::slice::from_ref(&group))
         .await
         .unwrap()
         .remove(0)
