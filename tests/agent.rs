@@ -187,7 +187,7 @@ async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
             "agent",
             "bench-01",
             "--interval",
-            "50ms",
+            "100ms",
         ])
         .env("FLEET_LOG", "debug")
         .stderr(std::process::Stdio::piped())

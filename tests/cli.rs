@@ -174,7 +174,7 @@ async fn watch_redraws_until_shutdown() {
         "-o",
         "json",
         "--interval",
-        "10ms",
+        "100ms",
     ])
     .unwrap();
     let shutdown = CancellationToken::new();
@@ -427,5 +427,88 @@ fn a_bench_whose_clock_is_an_hour_off_still_reads_correctly() {
         assert_eq!(rows[0]["state"], "UP", "clock {offset}");
         let left = rows[0]["expires_in_ms"].as_u64().unwrap();
         assert!((25_000..=30_000).contains(&left), "clock {offset}: {left}");
+    }
+}
+
+// Issue 10 #8: durations past any range panicked (exit 101) or made a controller that never led.
+// Every duration has a range and is exit 2 outside it; the lease must outlast a pass.
+#[test]
+fn durations_outside_their_range_are_usage_errors() {
+    for args in [
+        &["agent", "bench-01", "--interval", "7000000000000000000s"][..],
+        &["--timeout", "10000000000000000000s", "live"],
+        &[
+            "serve",
+            "--config",
+            "/nonexistent.yaml",
+            "--interval",
+            "5000000000000000000s",
+        ],
+        &[
+            "serve",
+            "--config",
+            "/nonexistent.yaml",
+            "--lease",
+            "5000000000000000000s",
+        ],
+        &["agent", "bench-01", "--ttl", "31days"],
+        &["state", "--watch", "--interval", "0s"],
+        &["hold", "bench-01", "--reason", "x", "--for", "400days"],
+        &[
+            "serve",
+            "--config",
+            "/nonexistent.yaml",
+            "--blind-grace",
+            "2h",
+        ],
+        &["autoscaler", "--grpc-timeout", "2h", "groups"],
+    ] {
+        let o = fleet(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("it must be from"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = fleet(
+        &[
+            "serve",
+            "--config",
+            "/nonexistent.yaml",
+            "--interval",
+            "2s",
+            "--lease",
+            "2s",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--lease 2s must be longer than --interval 2s"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// Issue 10 #9: the password in a unix URL's query, or one with an unescaped `/`, was printed
+// whole in errors.
+#[test]
+fn no_form_of_redis_url_prints_its_password() {
+    for url in [
+        "redis+unix:///nonexistent/redis.sock?pass=hunter2",
+        "redis+unix:///nonexistent/redis.sock?db=0&pass=hunter2",
+        "redis://user:hun/ter2@127.0.0.1:1",
+        "redis://user:hun?ter2@127.0.0.1:1",
+        "redis://user:hunter2@127.0.0.1:notaport",
+        "user:hunter2@nowhere",
+    ] {
+        let o = fleet(&["--redis", url, "--timeout", "300ms", "live"], &[]);
+        assert_ne!(o.status.code(), Some(0), "{url}");
+        let err = stderr(&o);
+        for secret in ["hunter2", "hun/ter2", "hun?ter2", "ter2"] {
+            assert!(!err.contains(secret), "{url}: {err}");
+        }
+        assert!(err.contains("***"), "{url}: {err}");
     }
 }

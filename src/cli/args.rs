@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::store::keys::Keys;
+use crate::store::presence::MAX_TTL;
 
 /// A duration like `30s`, `1500ms`, `12m10s` or `1h`; `0` alone is zero.
 pub fn duration(text: &str) -> Result<Duration, String> {
@@ -14,14 +15,76 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     })
 }
 
-/// A duration that must be longer than zero.
-pub fn positive_duration(text: &str) -> Result<Duration, String> {
-    match duration(text)? {
-        Duration::ZERO => Err(format!(
-            "invalid duration {text:?}: it must be longer than zero"
-        )),
-        d => Ok(d),
+/// A duration within `[min, max]`: every duration flag has a documented range (SPEC §2.6), so no
+/// value can overflow the arithmetic fleet does with it (`3 × --interval`, an instant plus a
+/// timeout) or wait for centuries.
+fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = duration(text)?;
+    if d < min || d > max {
+        let why = if d.is_zero() {
+            " (longer than zero)"
+        } else if max == MAX_TTL {
+            " (the longest promise a beat may make)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "invalid duration {text:?}: it must be from {} to {}{why}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ));
     }
+    Ok(d)
+}
+
+const MS: Duration = Duration::from_millis(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(60 * 60);
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A bound on one call (to Redis, to the provider): 1ms to 1h.
+pub fn call_timeout(text: &str) -> Result<Duration, String> {
+    within(text, MS, HOUR)
+}
+
+/// How often an agent beats: 100ms to 1 day.
+pub fn beat_interval(text: &str) -> Result<Duration, String> {
+    within(text, Duration::from_millis(100), DAY)
+}
+
+/// The TTL of one beat: 0 (DOWN at once) to 30 days.
+pub fn ttl(text: &str) -> Result<Duration, String> {
+    within(text, Duration::ZERO, MAX_TTL)
+}
+
+/// A TTL that counts: 1ms to 30 days.
+pub fn positive_ttl(text: &str) -> Result<Duration, String> {
+    within(text, MS, MAX_TTL)
+}
+
+/// How often a view redraws: 100ms to 1h.
+pub fn watch_interval(text: &str) -> Result<Duration, String> {
+    within(text, Duration::from_millis(100), HOUR)
+}
+
+/// How long a hold request lasts: 1ms to 365 days.
+pub fn hold_for(text: &str) -> Result<Duration, String> {
+    within(text, MS, 365 * DAY)
+}
+
+/// How often the controller passes over every slot: 10ms to 10m.
+pub fn pass_interval(text: &str) -> Result<Duration, String> {
+    within(text, Duration::from_millis(10), 10 * MINUTE)
+}
+
+/// The leader lease: 100ms to 10m (and longer than the pass interval: `fleet serve` checks).
+pub fn lease(text: &str) -> Result<Duration, String> {
+    within(text, Duration::from_millis(100), 10 * MINUTE)
+}
+
+/// A grace (the stop's wait, the blind grace): 0 to 1h.
+pub fn grace(text: &str) -> Result<Duration, String> {
+    within(text, Duration::ZERO, HOUR)
 }
 
 /// A key prefix (see `Keys::new`).
@@ -65,11 +128,32 @@ mod tests {
             let err = duration(bad).unwrap_err();
             assert!(err.contains("like 30s"), "{bad:?}: {err}");
         }
-        assert!(
-            positive_duration("0s")
-                .unwrap_err()
-                .contains("longer than zero")
-        );
+    }
+
+    // Issue 10 #8: values past any range panicked (`3 × interval` overflowed) or never led.
+    #[test]
+    fn every_bounded_duration_refuses_what_is_outside_its_range() {
+        type Parser = fn(&str) -> Result<Duration, String>;
+        let huge = "10000000000000000000s";
+        let cases: [(Parser, &str, &str, &str); 9] = [
+            (call_timeout, "1ms", "1h", "0"),
+            (beat_interval, "100ms", "1day", "99ms"),
+            (ttl, "0", "30days", "31days"),
+            (positive_ttl, "1ms", "30days", "0"),
+            (watch_interval, "100ms", "1h", "2h"),
+            (hold_for, "1ms", "365days", "366days"),
+            (pass_interval, "10ms", "10m", "5000000000000000000s"),
+            (lease, "100ms", "10m", "11m"),
+            (grace, "0", "1h", "61m"),
+        ];
+        for (parse, low, high, out) in cases {
+            assert!(parse(low).is_ok(), "{low}");
+            assert!(parse(high).is_ok(), "{high}");
+            for bad in [out, huge] {
+                let err = parse(bad).unwrap_err();
+                assert!(err.contains("it must be from"), "{bad}: {err}");
+            }
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long, env = "FLEET_CLIENT_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
     /// Each call's deadline, as CA's `grpc_timeout`.
-    #[arg(long, default_value = "5s", value_parser = args::positive_duration, global = true)]
+    #[arg(long, default_value = "5s", value_parser = args::call_timeout, global = true)]
     pub grpc_timeout: Duration,
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table, global = true)]
     pub format: ViewFormat,

@@ -13,7 +13,7 @@ pub struct Args {
     /// The bench (an RFC 1123 name, like a Kubernetes node name).
     pub name: BenchName,
     /// How long this beat counts; 0 reads DOWN at once.
-    #[arg(long, default_value = "30s", value_parser = args::duration)]
+    #[arg(long, default_value = "30s", value_parser = args::ttl)]
     pub ttl: Duration,
     /// Hold: the bench is there and takes no work, until the key expires.
     #[arg(long)]

@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(long)]
     pub reason: Reason,
     /// Let the request lapse by itself after this long.
-    #[arg(long = "for", value_parser = args::positive_duration)]
+    #[arg(long = "for", value_parser = args::hold_for)]
     pub for_: Option<Duration>,
 }
 

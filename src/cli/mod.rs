@@ -63,7 +63,7 @@ pub struct Global {
           value_parser = args::prefix, global = true)]
     pub prefix: Keys,
     /// Bound on connecting to Redis and on every call (like 2s, 1500ms).
-    #[arg(long, env = "FLEET_TIMEOUT", default_value = "2s", value_parser = args::positive_duration,
+    #[arg(long, env = "FLEET_TIMEOUT", default_value = "2s", value_parser = args::call_timeout,
           global = true)]
     pub timeout: Duration,
     /// Log format on stderr.

@@ -38,22 +38,22 @@ pub struct Args {
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
     /// How often a pass runs over every slot (presence is re-read each pass).
-    #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::positive_duration)]
+    #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::pass_interval)]
     pub interval: Duration,
     /// How long a stop waits for the operations in flight to end. They are never killed by a
     /// stop: each runs in a process of its own and reports its outcome to the store, where the
     /// next leader reads it.
-    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "0s", value_parser = args::duration)]
+    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "0s", value_parser = args::grace)]
     pub grace: Duration,
     /// The leader lease: a leader that dies is replaced within one lease.
-    #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::positive_duration)]
+    #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::lease)]
     pub lease: Duration,
     /// This process's name in the lease (default: host name and process id).
     #[arg(long, env = "FLEET_HOLDER")]
     pub holder: Option<String>,
     /// How long the controller stays blind after sight returns (one bench TTL plus one beat
     /// interval).
-    #[arg(long, env = "FLEET_BLIND_GRACE", default_value = "40s", value_parser = args::duration)]
+    #[arg(long, env = "FLEET_BLIND_GRACE", default_value = "40s", value_parser = args::grace)]
     pub blind_grace: Duration,
     /// The share of the machines that were on whose vanishing in one pass makes the controller
     /// blind (and at least two).
@@ -136,6 +136,16 @@ fn config_error(e: ConfigError) -> Error {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        if self.lease <= self.interval {
+            return Err(Error::usage(format!(
+                "--lease {} must be longer than --interval {}: the leader renews its lease once a \
+                 pass, so a lease no longer than a pass lapses between renewals; use at least \
+                 --lease {}",
+                humantime::format_duration(self.lease),
+                humantime::format_duration(self.interval),
+                humantime::format_duration(self.interval * 2)
+            )));
+        }
         let config = config::load(&self.config).map_err(config_error)?;
         let tls_files = TlsFiles {
             cert: self.tls_cert.clone(),

@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(short, long)]
     pub watch: bool,
     /// How often `--watch` redraws.
-    #[arg(long, default_value = "1s", value_parser = args::positive_duration)]
+    #[arg(long, default_value = "1s", value_parser = args::watch_interval)]
     pub interval: Duration,
 }
 

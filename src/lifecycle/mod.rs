@@ -93,8 +93,9 @@ pub trait Runner: Send + Sync + 'static {
 }
 
 /// Where the wrapper reports an operation's outcome, so a controller that did not start it (a
-/// successor, or the same one restarted) reads it from the store.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// successor, or the same one restarted) reads it from the store. Its `Debug` never shows the URL,
+/// which may hold a password.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReportTo {
     /// The Redis URL (with its credentials: the job travels on the wrapper's stdin, never in its
     /// arguments or environment).
@@ -102,6 +103,17 @@ pub struct ReportTo {
     pub ca_file: Option<PathBuf>,
     pub timeout: Duration,
     pub prefix: String,
+}
+
+impl std::fmt::Debug for ReportTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReportTo")
+            .field("url", &"<redacted>")
+            .field("ca_file", &self.ca_file)
+            .field("timeout", &self.timeout)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 /// What the controller hands the wrapper on its stdin.

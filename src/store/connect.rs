@@ -12,8 +12,8 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 /// The default Redis URL.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
-/// Where Redis is and how long a call may take.
-#[derive(Clone, Debug)]
+/// Where Redis is and how long a call may take. Its `Debug` shows the URL redacted.
+#[derive(Clone)]
 pub struct Endpoint {
     pub url: String,
     /// The bound on connecting and on every call.
@@ -55,6 +55,16 @@ impl ConnectError {
     /// Whether the error is the caller's input (exit 2) rather than the world (exit 1).
     pub fn is_invalid_input(&self) -> bool {
         matches!(self, ConnectError::InvalidUrl { .. })
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.redacted())
+            .field("timeout", &self.timeout)
+            .field("ca_file", &self.ca_file)
+            .finish()
     }
 }
 
@@ -153,30 +163,100 @@ fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Replaces the password of a URL's user info with `***`.
+/// The query parameters that carry a password (redis-rs reads `pass` from a `redis+unix://`
+/// URL's query).
+const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+
+/// Replaces every password a Redis URL can carry with `***`, in every form fleet accepts (SPEC
+/// §2.7): the user info of a network URL (`user:password@`, or a bare `password@`), wherever its
+/// last `@` is, so an unescaped `/`, `?` or `@` in the password hides nothing; and the `pass` or
+/// `password` query parameter of any URL (a unix socket's included). Text that is not a URL at
+/// all is treated the same way. Masking too much is safe; too little is a leak.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
+    // A unix socket URL has no user info: its path may hold an `@`.
+    let unix = scheme.is_some_and(|s| s.ends_with("unix"));
+    let rest = match rest.rfind('@') {
+        Some(at) if !unix => {
+            let userinfo = &rest[..at];
+            let masked = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_owned(),
             };
-            format!("{scheme}://{masked}@{host}{path}")
+            format!("{masked}@{}", &rest[at + 1..])
         }
-        None => url.to_owned(),
+        _ => rest.to_owned(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _))
+                        if SECRET_PARAMS.contains(&key.to_ascii_lowercase().as_str()) =>
+                    {
+                        format!("{key}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => rest,
+    };
+    match scheme {
+        Some(scheme) => format!("{scheme}://{rest}"),
+        None => rest,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 10 #9: a password in a unix URL's query, or one with an unescaped `/`, was printed
+    // whole. One rule for every form.
+    #[test]
+    fn every_form_of_password_is_redacted() {
+        for (url, want) in [
+            ("redis://u:pa/ss@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://u:pa?ss@h:1/0", "redis://u:***@h:1/0"),
+            ("redis://u:p@ss@h:1", "redis://u:***@h:1"),
+            ("rediss://u:p#s@h:1", "rediss://u:***@h:1"),
+            (
+                "redis+unix:///tmp/r.sock?pass=hunter2",
+                "redis+unix:///tmp/r.sock?pass=***",
+            ),
+            (
+                "redis+unix:///tmp/r.sock?db=1&pass=hunter2&user=u",
+                "redis+unix:///tmp/r.sock?db=1&pass=***&user=u",
+            ),
+            (
+                "unix:///tmp/r@1.sock?password=x",
+                "unix:///tmp/r@1.sock?password=***",
+            ),
+            ("redis://h:1/0?PASS=x", "redis://h:1/0?PASS=***"),
+            ("u:secret@h", "u:***@h"),
+            (
+                "redis+sentinel://u:p/w@h1:1,h2:2/master",
+                "redis+sentinel://u:***@h1:1,h2:2/master",
+            ),
+        ] {
+            let got = redact(url);
+            assert_eq!(got, want, "{url}");
+            for secret in [
+                "pa/ss", "pa?ss", "p@ss", "hunter2", "=x", "secret", "p/w", "p#s",
+            ] {
+                assert!(!got.contains(secret), "{url} -> {got}");
+            }
+        }
+        // What an endpoint shows of itself is redacted too.
+        let e = Endpoint::new("redis://u:hunter2@h:1", Duration::from_secs(1));
+        assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
+    }
 
     #[test]
     fn passwords_never_reach_a_message() {
