@@ -152,7 +152,11 @@ async fn the_outcome_reaches_the_store_when_nobody_waits_for_it() {
     running.abort();
     let end = bounded("the outcome in the store", async {
         loop {
-            let read = store.read_groups(std::slice::from_ref(&group)).await.unwrap().remove(0);
+            let read = store
+                .read_groups(std::slice::from_ref(&group))
+                .await
+                .unwrap()
+                .remove(0);
             if let Some(end) = read.operations.by_slot[&name("bench-01")].end.clone() {
                 return end;
             }
