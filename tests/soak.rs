@@ -26,7 +26,6 @@ use fleet::domain::name::{BenchName, GroupName};
 use fleet::domain::operation::SlotOp;
 use fleet::domain::state::State;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::instance_status::InstanceState;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
