@@ -512,3 +512,34 @@ fn no_form_of_redis_url_prints_its_password() {
         assert!(err.contains("***"), "{url}: {err}");
     }
 }
+
+// Issue 11 #6: `--help` printed `[env: FLEET_REDIS_URL=redis://:s3cret@…]`. No help text shows the
+// value of a variable that may hold a secret: every verb's help, with secrets in the environment.
+#[test]
+fn no_help_text_shows_a_secret_from_the_environment() {
+    use clap::CommandFactory;
+    fn paths(cmd: &clap::Command, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        out.push(prefix.clone());
+        for sub in cmd.get_subcommands() {
+            let mut p = prefix.clone();
+            p.push(sub.get_name().to_owned());
+            paths(sub, p, out);
+        }
+    }
+    let mut all = Vec::new();
+    paths(&fleet::cli::Cli::command(), Vec::new(), &mut all);
+    assert!(all.len() > 20, "{all:?}");
+    for path in all {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(&path)
+            .arg("--help")
+            .env("FLEET_REDIS_URL", "redis://admin:s3cret@10.0.0.1:6379")
+            .env("FLEET_CLIENT_TLS_KEY", "/etc/fleet/s3cret-key.pem")
+            .env("FLEET_TLS_KEY", "/etc/fleet/s3cret-key.pem")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{path:?}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(!text.contains("s3cret"), "{path:?} --help shows a secret:\n{text}");
+    }
+}

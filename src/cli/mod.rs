@@ -53,7 +53,9 @@ pub struct Cli {
 pub struct Global {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss://... (TLS) or
     /// redis+unix:///path/to/redis.sock.
-    #[arg(long = "redis", env = "FLEET_REDIS_URL", default_value = DEFAULT_URL, global = true)]
+    // The URL may hold a password: help shows the variable's name, never its value.
+    #[arg(long = "redis", env = "FLEET_REDIS_URL", default_value = DEFAULT_URL, global = true,
+          hide_env_values = true)]
     pub redis: String,
     /// PEM file of the CA that signed the Redis server's certificate (for rediss://).
     #[arg(long, env = "FLEET_REDIS_CA", global = true)]

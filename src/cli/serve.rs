@@ -66,7 +66,7 @@ pub struct Args {
     #[arg(long, env = "FLEET_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(long, env = "FLEET_TLS_KEY")]
+    #[arg(long, env = "FLEET_TLS_KEY", hide_env_values = true)]
     pub tls_key: Option<PathBuf>,
     /// The CA that signs the clients' certificates (PEM): every client must present one (mTLS).
     #[arg(long, env = "FLEET_TLS_CLIENT_CA")]
