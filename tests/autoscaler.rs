@@ -51,11 +51,12 @@ async fn start(server: &RedisServer, config: &Path, extra: &[&str]) -> (Serve, S
         "127.0.0.1:0",
         "--interval",
         "100ms",
-        "--blind-grace",
-        "0s",
         "--lease",
         "1s",
     ];
+    if !extra.contains(&"--blind-grace") {
+        args.extend(["--blind-grace", "0s"]);
+    }
     args.extend_from_slice(extra);
     let mut serve = Serve::start("serve", server, config, &args);
     let line = serve.log(&["fleet serve started"]).await;
@@ -583,4 +584,86 @@ fn bad_tls_flags_are_usage_errors_naming_the_flag() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(words), "{flags:?}: {err}");
     }
+}
+
+// Issue 11 #1: a scale-down blinded the controller. Deleting every machine of a group in one call
+// made them all go dark in one pass, the mass-vanishing rule fired (`vanished=4 on=4`), and for
+// the blind grace nothing booted. Machines fleet itself powers off do not count: no blindness, and
+// a claim made right after boots at once.
+#[tokio::test]
+async fn scaling_a_group_to_zero_in_one_call_does_not_blind_the_controller() {
+    let server = server();
+    // An existing store: the first start is not blind (an empty one is, for the grace, by design).
+    let _: () = raw(
+        &server,
+        &[
+            "SET",
+            &fleet::store::keys::Keys::default().generation(),
+            "kept",
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    let four = yaml(&server)
+        .replace("min_size: 1", "min_size: 0")
+        .replace("max_size: 3", "max_size: 4")
+        .replace(r#"[ \"$FLEET_SLOT\" != l-01 ] || exit 3; "#, "")
+        .replace(
+            "  - { name: l-03, group: loop }\n",
+            "  - { name: l-03, group: loop }\n  - { name: l-04, group: loop }\n",
+        );
+    assert!(four.contains("l-04") && !four.contains("exit 3"), "{four}");
+    std::fs::write(&path, four).unwrap();
+    // A grace longer than any wait below: a blind controller would fail the test.
+    let (mut serve, addr, _) = start(&server, &path, &["--blind-grace", "60s"]).await;
+    let mut c = client(&addr).await;
+    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        delta: 4,
+        id: "loop".into(),
+    })
+    .await
+    .unwrap();
+    let ready = [
+        &["to=ready", "l-01"][..],
+        &["to=ready", "l-02"],
+        &["to=ready", "l-03"],
+        &["to=ready", "l-04"],
+    ];
+    serve.logs(&ready).await;
+    let nodes = (1..=4)
+        .map(|i| ExternalGrpcNode {
+            provider_id: format!("fleet://l-0{i}"),
+            ..Default::default()
+        })
+        .collect();
+    c.node_group_delete_nodes(NodeGroupDeleteNodesRequest {
+        id: "loop".into(),
+        nodes,
+    })
+    .await
+    .unwrap();
+    let done = [
+        &["to=completed", "l-01"][..],
+        &["to=completed", "l-02"],
+        &["to=completed", "l-03"],
+        &["to=completed", "l-04"],
+    ];
+    serve.logs(&done).await;
+    // Right after: a new claim boots without waiting for any grace.
+    c.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        delta: 1,
+        id: "loop".into(),
+    })
+    .await
+    .unwrap();
+    let line = serve.log(&["to=ready"]).await;
+    assert!(line.contains("l-0"), "{line}");
+    let logged = serve.stop().await;
+    assert!(
+        !logged
+            .iter()
+            .any(|l| l.contains("vanished") || l.contains("blind")),
+        "{logged:#?}"
+    );
 }

@@ -540,6 +540,9 @@ fn no_help_text_shows_a_secret_from_the_environment() {
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{path:?}");
         let text = String::from_utf8_lossy(&o.stdout);
-        assert!(!text.contains("s3cret"), "{path:?} --help shows a secret:\n{text}");
+        assert!(
+            !text.contains("s3cret"),
+            "{path:?} --help shows a secret:\n{text}"
+        );
     }
 }

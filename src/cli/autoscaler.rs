@@ -26,7 +26,12 @@ pub struct Args {
     #[arg(long, env = "FLEET_CLIENT_TLS_CERT", global = true)]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's key (PEM), as CA's `key`.
-    #[arg(long, env = "FLEET_CLIENT_TLS_KEY", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "FLEET_CLIENT_TLS_KEY",
+        global = true,
+        hide_env_values = true
+    )]
     pub tls_key: Option<PathBuf>,
     /// The CA that signed the server's certificate (PEM), as CA's `cacert`.
     #[arg(long, env = "FLEET_CLIENT_TLS_CA", global = true)]

@@ -149,6 +149,8 @@ pub struct Controller<C, R, N = NoNodes> {
     ops: HashMap<(GroupName, BenchName), SlotOp>,
     /// Operations recorded by a write whose reply was lost.
     uncertain: HashMap<BenchName, Uncertain>,
+    /// Each slot's power as this controller last observed it (for the mass-vanishing rule).
+    last_power: HashMap<(GroupName, BenchName), Power>,
 }
 
 /// Whether the controller could see the store, for the grace after an outage (SPEC §5.2).
@@ -226,6 +228,7 @@ where
             adopting: false,
             ops: HashMap::new(),
             uncertain: HashMap::new(),
+            last_power: HashMap::new(),
         }
     }
 
@@ -260,6 +263,7 @@ where
             adopting: self.adopting,
             ops: self.ops,
             uncertain: self.uncertain,
+            last_power: self.last_power,
         }
     }
 }
@@ -308,15 +312,16 @@ where
                 if !self.raise_fences(&groups, &token).await {
                     return false;
                 }
-                info!(holder = lease.id(), token, "became the leader");
                 self.store = self.base_store.fenced(&token);
-                self.token = Some(token);
+                self.token = Some(token.clone());
                 // The previous leader wrote the statuses: read them again.
                 self.loaded = false;
                 self.statuses.clear();
                 self.metrics.leader.set(1);
                 self.health.following(false);
                 self.health.lead(self.token.as_deref());
+                // Said once everything that acts as the leader (the provider too) knows it.
+                info!(holder = lease.id(), token, "became the leader");
                 true
             }
             Ok(Leadership::Follower(holder)) => {
@@ -583,7 +588,7 @@ where
             self.sight = Sight::Clear;
         }
         if let Some(snap) = &snapshot
-            && self.mass_vanishing(&config, snap)
+            && self.mass_vanishing(&config, snap, &read)
         {
             self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
         }
@@ -789,16 +794,44 @@ where
 
     /// Whether a large share of the machines that were on vanished in one pass (SPEC §5.2): at
     /// least `vanish_min`, and at least `vanish_ratio` of those on. A whole fleet going dark at
-    /// once is far more likely a fault of the observation than of the machines.
-    fn mass_vanishing(&self, config: &Config, snap: &Snapshot) -> bool {
+    /// once is far more likely a fault of the observation than of the machines. Only machines
+    /// some claim wants on count: one fleet is powering off itself (a scale-down's marked claim,
+    /// a shutdown in flight or not yet seen to take effect) is expected to go dark, and a
+    /// scale-down of the whole group must not blind the controller. "Was on" is this controller's
+    /// own observation at its last pass, never the report it publishes.
+    fn mass_vanishing(
+        &self,
+        config: &Config,
+        snap: &Snapshot,
+        read: &[crate::store::claims::GroupClaims],
+    ) -> bool {
+        let wanted: std::collections::HashSet<(&GroupName, &BenchName)> = read
+            .iter()
+            .flat_map(|g| g.claims.iter())
+            .filter(|c| c.wants_machine())
+            .map(|c| (&c.group, &c.slot))
+            .collect();
+        let powering_off: std::collections::HashSet<(&GroupName, &BenchName)> = read
+            .iter()
+            .flat_map(|g| {
+                g.operations
+                    .by_slot
+                    .iter()
+                    .filter(|(_, op)| {
+                        op.kind == OperationKind::Shutdown && (op.running() || op.going_down())
+                    })
+                    .map(move |(slot, _)| (&g.group, slot))
+            })
+            .collect();
         let mut on = 0usize;
         let mut vanished = 0usize;
         for slot in config.slots.values() {
+            let key = (&slot.group, &slot.name);
             let was_on = self
-                .statuses
+                .last_power
                 .get(&(slot.group.clone(), slot.name.clone()))
-                .is_some_and(|s| s.power == Some(Power::On));
-            if !was_on {
+                == Some(&Power::On);
+            if !was_on || !wanted.contains(&key) || powering_off.contains(&key) {
                 continue;
             }
             on += 1;
@@ -813,7 +846,8 @@ where
         if mass {
             warn!(
                 vanished,
-                on, "many machines vanished in one pass: blind for the grace, no power action"
+                on,
+                "many wanted machines vanished in one pass: blind for the grace, no power action"
             );
         }
         mass
@@ -1179,6 +1213,9 @@ where
             })
             .cloned();
         let key = (group.name.clone(), slot.name.clone());
+        if let Some(power) = power {
+            self.last_power.insert(key.clone(), power);
+        }
         let mut status = self.statuses.get(&key).cloned().unwrap_or_default();
         let before = status.clone();
         if let Some(power) = power {

@@ -61,6 +61,8 @@ pub struct Serve {
     pub name: &'static str,
     pub child: tokio::process::Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
 }
 
 impl Serve {
@@ -94,7 +96,12 @@ impl Serve {
                 let _ = tx.send(line);
             }
         });
-        Serve { name, child, lines }
+        Serve {
+            name,
+            child,
+            lines,
+            seen: Vec::new(),
+        }
     }
 
     /// Reads the log until a line contains every one of `words`.
@@ -102,6 +109,7 @@ impl Serve {
         let name = self.name;
         bounded(&format!("{name} to log {words:?}"), async {
             while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
                 if words.iter().all(|w| line.contains(w)) {
                     return line;
                 }
@@ -118,6 +126,7 @@ impl Serve {
         let mut left: Vec<&[&str]> = lines.to_vec();
         bounded(&format!("{name} to log {lines:?}"), async {
             while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
                 left.retain(|words| !words.iter().all(|w| line.contains(w)));
                 if left.is_empty() {
                     return;
@@ -126,6 +135,18 @@ impl Serve {
             panic!("{name} ended before logging {left:?}");
         })
         .await
+    }
+
+    /// Stops the process (SIGTERM), reads the rest of its log and returns every line it logged.
+    pub async fn stop(&mut self) -> Vec<String> {
+        self.signal("-TERM");
+        bounded(&format!("{} to stop", self.name), async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line);
+            }
+        })
+        .await;
+        self.seen.clone()
     }
 
     /// Sends a signal (`-TERM`, `-STOP`, ...) to the process.
