@@ -27,8 +27,8 @@ pub fn request_error(e: RequestError) -> Error {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let (store, group, _) = super::views::slot_request(ctx, &self.slot).await?;
-        let c = requests::claim_free_slot(&store, &group, &self.slot)
+        let request = super::views::slot_request(ctx, &self.slot).await?;
+        let c = requests::claim_free_slot(&request.store, &request.group, &self.slot)
             .await
             .map_err(request_error)?;
         writeln!(
@@ -40,6 +40,11 @@ impl Args {
             super::output::time(c.deadline_at),
             self.slot
         )?;
+        if let Some(text) =
+            super::views::controller_notice(request.controller.as_ref(), request.now)
+        {
+            writeln!(out, "note: {text}")?;
+        }
         Ok(())
     }
 }

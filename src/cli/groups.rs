@@ -16,6 +16,7 @@ impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let world = World::read(ctx).await?;
         let rows = group_rows(&world);
+        super::views::notice(out, &world, self.format == ViewFormat::Json)?;
         if self.format == ViewFormat::Json {
             return Ok(super::output::json(out, &rows)?);
         }

@@ -5,6 +5,8 @@
 
 use std::io::{self, Write};
 
+use chrono::{DateTime, Local, Utc};
+
 use crate::domain::state::Row;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -166,6 +168,35 @@ pub fn human_ms(ms: u64) -> String {
         _ => humantime::format_duration(std::time::Duration::from_secs(ms / 1000))
             .to_string()
             .replace(' ', ""),
+    }
+}
+
+/// A time for people: the local clock, `14:02:11` today, with the date otherwise.
+pub fn clock(t: DateTime<Utc>) -> String {
+    let local = t.with_timezone(&Local);
+    if local.date_naive() == Local::now().date_naive() {
+        local.format("%H:%M:%S").to_string()
+    } else {
+        local.format("%Y-%m-%d %H:%M").to_string()
+    }
+}
+
+/// A time relative to `now`, for people: `3m ago`, `in 11m`, `now`.
+pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (t - now).num_seconds();
+    let span = |s: i64| -> String {
+        let s = s.unsigned_abs();
+        match s {
+            0..=59 => format!("{s}s"),
+            60..=3599 => format!("{}m", s / 60),
+            3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+            _ => format!("{}d", s / 86_400),
+        }
+    };
+    match secs {
+        0 => "now".to_owned(),
+        s if s > 0 => format!("in {}", span(s)),
+        s => format!("{} ago", span(s)),
     }
 }
 

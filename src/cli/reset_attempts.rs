@@ -16,7 +16,9 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let (store, group, now) = super::views::slot_request(ctx, &self.slot).await?;
+        let super::views::SlotRequest {
+            store, group, now, ..
+        } = super::views::slot_request(ctx, &self.slot).await?;
         match requests::reset_failure_streak(&store, &group, &self.slot, now)
             .await
             .map_err(request_error)?

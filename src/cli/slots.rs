@@ -30,6 +30,7 @@ impl Args {
             .into_iter()
             .filter(|r| self.group.as_ref().is_none_or(|g| r.group == g.as_str()))
             .collect();
+        super::views::notice(out, &world, self.format == ViewFormat::Json)?;
         if self.format == ViewFormat::Json {
             return Ok(super::output::json(out, &rows)?);
         }

@@ -9,7 +9,7 @@ use crate::domain::claim::{Claim, LastClaim, Phase, Reason};
 use crate::domain::history::{self, GroupStatus, SlotSummary};
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
-use crate::store::catalog::Catalog;
+use crate::store::catalog::{Catalog, ControllerStatus};
 use crate::store::claims::{ClaimStore, SlotStatus};
 
 use super::{Ctx, Error};
@@ -17,6 +17,9 @@ use super::{Ctx, Error};
 /// Everything the views show, read once.
 pub struct World {
     pub catalog: Catalog,
+    /// The controller's status as its leader last published it; `None` when none did within its
+    /// TTL (no `fleet serve` leads under this prefix).
+    pub controller: Option<ControllerStatus>,
     pub claims: Vec<Claim>,
     pub slots: Vec<(GroupName, BenchName, Option<SlotStatus>, Option<LastClaim>)>,
     pub store: ClaimStore<MultiplexedConnection>,
@@ -26,7 +29,7 @@ pub struct World {
 impl World {
     pub async fn read(ctx: &Ctx) -> Result<World, Error> {
         let mut conn = ctx.endpoint.connect().await?;
-        let catalog = Catalog::read(&mut conn, &ctx.keys)
+        let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
         let store = ClaimStore::new(conn, ctx.keys.clone());
@@ -49,6 +52,7 @@ impl World {
         }
         Ok(World {
             catalog,
+            controller,
             claims,
             slots,
             store,
@@ -218,21 +222,19 @@ pub async fn find_claim(
     Ok((store, catalog, c, now))
 }
 
-/// What a request on one slot needs: the store, the slot's group as published, and the
-/// server's time. A slot no group has is a usage error.
-pub async fn slot_request(
-    ctx: &Ctx,
-    slot: &BenchName,
-) -> Result<
-    (
-        ClaimStore<MultiplexedConnection>,
-        crate::store::catalog::CatalogGroup,
-        DateTime<Utc>,
-    ),
-    Error,
-> {
+/// What a request on one slot needs: the store, the slot's group as published, the server's
+/// time, and the controller's status (to say when it will not act yet). A slot no group has is a
+/// usage error.
+pub struct SlotRequest {
+    pub store: ClaimStore<MultiplexedConnection>,
+    pub group: crate::store::catalog::CatalogGroup,
+    pub now: DateTime<Utc>,
+    pub controller: Option<ControllerStatus>,
+}
+
+pub async fn slot_request(ctx: &Ctx, slot: &BenchName) -> Result<SlotRequest, Error> {
     let mut conn = ctx.endpoint.connect().await?;
-    let catalog = Catalog::read(&mut conn, &ctx.keys)
+    let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
         .await
         .map_err(|e| Error::Runtime(e.into()))?;
     let Some(group) = catalog.group_of(slot).cloned() else {
@@ -242,7 +244,53 @@ pub async fn slot_request(
     };
     let store = ClaimStore::new(conn, ctx.keys.clone());
     let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
-    Ok((store, group, now))
+    Ok(SlotRequest {
+        store,
+        group,
+        now,
+        controller,
+    })
+}
+
+/// What an operator must know about the controller before reading a view (SPEC §4.7): that it
+/// is blind (why, and until when), or that none reports at all. `None` when it acts normally.
+pub fn controller_notice(
+    controller: Option<&ControllerStatus>,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let Some(status) = controller else {
+        return Some(format!(
+            "no fleet serve has reported under this prefix within {}: nothing acts on the claims",
+            humantime::format_duration(crate::store::catalog::STATUS_TTL)
+        ));
+    };
+    let blind = status.blind.as_ref()?;
+    Some(match blind.until {
+        Some(until) => format!(
+            "blind until {} ({}): {}; no machine is powered on or off until then",
+            super::output::clock(until),
+            super::output::relative(until, now),
+            blind.why
+        ),
+        None => format!("blind: {}; no machine is powered on or off", blind.why),
+    })
+}
+
+/// Writes the controller notice where a person sees it: above a table, on stderr beside JSON
+/// (which stays exactly the rows).
+pub fn notice(
+    out: &mut (dyn std::io::Write + Send),
+    world: &World,
+    json: bool,
+) -> std::io::Result<()> {
+    if let Some(text) = controller_notice(world.controller.as_ref(), world.now) {
+        if json {
+            eprintln!("warning: {text}");
+        } else {
+            writeln!(out, "{text}")?;
+        }
+    }
+    Ok(())
 }
 
 pub fn rfc3339(t: DateTime<Utc>) -> String {

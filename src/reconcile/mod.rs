@@ -33,8 +33,9 @@ use crate::domain::node::{self, Binding, NodeView};
 use crate::domain::operation::{self, OpEnd, SlotOp, UnclaimedShutdown};
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::{REPORT_SLACK, Report, Request, Runner};
+use crate::store::catalog::{Blindness, Catalog, ControllerStatus, STATUS_TTL};
 use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
-use crate::store::lease::{Leadership, Lease};
+use crate::store::lease::{Generation, Leadership, Lease};
 use crate::store::operations::Unclaimed;
 use crate::store::presence::{Presence, Snapshot};
 
@@ -134,8 +135,11 @@ pub struct Controller<C, R, N = NoNodes> {
     deposed: std::sync::atomic::AtomicBool,
     /// The store's generation marker as this controller last saw it.
     generation: Option<String>,
-    /// Blind until this server time, after sight returned or the store came back empty.
-    blind_until: Option<DateTime<Utc>>,
+    /// Blind until this server time, and why: after sight returned, the store came back empty,
+    /// or many wanted machines vanished at once.
+    blind_until: Option<(DateTime<Utc>, String)>,
+    /// The status last published for the views, and when (renewed well inside its TTL).
+    published: Option<(ControllerStatus, Instant)>,
     /// Whether this controller has lost sight of the store since its last pass that read it.
     sight: Sight,
     /// The groups whose fence this leadership has raised (a group added on reload is raised on
@@ -223,6 +227,7 @@ where
             deposed: std::sync::atomic::AtomicBool::new(false),
             generation: None,
             blind_until: None,
+            published: None,
             sight: Sight::Clear,
             fenced: std::collections::HashSet::new(),
             adopting: false,
@@ -258,6 +263,7 @@ where
             deposed: self.deposed,
             generation: self.generation,
             blind_until: self.blind_until,
+            published: self.published,
             sight: self.sight,
             fenced: self.fenced,
             adopting: self.adopting,
@@ -544,7 +550,27 @@ where
                 .generation(&fresh, self.faults.blind_grace, adopt_window)
                 .await
             {
-                Ok((marker, record)) => {
+                Ok(Generation {
+                    marker,
+                    wiped: record,
+                    catalog,
+                }) => {
+                    if !catalog {
+                        // The views need it: a wipe took it with everything else.
+                        let mut conn = self.base_store.conn();
+                        match Catalog::of(&config)
+                            .publish(&mut conn, self.presence.keys())
+                            .await
+                        {
+                            Ok(()) => {
+                                info!("the catalog was missing from the store; published it again")
+                            }
+                            Err(e) => warn!(
+                                error = format!("{:#}", anyhow::Error::new(e)),
+                                "publishing the catalog again failed"
+                            ),
+                        }
+                    }
                     if self.generation.as_deref() != Some(marker.as_str()) {
                         if marker == fresh {
                             warn!(
@@ -570,7 +596,10 @@ where
             && now_ms < blind_until
         {
             let until = DateTime::from_timestamp_millis(blind_until).unwrap_or(now_seen);
-            self.blind_until = Some(self.blind_until.map_or(until, |u| u.max(until)));
+            self.blind_for(
+                until,
+                "the store came back empty (or this is its first start): machines found on will be adopted",
+            );
         }
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
@@ -582,22 +611,46 @@ where
             };
             if !left.is_zero() {
                 let until = claim::add(now_seen, left);
-                self.blind_until = Some(self.blind_until.map_or(until, |u| u.max(until)));
+                self.blind_for(
+                    until,
+                    "Redis could not be read: benches are heard again before anything is judged",
+                );
                 warn!(grace = ?left, "presence readable again: blind for the grace");
             }
             self.sight = Sight::Clear;
         }
         if let Some(snap) = &snapshot
-            && self.mass_vanishing(&config, snap, &read)
+            && let Some(vanished) = self.mass_vanishing(&config, snap, &read)
         {
-            self.blind_until = Some(claim::add(now_seen, self.faults.blind_grace));
+            self.blind_for(
+                claim::add(now_seen, self.faults.blind_grace),
+                &format!(
+                    "{vanished} machines that claims want vanished in one pass: more likely a fault \
+                     of the observation than of the machines"
+                ),
+            );
         }
-        let grace_left = self.blind_until.is_some_and(|until| now_seen < until);
+        let grace_left = self
+            .blind_until
+            .as_ref()
+            .is_some_and(|(until, _)| now_seen < *until);
         let blind = snapshot.is_none() || grace_left;
         if !grace_left {
             self.blind_until = None;
         }
         self.metrics.blind.set(i64::from(blind));
+        let blindness = match (&snapshot, &self.blind_until) {
+            (None, _) => Some(Blindness {
+                until: None,
+                why: "presence cannot be read: a grace follows once it can".to_owned(),
+            }),
+            (Some(_), Some((until, why))) => Some(Blindness {
+                until: Some(*until),
+                why: why.clone(),
+            }),
+            (Some(_), None) => None,
+        };
+        self.publish_status(blindness, now_seen).await;
         if self.nodes.observed() {
             let names: Vec<String> = config
                 .slots
@@ -804,7 +857,7 @@ where
         config: &Config,
         snap: &Snapshot,
         read: &[crate::store::claims::GroupClaims],
-    ) -> bool {
+    ) -> Option<usize> {
         let wanted: std::collections::HashSet<(&GroupName, &BenchName)> = read
             .iter()
             .flat_map(|g| g.claims.iter())
@@ -850,7 +903,43 @@ where
                 "many wanted machines vanished in one pass: blind for the grace, no power action"
             );
         }
-        mass
+        mass.then_some(vanished)
+    }
+
+    /// Blind until `until` at least, for `why` (the latest end, and its reason, win).
+    fn blind_for(&mut self, until: DateTime<Utc>, why: &str) {
+        match &self.blind_until {
+            Some((u, _)) if *u >= until => {}
+            _ => self.blind_until = Some((until, why.to_owned())),
+        }
+    }
+
+    /// Publishes the controller's status for the views when it changed, and well inside its TTL
+    /// otherwise (SPEC §4.7). A report: nothing reads it to decide.
+    async fn publish_status(&mut self, blind: Option<Blindness>, now: DateTime<Utc>) {
+        let holder = self
+            .lease
+            .as_ref()
+            .map_or_else(|| "fleet serve".to_owned(), |l| l.id().to_owned());
+        let fresh = self.published.as_ref().is_some_and(|(s, at)| {
+            s.holder == holder && s.blind == blind && at.elapsed() < STATUS_TTL / 3
+        });
+        if fresh {
+            return;
+        }
+        let status = ControllerStatus {
+            holder,
+            updated_at: now,
+            blind,
+        };
+        let mut conn = self.base_store.conn();
+        match status.publish(&mut conn, self.presence.keys()).await {
+            Ok(()) => self.published = Some((status, Instant::now())),
+            Err(e) => debug!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "publishing the controller's status failed"
+            ),
+        }
     }
 
     async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {

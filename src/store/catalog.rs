@@ -1,9 +1,13 @@
 //! The catalog: the groups and slots `fleet serve` runs with, published in Redis so the views and
 //! verbs (`fleet slots`, `fleet claim`, ...) need only Redis, not the configuration file
-//! (SPEC §4.6). Written by the controller at start and on every reload; read by everyone else.
+//! (SPEC §4.6). Written by the controller at start, on every reload, and whenever the leader finds
+//! it missing (a wiped store); read by everyone else. Beside it, the controller's status: who
+//! leads and whether it is blind, why and until when (SPEC §4.7). Both are reports: nothing
+//! decides from them.
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +54,50 @@ pub enum CatalogError {
         "no catalog is published under this prefix: is `fleet serve` running with this --redis and --prefix?"
     )]
     Missing,
+    #[error("publishing the controller's status")]
+    Status(#[source] redis::RedisError),
+}
+
+/// How long a published controller status lasts unless the leader writes it again.
+pub const STATUS_TTL: Duration = Duration::from_secs(30);
+
+/// The controller's status as the leader publishes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ControllerStatus {
+    /// The lease holder that leads.
+    pub holder: String,
+    /// The server time of the pass that wrote it.
+    pub updated_at: DateTime<Utc>,
+    /// Set while the controller takes no power action (SPEC §5.2).
+    pub blind: Option<Blindness>,
+}
+
+/// Why, and until when, the controller takes no power action.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Blindness {
+    /// `None` while it cannot read presence at all: it ends a grace after sight returns.
+    pub until: Option<DateTime<Utc>>,
+    pub why: String,
+}
+
+impl ControllerStatus {
+    /// Publishes the status for `STATUS_TTL`. One round trip.
+    pub async fn publish<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        keys: &Keys,
+    ) -> Result<(), CatalogError> {
+        let text =
+            serde_json::to_string(self).map_err(|e| CatalogError::Unreadable(e.to_string()))?;
+        redis::cmd("SET")
+            .arg(keys.controller())
+            .arg(text)
+            .arg("PX")
+            .arg(u64::try_from(STATUS_TTL.as_millis()).unwrap_or(u64::MAX))
+            .query_async::<()>(conn)
+            .await
+            .map_err(CatalogError::Status)
+    }
 }
 
 impl Catalog {
@@ -111,12 +159,26 @@ impl Catalog {
         conn: &mut C,
         keys: &Keys,
     ) -> Result<Catalog, CatalogError> {
-        let text: Option<String> = redis::cmd("GET")
+        Ok(Self::read_with_status(conn, keys).await?.0)
+    }
+
+    /// The catalog and the controller's status (`None` when no leader wrote one within its TTL),
+    /// in one round trip.
+    pub async fn read_with_status<C: ConnectionLike + Send>(
+        conn: &mut C,
+        keys: &Keys,
+    ) -> Result<(Catalog, Option<ControllerStatus>), CatalogError> {
+        let (text, status): (Option<String>, Option<String>) = redis::pipe()
+            .cmd("GET")
             .arg(keys.config())
+            .cmd("GET")
+            .arg(keys.controller())
             .query_async(conn)
             .await
             .map_err(CatalogError::Read)?;
         let text = text.ok_or(CatalogError::Missing)?;
-        serde_json::from_str(&text).map_err(|e| CatalogError::Unreadable(e.to_string()))
+        let catalog =
+            serde_json::from_str(&text).map_err(|e| CatalogError::Unreadable(e.to_string()))?;
+        Ok((catalog, status.and_then(|s| serde_json::from_str(&s).ok())))
     }
 }

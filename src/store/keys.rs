@@ -108,6 +108,13 @@ impl Keys {
         format!("{}:groups", self.tag)
     }
 
+    /// The controller's status for the views (JSON): who leads, and whether it is blind, why and
+    /// until when. Written by the leader, with a TTL it keeps renewing, so a status older than the
+    /// TTL is gone and the views say no controller reports.
+    pub fn controller(&self) -> String {
+        format!("{}:controller", self.tag)
+    }
+
     /// The leader lease: `<holder> <token>`, with a TTL the leader renews well inside.
     pub fn leader(&self) -> String {
         format!("{}:leader", self.tag)
@@ -239,6 +246,7 @@ mod tests {
         assert_eq!(Keys::default().leader_epoch(), "{fleet}:leader:epoch");
         assert_eq!(Keys::default().generation(), "{fleet}:generation");
         assert_eq!(Keys::default().groups(), "{fleet}:groups");
+        assert_eq!(Keys::default().controller(), "{fleet}:controller");
     }
 
     #[test]

@@ -43,6 +43,17 @@ pub struct Lease<C> {
     ttl: Duration,
 }
 
+/// What the generation script found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    /// The store's generation marker (the fresh one when it had none).
+    pub marker: String,
+    /// The wipe record, `(blind until ms, adopt until ms)`, while it lasts.
+    pub wiped: Option<(i64, i64)>,
+    /// Whether the catalog is published.
+    pub catalog: bool,
+}
+
 impl<C: ConnectionLike + Clone + Send> Lease<C> {
     /// `id` names this process in the lease (host and pid); `ttl` is the lease's length.
     pub fn new(conn: C, keys: Keys, id: String, ttl: Duration) -> Self {
@@ -109,23 +120,28 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
         fresh: &str,
         grace: Duration,
         adopt: Duration,
-    ) -> Result<(String, Option<(i64, i64)>), LeaseError> {
+    ) -> Result<Generation, LeaseError> {
         let mut conn = self.conn.clone();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let (marker, wiped): (String, String) = redis::cmd("EVAL")
+        let (marker, wiped, catalog): (String, String, i64) = redis::cmd("EVAL")
             .arg(GENERATION)
-            .arg(2)
+            .arg(3)
             .arg(self.keys.generation())
             .arg(self.keys.wiped())
+            .arg(self.keys.config())
             .arg(fresh)
             .arg(ms(grace))
             .arg(ms(adopt))
             .query_async(&mut conn)
             .await
             .map_err(LeaseError::Generation)?;
-        let record = wiped
+        let wiped = wiped
             .split_once(' ')
             .and_then(|(b, a)| Some((b.parse().ok()?, a.parse().ok()?)));
-        Ok((marker, record))
+        Ok(Generation {
+            marker,
+            wiped,
+            catalog: catalog == 1,
+        })
     }
 }
