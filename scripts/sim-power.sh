@@ -5,11 +5,12 @@
 set -eu
 dir="${SIM_DIR:?SIM_DIR is the local stack's run directory}"
 bin="${SIM_BIN:?SIM_BIN is the fleet binary}"
+redis="${SIM_REDIS:?SIM_REDIS is the local stack's Redis URL}"
 pidfile="$dir/$FLEET_SLOT.pid"
 case "${1:-}" in
   on)
     sleep "${BOOT_DELAY:-3}"
-    nohup "$bin" agent "$FLEET_SLOT" --interval 1s >"$dir/$FLEET_SLOT.log" 2>&1 </dev/null &
+    nohup "$bin" --redis "$redis" agent "$FLEET_SLOT" --interval 1s >"$dir/$FLEET_SLOT.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
     echo "powered on $FLEET_SLOT (agent pid $!)"
     ;;

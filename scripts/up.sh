@@ -27,7 +27,9 @@ for _ in $(seq 100); do [ -S "$run/redis.sock" ] && break; sleep 0.1; done
 [ -S "$run/redis.sock" ] || { echo "redis-server did not start; see $run/redis.log" >&2; exit 1; }
 
 export FLEET_REDIS_URL="redis+unix://$run/redis.sock"
-export SIM_DIR="$run" SIM_BIN="$fleet"
+# Operations never see fleet's own FLEET_* variables (the URL may hold a password): the simulated
+# power switch gets the stack's Redis in a variable of its own.
+export SIM_DIR="$run" SIM_BIN="$fleet" SIM_REDIS="$FLEET_REDIS_URL"
 FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config deploy/examples/fleet.yaml \
   --metrics-addr 127.0.0.1:0 --blind-grace 3s >"$run/serve.log" 2>&1 &
 pids+=($!)

@@ -533,7 +533,7 @@ async fn a_shutdown_of_an_unclaimed_machine_is_refused_once_a_claim_took_the_slo
         .unwrap()
         .remove(0)
         .operations;
-    assert!(ops.by_slot[&name("bench-02")].going_down());
+    assert!(ops.by_slot[&name("bench-02")].going_down(now(), Duration::ZERO));
     assert!(
         !ops.by_slot.contains_key(&name("bench-01")),
         "nothing recorded"
@@ -602,9 +602,9 @@ async fn an_operation_record_takes_one_outcome_and_is_put_back_only_over_older_o
         got.end.as_ref().map(|e| (e.outcome, e.tail.as_str())),
         Some((OperationOutcome::Completed, "done"))
     );
-    assert!(got.going_down());
+    assert!(got.going_down(now(), Duration::ZERO));
     assert!(s.observe_off(&group(), &slot, now(), now()).await.unwrap());
-    assert!(!read(s.clone()).await.going_down());
+    assert!(!read(s.clone()).await.going_down(now(), Duration::ZERO));
     // Put back over an older record only.
     assert!(
         !s.restore_operation(&group(), &slot, &unclaimed_shutdown(earlier))

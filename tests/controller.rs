@@ -956,3 +956,69 @@ async fn a_removed_slots_ended_claims_are_collected() {
     assert_eq!(index, 0);
     assert!(kept > 0, "the timeline expires: {kept}");
 }
+
+// An operation another controller started stays in flight until its wrapper reports it,
+// whatever the machine reads meanwhile: a power-off that darkens the machine at once and keeps
+// running (polling until dark, then forcing it off if it must) is not over because the bench
+// reads DOWN. A successor that ended it early would start a new claim's machine while the old
+// shutdown could still force it off.
+#[tokio::test]
+async fn an_operation_another_controller_started_stays_in_flight_until_it_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops");
+    let go = dir.path().join("go");
+    let startup = format!(r#"echo startup >> {log:?}; {BOOTS}"#);
+    let shutdown = format!(
+        r#"{POWERS_OFF}; while [ ! -e {go:?} ]; do sleep 0.05; done; echo shutdown done >> {log:?}"#
+    );
+    let mut h = harness(&startup, &shutdown, FAST, &["bench-01"]).await;
+    h.presence
+        .beat(&beat("bench-01", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let report = bounded("a pass", h.ctl.pass()).await.unwrap();
+    assert_eq!(report.stopped, [name("bench-01")]);
+    bounded("the machine to go dark", async {
+        while h.state("bench-01").await != State::Down {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // The controller that fired it is gone; its successor finds the shutdown still running.
+    let mut successor: Ctl = Controller::new(
+        h.config.subscribe(),
+        Presence::new(conn(&h.server).await, Keys::default()),
+        ClaimStore::new(conn(&h.server).await, Keys::default()),
+        Arc::new(exec(&h.server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    h.claim("bench-01", 1).await;
+    for _ in 0..3 {
+        let report = bounded("a pass", successor.pass()).await.unwrap();
+        assert!(report.started.is_empty(), "started while the shutdown runs");
+    }
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Pending);
+    std::fs::write(&go, "").unwrap();
+    bounded("the shutdown's report", async {
+        loop {
+            let read = h.store.read_groups(&[group()]).await.unwrap().remove(0);
+            if read.operations.by_slot[&name("bench-01")].end.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    for _ in 0..20 {
+        let report = bounded("a pass", successor.pass()).await.unwrap();
+        if !report.started.is_empty() {
+            bounded("the startup", successor.operation_ended()).await;
+        }
+        if h.the_claim("bench-01-1").await.phase == Phase::Ready {
+            break;
+        }
+    }
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Ready);
+    assert_eq!(log_lines(&log), ["shutdown done", "startup"]);
+}

@@ -189,3 +189,39 @@ fn the_wrapper_refuses_anything_but_a_job() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&help.stdout).contains("operation"));
 }
+
+// The command never sees the variables the controller runs with: FLEET_REDIS_URL may hold a
+// password (SPEC §2.7); it gets fleet's own FLEET_SLOT and the rest.
+#[test]
+fn the_command_does_not_inherit_the_controllers_secrets() {
+    let job = Job {
+        request: request(
+            "env | grep '^FLEET_' | sort | cut -d= -f1 | tr '\\n' ' '; echo; echo \"url=$FLEET_REDIS_URL\"",
+            Duration::from_secs(10),
+        ),
+        report_to: None,
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("operation")
+        .env("FLEET_REDIS_URL", "redis://admin:hunter2@10.0.0.1:6379")
+        .env("FLEET_TLS_KEY", "/etc/fleet/key.pem")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&job).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report: Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report.tail.contains("hunter2"), "{}", report.tail);
+    assert!(
+        report.tail.contains("url=\n") || report.tail.ends_with("url="),
+        "{}",
+        report.tail
+    );
+    assert!(report.tail.starts_with("FLEET_ATTEMPT FLEET_CLAIM FLEET_CONTROLLER FLEET_GROUP FLEET_OPERATION FLEET_PROVIDER_ID FLEET_SLOT"), "{}", report.tail);
+}

@@ -623,6 +623,12 @@ async fn a_hold_request_the_reader_refuses_is_not_carried_and_the_bench_stays_up
             b"{\"reason\":\"\xff\xfe\"}",
             br#"{"reason":"\ud800"}"#,
             br#"{"reason":"a\u0000b"}"#,
+            br#"{"reason":"x","until":9000000000000.0}"#,
+            br#"{"reason":"x","until":9.5e12}"#,
+            br#"{"reason":"x","reason":"held twice"}"#,
+            br#"{"reason":"x","until":-9223372036854775808}"#,
+            br#"{"reason":"x","until":8000000000000000}"#,
+            br#"{"reason":"x","until":8000000000000001}"#,
         ]
         .map(<[u8]>::to_vec),
     );

@@ -42,13 +42,14 @@ impl Args {
             ))
         })?;
         let report = command::run(&job.request).await;
-        if let Some(to) = &job.report_to {
-            report_outcome(to, &job, &report).await;
-        }
-        // The controller that waits may be gone: nobody to read it then, and that is fine.
+        // First to the controller that waits, which records it at once; it may be gone (nobody
+        // to read it then, and that is fine). Then to the store, for a controller that is not.
         if let Ok(line) = serde_json::to_string(&report) {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
+        }
+        if let Some(to) = &job.report_to {
+            report_outcome(to, &job, &report).await;
         }
         Ok(())
     }
@@ -81,12 +82,21 @@ async fn report_outcome(
     let give_up = tokio::time::Instant::now() + REPORT_FOR;
     let mut wait = Duration::from_millis(200);
     loop {
-        let result = match endpoint.connect().await {
-            Ok(conn) => ClaimStore::new(conn, keys.clone())
+        // Every attempt within what is left of the window, whatever the call timeout.
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        let attempt = async {
+            let conn = endpoint
+                .connect()
+                .await
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+            ClaimStore::new(conn, keys.clone())
                 .end_operation(&request.group, slot, request.started_at, &end)
                 .await
-                .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
-            Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+        };
+        let result = match tokio::time::timeout(left, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err("no answer within the reporting window".to_owned()),
         };
         match result {
             Ok(_) => return,

@@ -66,18 +66,22 @@ impl SlotOp {
         self.end.is_none()
     }
 
-    /// Whether the slot's machine is on its way down (SPEC §4.5): the last operation fired on it
-    /// is a shutdown, and the machine has not been observed off since. A power-off command
-    /// returns before the machine goes dark (a BMC soft-off, an OS shutting down), so a machine
-    /// that still reads on is not capacity: no claim may take it as it is, and it is offered to
-    /// no request. A shutdown whose command failed said it did not power anything off.
-    pub fn going_down(&self) -> bool {
+    /// Whether the slot's machine is on its way down at `now` (SPEC §4.5): the last operation
+    /// fired on it is a shutdown, the machine has not been observed off since, and the shutdown
+    /// may still be taking effect. A power-off command returns before the machine goes dark (a
+    /// BMC soft-off, an OS shutting down), so a machine that still reads on is not capacity: no
+    /// claim may take it as it is, and it is offered to no request. A shutdown whose command
+    /// failed said it did not power anything off. One that left the machine on for its whole
+    /// timeout plus `settle` (one monitor poll) did not take: the machine is not going down, and
+    /// is claimable again as it is (a no-op shutdown script must not lock a slot forever).
+    pub fn going_down(&self, now: DateTime<Utc>, settle: Duration) -> bool {
         self.kind == OperationKind::Shutdown
             && self.off_at.is_none()
             && self
                 .end
                 .as_ref()
                 .is_none_or(|e| e.outcome != OperationOutcome::Failed)
+            && now < add(self.started_at, self.timeout + settle)
     }
 
     /// Whether a running operation's outcome can no longer come: past its timeout (where its
@@ -98,11 +102,13 @@ impl SlotOp {
     /// must at least say (a store written before slot records existed has only the claim's).
     pub fn of_claim(claim: &Claim) -> Option<SlotOp> {
         let op = claim.operation.as_ref()?;
+        // The record keeps milliseconds (`stamp`): a claim's record from before slot records
+        // existed kept microseconds, and must name the same operation.
         Some(SlotOp {
             kind: op.kind,
             claim: Some(claim.name.clone()),
             attempt: claim.attempt,
-            started_at: op.started_at,
+            started_at: stamp(op.started_at),
             timeout: op.timeout,
             controller: String::new(),
             streak: 0,
@@ -158,25 +164,27 @@ pub fn stamp(now: DateTime<Utc>) -> DateTime<Utc> {
 
 /// The bound on shutdowns of a machine no claim wants (law rows 2 and 11, SPEC §4.9 3): they are
 /// counted on the slot's operation record like a claim's, spaced by one operation timeout plus
-/// one monitor poll, paused after `max_attempts` in a row until `shutdown_attempt_reset_grace`
-/// after the last. Any other operation since ends the streak.
+/// one monitor poll after any shutdown (a scale-down's included: its power-off may still be taking
+/// effect), paused after `max_attempts` in a row until `shutdown_attempt_reset_grace` after the
+/// last. Any other operation since ends the streak.
 pub fn unclaimed_shutdown(
     last: Option<&SlotOp>,
     now: DateTime<Utc>,
     timings: &Timings,
     shutdown_timeout: Duration,
 ) -> UnclaimedShutdown {
-    let Some(last) = last.filter(|op| op.kind == OperationKind::Shutdown && op.claim.is_none())
-    else {
+    let Some(last) = last.filter(|op| op.kind == OperationKind::Shutdown) else {
         return UnclaimedShutdown::Fire { streak: 1 };
     };
-    if now
-        < add(
-            last.started_at,
-            shutdown_timeout + timings.job_monitor_poll_interval,
-        )
-    {
+    let settled = add(
+        last.started_at,
+        shutdown_timeout.max(last.timeout) + timings.job_monitor_poll_interval,
+    );
+    if now < settled {
         return UnclaimedShutdown::Settling;
+    }
+    if last.claim.is_some() {
+        return UnclaimedShutdown::Fire { streak: 1 };
     }
     let reset = add(last.started_at, timings.shutdown_attempt_reset_grace);
     if now >= reset {
@@ -225,20 +233,32 @@ mod tests {
         o
     }
 
-    // Every combination of kind, outcome and observation.
+    // Every combination of kind, outcome, observation and time.
     #[test]
-    fn a_machine_is_going_down_after_a_shutdown_until_it_is_observed_off() {
+    fn a_machine_is_going_down_after_a_shutdown_until_seen_off_or_the_shutdown_did_not_take() {
         use OperationOutcome::*;
+        let settle = Duration::from_secs(30);
         for kind in [OperationKind::Startup, OperationKind::Shutdown] {
             for outcome in [None, Some(Completed), Some(Failed), Some(TimedOut)] {
                 for off in [false, true] {
-                    let mut o = op(kind, None);
-                    if let Some(outcome) = outcome {
-                        o = ended(o, outcome);
+                    // The shutdown's timeout is 60 s: it may take effect until 90 s.
+                    for (at, in_window) in [(0, true), (89, true), (90, false)] {
+                        let mut o = op(kind, None);
+                        if let Some(outcome) = outcome {
+                            o = ended(o, outcome);
+                        }
+                        o.off_at = off.then(t0);
+                        let want = kind == OperationKind::Shutdown
+                            && !off
+                            && outcome != Some(Failed)
+                            && in_window;
+                        let now = t0() + TimeDelta::seconds(at);
+                        assert_eq!(
+                            o.going_down(now, settle),
+                            want,
+                            "{kind:?} {outcome:?} off={off} at {at}s"
+                        );
                     }
-                    o.off_at = off.then(t0);
-                    let want = kind == OperationKind::Shutdown && !off && outcome != Some(Failed);
-                    assert_eq!(o.going_down(), want, "{kind:?} {outcome:?} off={off}");
                 }
             }
         }
@@ -313,6 +333,16 @@ mod tests {
         let started = c.start_operation(OperationKind::Startup, Duration::from_secs(60), t0());
         let o = SlotOp::of_claim(&started).unwrap();
         assert!(o.started(&started) && o.running());
+        // A record from before slot records existed names the same operation as its slot's.
+        let micros = c.start_operation(
+            OperationKind::Startup,
+            Duration::from_secs(60),
+            t0() + TimeDelta::microseconds(1_500),
+        );
+        assert_eq!(
+            SlotOp::of_claim(&micros).unwrap().started_at,
+            t0() + TimeDelta::milliseconds(1)
+        );
         let done = started
             .finish_operation(OperationOutcome::Failed, t0() + TimeDelta::seconds(2))
             .unwrap();
@@ -346,10 +376,19 @@ mod tests {
             unclaimed_shutdown(None, at(0), &t, timeout),
             UnclaimedShutdown::Fire { streak: 1 }
         );
-        // A claimed operation last: no unclaimed streak.
+        // A scale-down's shutdown last: it settles too, then no unclaimed streak.
         let claimed = op(OperationKind::Shutdown, Some("bench-01-1"));
         assert_eq!(
             unclaimed_shutdown(Some(&claimed), at(0), &t, timeout),
+            UnclaimedShutdown::Settling
+        );
+        assert_eq!(
+            unclaimed_shutdown(Some(&claimed), at(90), &t, timeout),
+            UnclaimedShutdown::Fire { streak: 1 }
+        );
+        let startup = op(OperationKind::Startup, Some("bench-01-1"));
+        assert_eq!(
+            unclaimed_shutdown(Some(&startup), at(0), &t, timeout),
             UnclaimedShutdown::Fire { streak: 1 }
         );
         let mut last = op(OperationKind::Shutdown, None);

@@ -75,6 +75,13 @@ pub async fn run(request: &Request) -> Report {
         };
     };
     let mut cmd = tokio::process::Command::new(program);
+    // The command gets fleet's own variables and the group's, never the ones the controller runs
+    // with: FLEET_REDIS_URL may hold a password (SPEC §2.7).
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("FLEET_") {
+            cmd.env_remove(name);
+        }
+    }
     cmd.args(args)
         .envs(&request.env)
         .envs(request.fleet_env())

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 use crate::domain::claim::{OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
@@ -169,8 +169,17 @@ impl Runner for Exec {
             Ok(b) => b,
             Err(e) => return Self::failed(format!("encoding the operation: {e}"), start.elapsed()),
         };
-        // Its own process group, and no kill on drop: the operation outlives the controller.
-        let spawned = tokio::process::Command::new(&self.program)
+        // Its own process group, and no kill on drop: the operation outlives the controller. It
+        // keeps the log settings and none of the controller's other variables (FLEET_REDIS_URL
+        // may hold a password: the job brings the wrapper what it needs).
+        let mut wrapper = tokio::process::Command::new(&self.program);
+        for (name, _) in std::env::vars_os() {
+            let text = name.to_string_lossy();
+            if text.starts_with("FLEET_") && text != "FLEET_LOG" && text != "FLEET_LOG_FORMAT" {
+                wrapper.env_remove(name);
+            }
+        }
+        let spawned = wrapper
             .arg(WRAPPER_VERB)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -193,27 +202,36 @@ impl Runner for Exec {
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(&bytes).await;
         }
-        let mut stdout = child.stdout.take();
+        let stdout = child.stdout.take();
         let waited = tokio::time::timeout(bound, async {
-            let mut out = Vec::new();
-            if let Some(o) = stdout.as_mut() {
-                // The wrapper writes one short line: bounded all the same.
-                let _ = o.take(1 << 20).read_to_end(&mut out).await;
+            // The report is the wrapper's first line, written as soon as the command ended; the
+            // wrapper then reports to the store, which this process need not wait for.
+            let mut line = Vec::new();
+            if let Some(o) = stdout {
+                let mut o = tokio::io::BufReader::new(o.take(1 << 20));
+                let _ = o.read_until(b'\n', &mut line).await;
             }
-            let status = child.wait().await;
-            (out, status)
+            match serde_json::from_slice::<Report>(&line) {
+                Ok(report) => Ok(report),
+                Err(_) => Err(child.wait().await),
+            }
         })
         .await;
         match waited {
-            Ok((out, status)) => serde_json::from_slice::<Report>(&out).unwrap_or_else(|_| {
-                Self::failed(
-                    format!(
-                        "the operation wrapper gave no report ({})",
-                        status.map_or_else(|e| e.to_string(), |s| s.to_string())
-                    ),
-                    start.elapsed(),
-                )
-            }),
+            Ok(Ok(report)) => {
+                // Reaped when it is done reporting, so it never lingers as a zombie.
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                });
+                report
+            }
+            Ok(Err(status)) => Self::failed(
+                format!(
+                    "the operation wrapper gave no report ({})",
+                    status.map_or_else(|e| e.to_string(), |s| s.to_string())
+                ),
+                start.elapsed(),
+            ),
             Err(_) => {
                 if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
                     // SAFETY: killpg only signals the wrapper's own process group; a stale id at

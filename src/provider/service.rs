@@ -26,7 +26,6 @@ use tracing::{info, warn};
 use crate::config::{Config, Group};
 use crate::domain::claim::{self, Claim, LastClaim, Phase, Reason};
 use crate::domain::name::{BenchName, GroupName};
-use crate::domain::operation::SlotOp;
 use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::reconcile::requests::{self, RequestError};
 use crate::store::catalog::Catalog;
@@ -283,7 +282,10 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 // A machine a scale-down is powering off, or one fleet told to power off that
                 // has not been observed off yet: a claim on it would wait for it to go dark.
                 let powering_off = live.is_some_and(|c| !c.wants_machine())
-                    || (live.is_none() && ops.by_slot.get(s).is_some_and(SlotOp::going_down));
+                    || (live.is_none()
+                        && ops.by_slot.get(s).is_some_and(|o| {
+                            o.going_down(now, group.timings.job_monitor_poll_interval)
+                        }));
                 busy += usize::from(powering_off);
                 live.is_none() && !powering_off
             })

@@ -689,11 +689,16 @@ where
                     .unwrap_or_default();
                 let claims: Vec<&Claim> = group_claims.claims.iter().collect();
                 report.writes += self.orphans(gone, &timings, &claims, now).await;
-                if group_claims.claims.is_empty()
-                    && group_claims.unreadable.is_empty()
-                    && let Err(e) = self.store.forget_group(gone).await
-                {
-                    warn!(group = %gone, error = format!("{:#}", anyhow::Error::new(e)), "forgetting a removed group failed");
+                if group_claims.claims.is_empty() && group_claims.unreadable.is_empty() {
+                    match self.store.forget_group(gone, &timings).await {
+                        Ok(true) => {
+                            info!(group = %gone, "a group that left the configuration holds no claim any more; forgotten")
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            warn!(group = %gone, error = format!("{:#}", anyhow::Error::new(e)), "forgetting a removed group failed")
+                        }
+                    }
                 }
                 continue;
             };
@@ -870,8 +875,12 @@ where
                 g.operations
                     .by_slot
                     .iter()
-                    .filter(|(_, op)| {
-                        op.kind == OperationKind::Shutdown && (op.running() || op.going_down())
+                    .filter(move |(_, op)| {
+                        let settle = config
+                            .group(&g.group)
+                            .map_or(Duration::ZERO, |g| g.timings.job_monitor_poll_interval);
+                        op.kind == OperationKind::Shutdown
+                            && (op.running() || op.going_down(snap.now, settle))
                     })
                     .map(move |(slot, _)| (&g.group, slot))
             })
@@ -1045,13 +1054,14 @@ where
         // Outcomes reported to the store by an operation's wrapper (one that a controller that
         // stopped or died started), and operations whose outcome can no longer come.
         if !self.running.contains_key(&slot.name) && !self.finished.contains_key(&slot.name) {
-            let seen = (power, usable, blind);
+            let seen = (power, blind);
             self.settle_reported(group, slot, &mut op, &mut claims, seen, now, &mut out)
                 .await;
         }
         // A machine observed off after a shutdown is no longer on its way down.
+        let settle = t.job_monitor_poll_interval;
         if power == Some(Power::Off)
-            && let Some(o) = op.as_mut().filter(|o| o.going_down())
+            && let Some(o) = op.as_mut().filter(|o| o.going_down(now, settle))
         {
             match self
                 .store
@@ -1065,7 +1075,7 @@ where
                 Err(e) => self.write_failed(&slot.name, "recording the machine off", e),
             }
         }
-        let going_down = op.as_ref().is_some_and(SlotOp::going_down);
+        let going_down = op.as_ref().is_some_and(|o| o.going_down(now, settle));
 
         // Decide and act: the claim controller.
         let live: Vec<&Claim> = claims.iter().filter(|c| c.phase.is_live()).collect();
@@ -1465,8 +1475,7 @@ where
     /// be reported (past its timeout and the report slack: its wrapper is gone) is judged by the
     /// observation. A startup is then recorded completed and the readiness gate judges the
     /// machine with its usual budgets; a shutdown is completed when the machine is off, else
-    /// timed out. A startup whose machine is already up and usable, or a shutdown whose machine
-    /// is already off, did its work. Never fired again.
+    /// timed out. Until then it is in flight, whatever the machine reads. Never fired again.
     #[allow(clippy::too_many_arguments)]
     async fn settle_reported(
         &mut self,
@@ -1474,7 +1483,7 @@ where
         slot: &Slot,
         op: &mut Option<SlotOp>,
         claims: &mut [Claim],
-        (power, usable, blind): (Option<Power>, bool, bool),
+        (power, blind): (Option<Power>, bool),
         now: DateTime<Utc>,
         out: &mut SlotOutcome,
     ) {
@@ -1483,23 +1492,22 @@ where
             if blind {
                 return;
             }
-            let confirmed = match o.kind {
-                OperationKind::Startup => power == Some(Power::On) && usable,
-                OperationKind::Shutdown => power == Some(Power::Off),
-            };
-            if !confirmed && !o.report_overdue(now, REPORT_SLACK) {
+            // Its wrapper may still be running it (a power-off that polls, a startup that
+            // retries): it stays in flight, whatever the machine reads now, until its outcome is
+            // reported or can no longer come.
+            if !o.report_overdue(now, REPORT_SLACK) {
                 return;
             }
-            let (outcome, tail) = match (o.kind, confirmed) {
-                (_, true) => (
-                    OperationOutcome::Completed,
-                    "not running here; the observation shows it did its work",
-                ),
-                (OperationKind::Startup, false) => (
+            let (outcome, tail) = match (o.kind, power) {
+                (OperationKind::Startup, _) => (
                     OperationOutcome::Completed,
                     "its outcome was never reported; the readiness gate judges the machine",
                 ),
-                (OperationKind::Shutdown, false) => (
+                (OperationKind::Shutdown, Some(Power::Off)) => (
+                    OperationOutcome::Completed,
+                    "its outcome was never reported; the machine is off",
+                ),
+                (OperationKind::Shutdown, _) => (
                     OperationOutcome::TimedOut,
                     "its outcome was never reported; judged by its timeout",
                 ),

@@ -74,7 +74,12 @@ pub async fn claim_free_slot<C: ConnectionLike + Clone + Send>(
         .await?
         .pop()
         .ok_or_else(|| ClaimStoreError::Reply("a group read returned no group".to_owned()))?;
-    if let Some(op) = read.operations.by_slot.get(slot).filter(|o| o.going_down()) {
+    if let Some(op) = read
+        .operations
+        .by_slot
+        .get(slot)
+        .filter(|o| o.going_down(read.now, group.timings.job_monitor_poll_interval))
+    {
         return Err(RequestError::PoweringOff {
             slot: slot.clone(),
             since: op
@@ -118,7 +123,12 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
             })
             .collect();
         match store.create_all(&claims, &seeds).await? {
-            None => return Ok(claims),
+            None => {
+                // Recorded again after the create: a controller forgetting the group (it left
+                // its configuration) in between puts it back or sees this claim (SPEC §4.1).
+                store.known_groups(&[(&group.name, &group.timings)]).await?;
+                return Ok(claims);
+            }
             Some((i, Created::SlotTaken(claim))) => {
                 return Err(RequestError::SlotTaken {
                     slot: slots[i].clone(),

@@ -569,15 +569,33 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         Ok(known)
     }
 
-    /// Forgets a group that left the configuration and holds no claim any more. One round trip.
-    pub async fn forget_group(&self, group: &GroupName) -> Result<(), ClaimStoreError> {
+    /// Forgets a group that left the configuration and holds no claim any more. The two keys are
+    /// in different hash slots, so this cannot be one script: it removes the group, then counts
+    /// its claims in the same pipeline (in that order), and puts the group back when a request
+    /// created one meanwhile. With requests recording their group again after they create
+    /// (`requests::claim_slots`), no claim is ever left in a forgotten group. Returns whether the
+    /// group was forgotten.
+    pub async fn forget_group(
+        &self,
+        group: &GroupName,
+        timings: &Timings,
+    ) -> Result<bool, ClaimStoreError> {
         let mut conn = self.conn.clone();
-        redis::cmd("HDEL")
+        let (claims,): (usize,) = redis::pipe()
+            .cmd("HDEL")
             .arg(self.keys.groups())
             .arg(group.as_str())
-            .query_async::<()>(&mut conn)
+            .ignore()
+            .cmd("ZCARD")
+            .arg(self.keys.group(group).claims())
+            .query_async(&mut conn)
             .await
-            .map_err(|source| ClaimStoreError::Groups { source })
+            .map_err(|source| ClaimStoreError::Groups { source })?;
+        if claims == 0 {
+            return Ok(true);
+        }
+        self.known_groups(&[(group, timings)]).await?;
+        Ok(false)
     }
 
     /// The group's target size: how many of its claims want a machine (live, not marked for

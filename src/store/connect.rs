@@ -167,6 +167,31 @@ fn install_crypto_provider() {
 /// URL's query).
 const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
 
+/// A query parameter's name as a URL parser reads it (`pa%73s` is `pass`).
+fn percent_decoded(name: &str) -> String {
+    let bytes = name.as_bytes();
+    let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b'+', ..) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Replaces every password a Redis URL can carry with `***`, in every form fleet accepts (SPEC
 /// §2.7): the user info of a network URL (`user:password@`, or a bare `password@`), wherever its
 /// last `@` is, so an unescaped `/`, `?` or `@` in the password hides nothing; and the `pass` or
@@ -196,7 +221,8 @@ pub fn redact(url: &str) -> String {
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
                     Some((key, _))
-                        if SECRET_PARAMS.contains(&key.to_ascii_lowercase().as_str()) =>
+                        if SECRET_PARAMS
+                            .contains(&percent_decoded(key).to_ascii_lowercase().as_str()) =>
                     {
                         format!("{key}=***")
                     }
@@ -239,6 +265,10 @@ mod tests {
                 "unix:///tmp/r@1.sock?password=***",
             ),
             ("redis://h:1/0?PASS=x", "redis://h:1/0?PASS=***"),
+            (
+                "redis+unix:///s?pa%73s=hunter2",
+                "redis+unix:///s?pa%73s=***",
+            ),
             ("u:secret@h", "u:***@h"),
             (
                 "redis+sentinel://u:p/w@h1:1,h2:2/master",

@@ -128,14 +128,6 @@ struct Wire<'a> {
     cores: Option<u32>,
 }
 
-/// A hold request as it lies in the hold-request hash (SPEC §2.3).
-#[derive(Debug, Deserialize)]
-struct WireRequest {
-    reason: String,
-    #[serde(default)]
-    until: Option<i64>,
-}
-
 /// A reader's copy of the registry, valid while the registry's version and size are unchanged:
 /// the benches sorted by name, each with its heartbeat key, so a warm read builds nothing.
 #[derive(Debug, Default)]
@@ -509,16 +501,26 @@ const MAX_UNTIL_MS: i64 = 8_000_000_000_000_000;
 /// it is an operator's ask, never the bench's word, and trusting garbage would hold a bench. The
 /// beat script (`lua/beat.lua`) carries a request by the same rule, so a bench never carries a
 /// hold that would make its own beat unreadable.
+///
+/// Read as the script's JSON decoder reads it: a repeated field takes its last value, and a lapse
+/// is any JSON number that is a whole number of ms within the bound (`9e12` and `9000000000000.0`
+/// alike).
 pub fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
-    let wire: WireRequest = serde_json::from_slice(bytes).ok()?;
-    Some(HoldRequest {
-        reason: Reason::parse(&wire.reason).ok()?,
-        until: match wire.until {
-            None => None,
-            Some(ms) if ms.abs() > MAX_UNTIL_MS => return None,
-            Some(ms) => Some(DateTime::from_timestamp_millis(ms)?),
-        },
-    })
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let object = value.as_object()?;
+    let reason = Reason::parse(object.get("reason")?.as_str()?).ok()?;
+    let until = match object.get("until") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(until) => {
+            let ms = until.as_f64()?;
+            if ms.fract() != 0.0 || !(-(MAX_UNTIL_MS as f64)..=MAX_UNTIL_MS as f64).contains(&ms) {
+                return None;
+            }
+            // Exact: a whole number within ±8e15 is an exact f64 and fits an i64.
+            Some(DateTime::from_timestamp_millis(ms as i64)?)
+        }
+    };
+    Some(HoldRequest { reason, until })
 }
 
 fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
