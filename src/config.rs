@@ -844,6 +844,24 @@ fn group(
         &format!("{place}.shutdown"),
         problems,
     );
+    // An operation whose outcome was lost is abandoned at stuck_threshold (SPEC §5.4); one that
+    // is still allowed to run, and to report, by then would be abandoned alive.
+    for (op, name) in [(&startup, "startup"), (&shutdown, "shutdown")] {
+        if let Some(op) = op
+            && op.timeout + crate::lifecycle::REPORT_SLACK >= timings.stuck_threshold
+        {
+            problems.push(
+                format!("{place}.{name}.timeout"),
+                format!(
+                    "the timeout {} plus the 30s the wrapper has to report it reaches \
+                     timings.stuck_threshold ({}): an operation is abandoned as stuck only once \
+                     it can no longer report; shorten the timeout or raise stuck_threshold",
+                    humantime::format_duration(op.timeout),
+                    humantime::format_duration(timings.stuck_threshold)
+                ),
+            );
+        }
+    }
     let options = autoscaling_options(
         raw.autoscaling_options.as_ref(),
         &format!("{place}.autoscaling_options"),
@@ -1019,7 +1037,6 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> Ti
         "ttl_after_finished",
         &mut t.ttl_after_finished,
     );
-    set(&raw.lock_timeout, "lock_timeout", &mut t.lock_timeout);
     set(
         &raw.stuck_threshold,
         "stuck_threshold",
@@ -1030,6 +1047,7 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> Ti
         "failed_slot_cooldown",
         &mut t.failed_slot_cooldown,
     );
+    let gone = raw.lock_timeout.is_some();
     // One boot window of *these* timings, not of the defaults: a group with a longer job
     // timeout boots for longer, and a machine seen off within its boot window is not gone.
     // Every term is capped by MAX_DURATION, so the sum cannot overflow.
@@ -1039,6 +1057,13 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> Ti
         "machine_gone_grace",
         &mut t.machine_gone_grace,
     );
+    if gone {
+        problems.push(
+            format!("{place}.lock_timeout"),
+            "lock_timeout is gone: fleet takes no coordination lock (one live claim per slot is \
+             made airtight by the store, SPEC §3.11 3); remove it",
+        );
+    }
     if let Some(value) = &raw.max_attempts {
         let place = format!("{place}.max_attempts");
         match checked(value, &place, problems) {

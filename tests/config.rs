@@ -160,7 +160,6 @@ fn the_pinned_example_parses_and_every_field_lands_where_it_should() {
             machine_gone_grace: secs(12 * 60 + 10),
             shutdown_attempt_reset_grace: mins(30),
             ttl_after_finished: mins(60),
-            lock_timeout: mins(5),
             stuck_threshold: mins(15),
             failed_slot_cooldown: mins(30),
         }
@@ -287,7 +286,6 @@ fn every_timing_and_the_cooldown_can_be_set() {
       machine_gone_grace: 8m
       shutdown_attempt_reset_grace: 9m
       ttl_after_finished: 10h
-      lock_timeout: 11s
       stuck_threshold: 12m
       failed_slot_cooldown: 1500ms
 ",
@@ -306,7 +304,6 @@ fn every_timing_and_the_cooldown_can_be_set() {
             machine_gone_grace: mins(8),
             shutdown_attempt_reset_grace: mins(9),
             ttl_after_finished: mins(600),
-            lock_timeout: secs(11),
             stuck_threshold: mins(12),
             failed_slot_cooldown: Duration::from_millis(1500),
         }
@@ -1040,5 +1037,40 @@ fn a_group_opts_in_to_autoscaling_options_with_true_or_with_its_overrides() {
     assert!(
         e.contains("autoscaling_options is true, false, or a mapping of overrides among"),
         "{e}"
+    );
+}
+
+// Issue 11 #5: lock_timeout was parsed and changed nothing. fleet takes no coordination lock, so
+// the setting is gone, and a file that still sets it is told so (exit 2, its place and why).
+#[test]
+fn lock_timeout_is_refused_saying_why() {
+    let text = edit(
+        "    max_size: 2\n",
+        "    max_size: 2\n    timings: { lock_timeout: 5m }\n",
+    );
+    let found = problems(&text);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.place.ends_with("timings.lock_timeout")
+                && p.message.contains("no coordination lock")),
+        "{found:?}"
+    );
+}
+
+// Issue 11 #5: an operation abandoned as stuck must be one that can no longer report: its timeout
+// and the wrapper's 30 s to report stay short of stuck_threshold.
+#[test]
+fn an_operation_timeout_reaching_the_stuck_threshold_is_refused() {
+    let text = edit(
+        "    max_size: 2\n",
+        "    max_size: 2\n    timings: { stuck_threshold: 5m }\n",
+    );
+    let found = problems(&text);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.place.ends_with("startup.timeout") && p.message.contains("stuck_threshold")),
+        "{found:?}"
     );
 }

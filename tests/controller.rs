@@ -391,11 +391,14 @@ async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the
         "and cordoned"
     );
     h.settle().await;
+    let paused = h.the_claim("bench-01-1").await;
     assert_eq!(
-        h.the_claim("bench-01-1").await.shutdown_attempts,
-        3,
+        paused.shutdown_attempts, 3,
         "no fourth shutdown inside the grace"
     );
+    // Issue 11 #5: the pause is recorded on the claim (it was only a debug log).
+    assert_eq!(paused.reason, Some(Reason::ShutdownAttemptLimitReached));
+    assert!(h.events("bench-01-1").await.contains(&Event::Warned));
     assert_eq!(h.slot_phase("bench-01").await, Some(Report::Draining));
     h.at(last.unwrap() + chrono::TimeDelta::seconds(3)).await;
     let c = h.the_claim("bench-01-1").await;
@@ -1021,4 +1024,153 @@ async fn an_operation_another_controller_started_stays_in_flight_until_it_report
     }
     assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Ready);
     assert_eq!(log_lines(&log), ["shutdown done", "startup"]);
+}
+
+async fn status(h: &Harness, slot: &str) -> fleet::store::claims::SlotStatus {
+    h.store
+        .read_slots(&group(), &[name(slot)])
+        .await
+        .unwrap()
+        .remove(0)
+        .0
+        .unwrap()
+}
+
+async fn requested_hold(h: &Harness, slot: &str) -> Option<String> {
+    let snap = h.presence.read(&[name(slot)]).await.unwrap();
+    snap.benches[0].row(snap.now).requested_hold
+}
+
+// Issue 11 #4: a completed scale-down left `requested: fleet: draining for claim …` on its bench
+// for good. Fleet lifts its own request once the machine is off and the claim that set it ended.
+#[tokio::test]
+async fn fleets_cordon_ends_with_the_claim_that_set_it() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01", "bench-02"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    let marked = c.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(h.store.write(&c, &marked, None).await.unwrap());
+    h.settle().await;
+    assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Completed);
+    assert_eq!(requested_hold(&h, "bench-01").await, None);
+    // The same for a machine no claim wanted, once its shutdown took effect.
+    h.presence
+        .beat(&beat("bench-02", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(h.state("bench-02").await, State::Down);
+    assert_eq!(requested_hold(&h, "bench-02").await, None);
+}
+
+// Issue 11 #4: a ready machine whose bench holds showed slot phase `booting` (history `ready →
+// booting`, which reads like a reboot). A hold never sends the phase backwards: ready, and held.
+// A claim that waits on a held bench says so.
+#[tokio::test]
+async fn a_held_ready_machine_stays_ready_and_a_claim_on_a_held_bench_says_it_waits() {
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &["bench-01", "bench-02"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let mut held = beat("bench-01", Duration::from_secs(3600));
+    held.hold = Some(reason("maintenance"));
+    h.presence.beat(&held).await.unwrap();
+    h.settle().await;
+    let s = status(&h, "bench-01").await;
+    assert_eq!(s.phase(), Some(Report::Ready));
+    assert_eq!(
+        s.history.previous_phase(),
+        Some(Report::Booting),
+        "no ready → booting"
+    );
+    assert_eq!(s.held.as_deref(), Some("maintenance"));
+    assert_eq!(
+        s.waiting,
+        Some(fleet::store::claims::SlotWaiting::Held {
+            reason: "maintenance".into()
+        })
+    );
+    // A new claim on a bench that is on and holds waits, and says why.
+    let mut held = beat("bench-02", Duration::from_secs(3600));
+    held.hold = Some(reason("disk swap"));
+    h.presence.beat(&held).await.unwrap();
+    h.claim("bench-02", 1).await;
+    h.settle().await;
+    assert_eq!(h.the_claim("bench-02-1").await.phase, Phase::Pending);
+    assert_eq!(
+        status(&h, "bench-02").await.waiting,
+        Some(fleet::store::claims::SlotWaiting::Held {
+            reason: "disk swap".into()
+        })
+    );
+    // Released: it goes ready.
+    h.presence
+        .beat(&beat("bench-02", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(h.the_claim("bench-02-1").await.phase, Phase::Ready);
+    assert_eq!(status(&h, "bench-02").await.waiting, None);
+}
+
+// Issue 11 #5: ShutdownJobTimeout at the controller: a scale-down whose shutdown outlives its
+// timeout is recorded on the claim as a warning; the claim stays marked and live.
+#[tokio::test]
+async fn a_shutdown_that_outlives_its_timeout_is_recorded_shutdown_job_timeout() {
+    let mut h = harness(BOOTS, "sleep 30", FAST, &["bench-01"]).await;
+    let text = yaml(&h.server, BOOTS, "sleep 30", FAST, &["bench-01"]).replace(
+        r#"shutdown: { command: ["sh", "-c", "sleep 30"], timeout: 10s"#,
+        r#"shutdown: { command: ["sh", "-c", "sleep 30"], timeout: 1s"#,
+    );
+    assert!(text.contains("timeout: 1s"), "{text}");
+    h.config
+        .send(Arc::new(config::parse(&text, Path::new("t")).unwrap()))
+        .unwrap();
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    let marked = c.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(h.store.write(&c, &marked, None).await.unwrap());
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason, c.marked_for_deletion),
+        (
+            Phase::Ready,
+            Some(Reason::ShutdownJobTimeout),
+            Some(Reason::NodeDeleted)
+        )
+    );
+    assert_eq!(
+        c.operation.and_then(|o| o.outcome),
+        Some(fleet::domain::claim::OperationOutcome::TimedOut)
+    );
+    assert!(
+        h.events("bench-01-1").await.contains(&Event::Operation),
+        "the outcome is on the timeline"
+    );
+}
+
+// Issue 11 #5: ReadinessGateTimeout at the controller: a startup that completes and a bench that
+// never beats fail the claim once the gate's first budget passes, and the machine is left alone.
+#[tokio::test]
+async fn a_machine_never_heard_after_its_startup_fails_readiness_gate_timeout() {
+    let timings =
+        "job_monitor_poll_interval: 100ms, uncordon_timeout: 500ms, readiness_gate_timeout: 500ms";
+    let mut h = harness("true", POWERS_OFF, timings, &["bench-01"]).await;
+    h.claim("bench-01", 1).await;
+    h.settle().await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(c.phase, Phase::Booting);
+    assert!(matches!(
+        status(&h, "bench-01").await.waiting,
+        Some(fleet::store::claims::SlotWaiting::FirstBeat { .. })
+    ));
+    let ended = c.operation.unwrap().finished_at.unwrap();
+    h.at(ended + chrono::TimeDelta::milliseconds(500)).await;
+    let c = h.the_claim("bench-01-1").await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::ReadinessGateTimeout))
+    );
 }

@@ -1231,6 +1231,15 @@ async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() 
             .collect::<Vec<_>>(),
         ["bench-03"]
     );
+    // Issue 11 #5: the claim says which call made it, and its digest keeps it (the seed's call).
+    assert_eq!(
+        claims[0].call,
+        Some(fleet::domain::claim::Call::IncreaseSize)
+    );
+    assert_eq!(
+        claims[0].digest().call,
+        Some(fleet::domain::claim::Call::IncreaseSize)
+    );
     // bench-01 observed off: offered again.
     let ops = store
         .read_groups(std::slice::from_ref(&group))

@@ -10,7 +10,7 @@ use crate::domain::history::{self, GroupStatus, SlotSummary};
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::catalog::{Catalog, ControllerStatus};
-use crate::store::claims::{ClaimStore, SlotStatus};
+use crate::store::claims::{ClaimStore, LastScale, SlotStatus};
 
 use super::{Ctx, Error};
 
@@ -22,6 +22,8 @@ pub struct World {
     pub controller: Option<ControllerStatus>,
     pub claims: Vec<Claim>,
     pub slots: Vec<(GroupName, BenchName, Option<SlotStatus>, Option<LastClaim>)>,
+    /// Each group's last scaling call.
+    pub scales: std::collections::HashMap<GroupName, LastScale>,
     pub store: ClaimStore<MultiplexedConnection>,
     pub now: DateTime<Utc>,
 }
@@ -40,7 +42,15 @@ impl World {
         let now = read.first().map_or_else(Utc::now, |g| g.now);
         let claims = read.into_iter().flat_map(|g| g.claims).collect();
         let mut slots = Vec::new();
+        let mut scales = std::collections::HashMap::new();
         for g in &catalog.groups {
+            if let Some(scale) = store
+                .last_scale(&g.name)
+                .await
+                .map_err(|e| Error::Runtime(e.into()))?
+            {
+                scales.insert(g.name.clone(), scale);
+            }
             let names: Vec<BenchName> = g.slots.iter().map(|s| s.name.clone()).collect();
             let statuses = store
                 .read_slots(&g.name, &names)
@@ -55,6 +65,7 @@ impl World {
             controller,
             claims,
             slots,
+            scales,
             store,
             now,
         })
@@ -191,7 +202,10 @@ pub fn group_rows(world: &World) -> Vec<GroupRow> {
                 min_size: g.min_size,
                 max_size: g.max_size,
                 target: u32::try_from(target).unwrap_or(u32::MAX),
-                status: history::group_status(&summaries, None),
+                status: history::group_status(
+                    &summaries,
+                    world.scales.get(&g.name).map(|s| (s.at, s.action, s.count)),
+                ),
             }
         })
         .collect()

@@ -112,6 +112,9 @@ pub enum Reason {
     StartupJobTimeout,
     /// The shutdown operation outlived its timeout (recorded; the claim stays).
     ShutdownJobTimeout,
+    /// A scale-down's shutdowns are spent: no more fire until the reset grace (recorded; the
+    /// claim stays).
+    ShutdownAttemptLimitReached,
     /// The machine never became usable within the readiness gate's budgets.
     ReadinessGateTimeout,
     /// A ready claim's machine was observed off past one boot window.
@@ -130,7 +133,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::DeadlineExceeded,
         Reason::AttemptLimitExceeded,
         Reason::Superseded,
@@ -138,6 +141,7 @@ impl Reason {
         Reason::StartupJobFailed,
         Reason::StartupJobTimeout,
         Reason::ShutdownJobTimeout,
+        Reason::ShutdownAttemptLimitReached,
         Reason::ReadinessGateTimeout,
         Reason::MachineGone,
         Reason::StuckTransition,
@@ -156,6 +160,7 @@ impl Reason {
             Reason::StartupJobFailed => "StartupJobFailed",
             Reason::StartupJobTimeout => "StartupJobTimeout",
             Reason::ShutdownJobTimeout => "ShutdownJobTimeout",
+            Reason::ShutdownAttemptLimitReached => "ShutdownAttemptLimitReached",
             Reason::ReadinessGateTimeout => "ReadinessGateTimeout",
             Reason::MachineGone => "MachineGone",
             Reason::StuckTransition => "StuckTransition",
@@ -222,9 +227,8 @@ pub struct Timings {
     pub shutdown_attempt_reset_grace: Duration,
     /// How long a terminal claim is kept before it is collected.
     pub ttl_after_finished: Duration,
-    /// The coordination lock's timeout.
-    pub lock_timeout: Duration,
-    /// How long an operation may be in flight before it is force-cleaned.
+    /// How long an operation whose outcome was never reported may be waited on before it is
+    /// abandoned (the seed's ForceCleanup: its claim fails StuckTransition, SPEC §5.4).
     pub stuck_threshold: Duration,
     /// How long after a slot's last failure its failure streak stops counting (SPEC §3.5): the
     /// way back for a slot that spent its attempts.
@@ -250,7 +254,6 @@ impl Default for Timings {
             machine_gone_grace: Duration::ZERO,
             shutdown_attempt_reset_grace: Duration::from_secs(30 * 60),
             ttl_after_finished: Duration::from_secs(60 * 60),
-            lock_timeout: Duration::from_secs(5 * 60),
             stuck_threshold: Duration::from_secs(15 * 60),
             failed_slot_cooldown: Duration::from_secs(30 * 60),
         };
@@ -304,6 +307,10 @@ pub enum ConditionKind {
     MachineCommitted,
     /// A ready claim's machine is observed off; its transition time is MachineGone's clock.
     MachineObservedOff,
+    /// The machine was heard (its bench beat) after its startup ended: from then on the readiness
+    /// gate gives it its whole budget, so a machine that reboots while it provisions is not failed
+    /// at once for being dark.
+    MachineHeard,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,6 +318,27 @@ pub struct Condition {
     pub kind: ConditionKind,
     pub status: bool,
     pub last_transition_time: DateTime<Utc>,
+}
+
+/// The call that made a claim (the seed's `call`, kept on the last-claim digest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Call {
+    /// cluster-autoscaler's NodeGroupIncreaseSize.
+    IncreaseSize,
+    /// A hand-made request: `fleet claim`.
+    Claim,
+    /// The controller adopted a machine found on after the store lost its claims.
+    Adoption,
+}
+
+impl Call {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::IncreaseSize => "IncreaseSize",
+            Call::Claim => "Claim",
+            Call::Adoption => "Adoption",
+        }
+    }
 }
 
 /// A claim (SPEC §3.2).
@@ -342,6 +370,9 @@ pub struct Claim {
     pub operation: Option<Operation>,
     /// Bumped by every write; the store's compare-and-set checks it.
     pub version: u64,
+    /// The call that made it; `None` on a claim written before calls were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<Call>,
 }
 
 /// Which lifecycle operation.
@@ -368,6 +399,9 @@ pub enum OperationOutcome {
     Completed,
     Failed,
     TimedOut,
+    /// No outcome came by `stuck_threshold`: the operation was abandoned (the seed's
+    /// ForceCleanup), and its claim fails StuckTransition.
+    Abandoned,
 }
 
 impl OperationOutcome {
@@ -377,6 +411,7 @@ impl OperationOutcome {
             OperationOutcome::Completed => super::fsm::Event::JobCompleted,
             OperationOutcome::Failed => super::fsm::Event::JobFailed,
             OperationOutcome::TimedOut => super::fsm::Event::JobTimeout,
+            OperationOutcome::Abandoned => super::fsm::Event::ForceCleanup,
         }
     }
 }
@@ -448,7 +483,14 @@ impl Claim {
             conditions: Vec::new(),
             operation: None,
             version: 1,
+            call: None,
         }
+    }
+
+    /// The same new claim, made by `call`.
+    pub fn made_by(mut self, call: Call) -> Self {
+        self.call = Some(call);
+        self
     }
 
     /// A ready claim for a machine found on after the store lost its claims (SPEC §5.3): it
@@ -460,7 +502,7 @@ impl Claim {
         now: DateTime<Utc>,
         timings: &Timings,
     ) -> Self {
-        let mut c = Claim::new(name, slot, group, None, now, timings, None);
+        let mut c = Claim::new(name, slot, group, None, now, timings, None).made_by(Call::Adoption);
         c.phase = Phase::Ready;
         c.reason = Some(Reason::Adopted);
         c.deadline_at = None;
@@ -627,6 +669,14 @@ impl Claim {
         self.operation.as_ref().filter(|op| op.running())
     }
 
+    /// Records that the machine was heard after its startup ended (`Gate::Heard`).
+    pub fn heard(&self, now: DateTime<Utc>) -> Claim {
+        let mut next = self.clone();
+        next.set(ConditionKind::MachineHeard, true, now);
+        next.version += 1;
+        next
+    }
+
     /// Records a warning reason without moving the phase (ShutdownJobTimeout).
     pub fn warn(&self, reason: Reason) -> Claim {
         let mut next = self.clone();
@@ -663,6 +713,7 @@ impl Claim {
             finished_at: self.finished_at,
             reached_ready: self.condition(ConditionKind::Ready).is_some(),
             streak_reset_at: None,
+            call: self.call,
         }
     }
 }
@@ -706,6 +757,76 @@ pub enum ShutdownGate {
     Paused {
         until: DateTime<Utc>,
     },
+}
+
+/// What the readiness gate decides for a claim in the boot window (SPEC §4.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// The machine is usable: the claim moves to ready.
+    Ready,
+    /// The machine was heard for the first time since its startup ended: recorded on the claim
+    /// (`MachineHeard`), whose budget is the gate's whole budget from then on.
+    Heard,
+    /// Past the gate's budget without a usable machine: the claim fails ReadinessGateTimeout.
+    Fail,
+    /// Nothing yet: why the claim waits.
+    Wait(Waiting),
+}
+
+/// Why a claim in the boot window waits at the readiness gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// No startup has completed for it yet (it is pending, or its startup runs).
+    Startup,
+    /// Its startup completed and its bench has not been heard since: until the deadline.
+    FirstBeat { until: DateTime<Utc> },
+    /// Its bench was heard and is not usable yet (held, not Ready, tainted): until the deadline.
+    Usable { until: DateTime<Utc> },
+}
+
+/// The readiness gate for one claim (SPEC §4.5): `on` is whether its machine is observed on,
+/// `usable` whether it can take work. A booting claim whose startup completed moves to ready when
+/// the machine is usable, and a pending claim whose machine is already on and usable moves to
+/// ready directly. The budgets run from the startup's end: `uncordon_timeout` for the bench to be
+/// heard at all, `uncordon_timeout + readiness_gate_timeout` once it was heard (a machine that
+/// reboots while it provisions keeps the whole budget).
+pub fn readiness_gate(
+    claim: &Claim,
+    on: bool,
+    usable: bool,
+    now: DateTime<Utc>,
+    t: &Timings,
+) -> Gate {
+    let startup_done = claim
+        .operation
+        .as_ref()
+        .filter(|op| {
+            op.kind == OperationKind::Startup && op.outcome == Some(OperationOutcome::Completed)
+        })
+        .map(|op| op.finished_at.unwrap_or(op.started_at));
+    if usable && (startup_done.is_some() || (claim.phase == Phase::Pending && on)) {
+        return Gate::Ready;
+    }
+    let Some(ended) = startup_done else {
+        return Gate::Wait(Waiting::Startup);
+    };
+    let heard = claim.is(ConditionKind::MachineHeard);
+    if on && !heard {
+        return Gate::Heard;
+    }
+    let (budget, waiting): (Duration, fn(DateTime<Utc>) -> Waiting) = if heard {
+        (t.uncordon_timeout + t.readiness_gate_timeout, |until| {
+            Waiting::Usable { until }
+        })
+    } else {
+        (t.uncordon_timeout, |until| Waiting::FirstBeat { until })
+    };
+    let until = add(ended, budget);
+    if now >= until {
+        Gate::Fail
+    } else {
+        Gate::Wait(waiting(until))
+    }
 }
 
 /// What the watch of a ready claim's machine decides.
@@ -759,6 +880,9 @@ pub struct LastClaim {
     /// claim's digest replaces this one, so a reset is spent by the claim it lets through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streak_reset_at: Option<DateTime<Utc>>,
+    /// The call that made the claim (the seed's `call`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<Call>,
 }
 
 impl LastClaim {

@@ -162,6 +162,48 @@ pub fn stamp(now: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now)
 }
 
+/// How an operation that no process of this controller runs, and whose outcome was not reported,
+/// is settled (SPEC §5.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreported {
+    /// Its wrapper may still report it: it stays in flight, whatever the machine reads.
+    InFlight,
+    /// Its report can no longer come and the observation says it did its work.
+    Done(&'static str),
+    /// Its report can no longer come and a late boot or power-off may still show: wait, until the
+    /// stuck threshold.
+    Late,
+    /// Past the stuck threshold with nothing to show: abandoned (the seed's ForceCleanup; its
+    /// claim fails StuckTransition).
+    Abandoned,
+}
+
+/// Settles an unreported operation: in flight until its timeout and the report `slack` passed
+/// (its wrapper kills it at the timeout and has the slack to report); then done when the machine
+/// shows it (a startup's machine on, a shutdown's off); then abandoned at `stuck_threshold` from
+/// its start.
+pub fn unreported(
+    op: &SlotOp,
+    on: Option<bool>,
+    now: DateTime<Utc>,
+    slack: Duration,
+    stuck_threshold: Duration,
+) -> Unreported {
+    if !op.report_overdue(now, slack) {
+        return Unreported::InFlight;
+    }
+    match (op.kind, on) {
+        (OperationKind::Startup, Some(true)) => Unreported::Done(
+            "its outcome was never reported; the machine is on: the readiness gate judges it",
+        ),
+        (OperationKind::Shutdown, Some(false)) => {
+            Unreported::Done("its outcome was never reported; the machine is off")
+        }
+        _ if now < add(op.started_at, stuck_threshold) => Unreported::Late,
+        _ => Unreported::Abandoned,
+    }
+}
+
 /// The bound on shutdowns of a machine no claim wants (law rows 2 and 11, SPEC §4.9 3): they are
 /// counted on the slot's operation record like a claim's, spaced by one operation timeout plus
 /// one monitor poll after any shutdown (a scale-down's included: its power-off may still be taking
@@ -272,6 +314,48 @@ mod tests {
         assert!(o.report_overdue(t0() + TimeDelta::seconds(90), slack));
         let done = ended(o, OperationOutcome::Completed);
         assert!(!done.report_overdue(t0() + TimeDelta::days(1), slack));
+    }
+
+    // Every kind, observation (on, off, blind) and time against the report slack and the stuck
+    // threshold.
+    #[test]
+    fn an_unreported_operation_is_in_flight_then_done_late_or_abandoned() {
+        let slack = Duration::from_secs(30);
+        let stuck = Duration::from_secs(900);
+        for kind in [OperationKind::Startup, OperationKind::Shutdown] {
+            for on in [Some(true), Some(false), None] {
+                for (at, phase) in [(89, 0), (90, 1), (899, 1), (900, 2)] {
+                    let o = op(kind, Some("bench-01-1"));
+                    let got = unreported(&o, on, t0() + TimeDelta::seconds(at), slack, stuck);
+                    let shows = match kind {
+                        OperationKind::Startup => on == Some(true),
+                        OperationKind::Shutdown => on == Some(false),
+                    };
+                    let want = match (phase, shows) {
+                        (0, _) => "in flight",
+                        (_, true) => "done",
+                        (1, false) => "late",
+                        _ => "abandoned",
+                    };
+                    let name = match got {
+                        Unreported::InFlight => "in flight",
+                        Unreported::Done(_) => "done",
+                        Unreported::Late => "late",
+                        Unreported::Abandoned => "abandoned",
+                    };
+                    assert_eq!(name, want, "{kind:?} on={on:?} at {at}s");
+                }
+            }
+        }
+        let reported = ended(
+            op(OperationKind::Startup, None),
+            OperationOutcome::Completed,
+        );
+        assert_eq!(
+            unreported(&reported, None, t0() + TimeDelta::days(1), slack, stuck),
+            Unreported::InFlight,
+            "a reported operation is never judged again"
+        );
     }
 
     #[test]

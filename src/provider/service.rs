@@ -24,7 +24,7 @@ use tonic::{Code, Request, Response, Status};
 use tracing::{info, warn};
 
 use crate::config::{Config, Group};
-use crate::domain::claim::{self, Claim, LastClaim, Phase, Reason};
+use crate::domain::claim::{self, Call, Claim, LastClaim, Phase, Reason};
 use crate::domain::name::{BenchName, GroupName};
 use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::reconcile::requests::{self, RequestError};
@@ -464,7 +464,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             .ok_or_else(|| Status::internal("the group is missing from its own catalog"))?;
         // All or nothing, in one step: a refused call leaves the target where it was.
         let chosen: Vec<BenchName> = free.into_iter().take(delta).collect();
-        let made = requests::claim_slots(&writer, catalog_group, &chosen, now)
+        let made = requests::claim_slots(&writer, catalog_group, &chosen, now, Call::IncreaseSize)
             .await
             .map_err(request_status)?;
         // The snapshot a stale read would answer from follows the change.
@@ -1079,9 +1079,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             // cluster-autoscaler must give up on a boot after fleet does, so that fleet's failure
             // (a create error) reaches it first: the claim's own horizon and one minute for a
             // pass to report it.
-            let provision = group
-                .max_node_provision_time
-                .map(|m| m.max(group.timings.attempt_budget()) + PROVISION_SLACK);
+            let provision = Some(
+                group
+                    .max_node_provision_time
+                    .unwrap_or_default()
+                    .max(group.timings.attempt_budget())
+                    + PROVISION_SLACK,
+            );
             Ok(Response::new(NodeGroupAutoscalingOptionsResponse {
                 node_group_autoscaling_options: Some(convert::options(
                     request.defaults.as_ref(),

@@ -37,6 +37,16 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     pub method: String,
     pub code: String,
@@ -57,6 +67,10 @@ pub struct Metrics {
     pub provider_calls: Family<CallLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
     pub provider_stale_answers: Counter,
+    /// Warnings recorded on claims, by reason (ShutdownJobTimeout, ShutdownAttemptLimitReached).
+    pub warnings: Family<ReasonLabel, Counter>,
+    /// Configuration reloads, by result (`applied`, `refused`).
+    pub reloads: Family<ResultLabel, Counter>,
 }
 
 fn seconds() -> Histogram {
@@ -80,6 +94,18 @@ impl Default for Metrics {
         let provider_calls = Family::<CallLabels, Counter>::default();
         let provider_call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(seconds);
         let provider_stale_answers = Counter::default();
+        let warnings = Family::<ReasonLabel, Counter>::default();
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "claim_warnings",
+            "Warnings recorded on claims, by reason",
+            warnings.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Configuration reloads, applied or refused",
+            reloads.clone(),
+        );
         registry.register(
             "provider_calls",
             "cluster-autoscaler calls by method and gRPC status code",
@@ -146,6 +172,8 @@ impl Default for Metrics {
             provider_calls,
             provider_call_seconds,
             provider_stale_answers,
+            warnings,
+            reloads,
         }
     }
 }

@@ -24,17 +24,17 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Config, Group, Slot};
 use crate::domain::claim::{
-    self, Claim, Context, Judgment, Move, OperationKind, OperationOutcome, Phase, Reason,
+    self, Claim, Context, Gate, Judgment, Move, OperationKind, OperationOutcome, Phase, Reason,
     ShutdownGate, add,
 };
 use crate::domain::law::{self, ClaimInput, Fires, Input, Power};
 use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
 use crate::domain::node::{self, Binding, NodeView};
-use crate::domain::operation::{self, OpEnd, SlotOp, UnclaimedShutdown};
+use crate::domain::operation::{self, OpEnd, SlotOp, UnclaimedShutdown, Unreported};
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::{REPORT_SLACK, Report, Request, Runner};
 use crate::store::catalog::{Blindness, Catalog, ControllerStatus, STATUS_TTL};
-use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus};
+use crate::store::claims::{ClaimStore, ClaimStoreError, Entry, Event, SlotStatus, SlotWaiting};
 use crate::store::lease::{Generation, Leadership, Lease};
 use crate::store::operations::Unclaimed;
 use crate::store::presence::{Presence, Snapshot};
@@ -177,6 +177,8 @@ pub struct Faults {
     pub vanish_ratio: f64,
     /// The fewest machines whose vanishing in one pass makes it blind.
     pub vanish_min: usize,
+    /// How long past an operation's timeout its wrapper has to report it (SPEC §4.2).
+    pub report_slack: Duration,
 }
 
 impl Default for Faults {
@@ -185,6 +187,7 @@ impl Default for Faults {
             blind_grace: Duration::from_secs(40),
             vanish_ratio: 0.5,
             vanish_min: 2,
+            report_slack: REPORT_SLACK,
         }
     }
 }
@@ -1140,6 +1143,21 @@ where
         {
             self.uncordon(&slot.name, bench).await;
         }
+        // Fleet's cordon ends with what set it: once the machine is observed off with no
+        // operation in flight (the scale-down's claim completed, or a shutdown of a machine no
+        // claim wanted took effect), its request is lifted, so it never outlives the claim.
+        let in_flight_here = self.running.contains_key(&slot.name)
+            || self.finished.contains_key(&slot.name)
+            || op.as_ref().is_some_and(SlotOp::running);
+        if !blind
+            && power == Some(Power::Off)
+            && !going_down
+            && !in_flight_here
+            && self.token.is_some() == self.lease.is_some()
+            && !claims.iter().any(|c| c.phase.is_live())
+        {
+            self.uncordon(&slot.name, bench).await;
+        }
 
         // The readiness gate. Not while a shutdown of the slot is in flight or settling, nor while
         // the machine has not been observed off since the last shutdown: a machine on its way off
@@ -1162,32 +1180,17 @@ where
                 .position(|c| c.wants_machine() && c.phase.in_boot_window())
         {
             let c = claims[i].clone();
-            let startup_done = c.operation.as_ref().filter(|op| {
-                op.kind == OperationKind::Startup && op.outcome == Some(OperationOutcome::Completed)
-            });
-            let machine_up = power == Some(Power::On);
-            let gate = if usable
-                && (startup_done.is_some() || (c.phase == Phase::Pending && machine_up))
-            {
-                Some((c.apply(Move::to(Phase::Ready), now), Event::Ready))
-            } else if let Some(op) = startup_done {
-                let since = op.finished_at.unwrap_or(now);
-                let budget = if machine_up {
-                    t.uncordon_timeout + t.readiness_gate_timeout
-                } else {
-                    t.uncordon_timeout
-                };
-                (now >= add(since, budget)).then(|| {
-                    (
-                        c.apply(
-                            Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
-                            now,
-                        ),
-                        Event::Failed,
-                    )
-                })
-            } else {
-                None
+            let gate = match claim::readiness_gate(&c, power == Some(Power::On), usable, now, t) {
+                Gate::Ready => Some((c.apply(Move::to(Phase::Ready), now), Event::Ready)),
+                Gate::Heard => Some((Ok(c.heard(now)), Event::Observed)),
+                Gate::Fail => Some((
+                    c.apply(
+                        Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
+                        now,
+                    ),
+                    Event::Failed,
+                )),
+                Gate::Wait(_) => None,
             };
             if let Some((Ok(next), event)) = gate {
                 let took = (now - c.requested_at).num_milliseconds().max(0) as u64;
@@ -1317,17 +1320,40 @@ where
         }
         let mut status = self.statuses.get(&key).cloned().unwrap_or_default();
         let before = status.clone();
+        // A machine that would be usable but for its bench's hold is reported as it is (ready, and
+        // held): a hold never sends a slot's phase backwards to booting.
+        let held = bench
+            .filter(|_| state == Some(State::Held))
+            .and_then(|b| b.verdict(now).hold)
+            .map(|h| h.to_string());
+        let usable_but_held =
+            held.is_some() && node::usable(State::Up, self.binding(slot), &group.readiness_taints);
         if let Some(power) = power {
             let input = Input {
                 claim: ClaimInput::of(current.as_ref()),
                 power,
-                usable,
+                usable: usable || usable_but_held,
             };
             status.history.record(law::report(input), now);
         }
         status.history.expire(now);
         status.power = power;
         status.usable = usable;
+        status.waiting = current
+            .as_ref()
+            .filter(|c| c.wants_machine() && !blind)
+            .and_then(|c| {
+                waiting(
+                    c,
+                    going_down,
+                    held.as_deref(),
+                    power == Some(Power::On),
+                    usable,
+                    now,
+                    t,
+                )
+            });
+        status.held = held;
         status.claim = current.filter(|c| c.phase.is_live()).map(|c| c.name);
         if status != before || status.updated_at.is_none() || self.dirty.remove(&key) {
             status.updated_at = Some(now);
@@ -1344,6 +1370,15 @@ where
             }
             (Some(_), false) | (None, _) => Binding::Unbound,
         }
+    }
+
+    fn count_warning(&self, reason: Reason) {
+        self.metrics
+            .warnings
+            .get_or_create(&metrics::ReasonLabel {
+                reason: reason.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// The lease holder id of this controller, for the operations it fires.
@@ -1495,21 +1530,19 @@ where
             // Its wrapper may still be running it (a power-off that polls, a startup that
             // retries): it stays in flight, whatever the machine reads now, until its outcome is
             // reported or can no longer come.
-            if !o.report_overdue(now, REPORT_SLACK) {
-                return;
-            }
-            let (outcome, tail) = match (o.kind, power) {
-                (OperationKind::Startup, _) => (
-                    OperationOutcome::Completed,
-                    "its outcome was never reported; the readiness gate judges the machine",
-                ),
-                (OperationKind::Shutdown, Some(Power::Off)) => (
-                    OperationOutcome::Completed,
-                    "its outcome was never reported; the machine is off",
-                ),
-                (OperationKind::Shutdown, _) => (
-                    OperationOutcome::TimedOut,
-                    "its outcome was never reported; judged by its timeout",
+            let on = power.map(|p| p == Power::On);
+            let (outcome, tail) = match operation::unreported(
+                o,
+                on,
+                now,
+                self.faults.report_slack,
+                group.timings.stuck_threshold,
+            ) {
+                Unreported::InFlight | Unreported::Late => return,
+                Unreported::Done(why) => (OperationOutcome::Completed, why),
+                Unreported::Abandoned => (
+                    OperationOutcome::Abandoned,
+                    "stuck: no outcome was reported by stuck_threshold; abandoned",
                 ),
             };
             let end = OpEnd {
@@ -1691,7 +1724,32 @@ where
                     return false;
                 }
                 if let ShutdownGate::Paused { until } = c.shutdown_gate(now, t) {
-                    debug!(slot = %slot.name, claim = %c.name, until = %until, "shutdown attempts spent; paused");
+                    // Recorded on the claim once per pause, as the seed says: visible in describe
+                    // and counted.
+                    if c.reason != Some(Reason::ShutdownAttemptLimitReached) {
+                        let next = c.warn(Reason::ShutdownAttemptLimitReached);
+                        let detail = format!(
+                            "{} shutdowns fired and the machine is still on: no more until {}",
+                            c.shutdown_attempts,
+                            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                        );
+                        if self
+                            .write(
+                                c,
+                                &next,
+                                Event::Warned,
+                                now,
+                                Some((None, None, Some(detail))),
+                            )
+                            .await
+                        {
+                            warn!(slot = %slot.name, claim = %c.name, until = %until, "shutdown attempts spent; paused");
+                            self.count_warning(Reason::ShutdownAttemptLimitReached);
+                            if let Some(i) = claims.iter().position(|x| x.name == c.name) {
+                                claims[i] = next;
+                            }
+                        }
+                    }
                     return false;
                 }
                 let next = c.record_shutdown_attempt(now, t).start_operation(
@@ -1887,7 +1945,16 @@ where
                 }
             }
             (OperationKind::Shutdown, OperationOutcome::TimedOut) => {
-                next = next.warn(Reason::ShutdownJobTimeout)
+                next = next.warn(Reason::ShutdownJobTimeout);
+                self.count_warning(Reason::ShutdownJobTimeout);
+            }
+            (_, OperationOutcome::Abandoned) if c.phase.is_live() => {
+                if let Ok(failed) =
+                    next.apply(Move::because(Phase::Failed, Reason::StuckTransition), now)
+                {
+                    next = failed;
+                    event = Event::Failed;
+                }
             }
             _ => {}
         }
@@ -2039,6 +2106,38 @@ impl SlotOutcome {
         self.claims = claims;
         self
     }
+}
+
+/// Why a slot's live claim that wants its machine waits, for the report (SPEC §4.7).
+fn waiting(
+    c: &Claim,
+    going_down: bool,
+    held: Option<&str>,
+    on: bool,
+    usable: bool,
+    now: DateTime<Utc>,
+    t: &claim::Timings,
+) -> Option<SlotWaiting> {
+    if going_down {
+        return Some(SlotWaiting::PoweringOff);
+    }
+    if let Some(reason) = held {
+        return Some(SlotWaiting::Held {
+            reason: reason.to_owned(),
+        });
+    }
+    if c.phase == Phase::Ready {
+        return (on && !usable).then_some(SlotWaiting::NotUsable);
+    }
+    Some(match claim::readiness_gate(c, on, usable, now, t) {
+        Gate::Ready | Gate::Heard | Gate::Fail => return None,
+        Gate::Wait(claim::Waiting::Startup) if c.running_operation().is_some() => {
+            SlotWaiting::StartupRunning
+        }
+        Gate::Wait(claim::Waiting::Startup) => SlotWaiting::Start,
+        Gate::Wait(claim::Waiting::FirstBeat { until }) => SlotWaiting::FirstBeat { until },
+        Gate::Wait(claim::Waiting::Usable { until }) => SlotWaiting::Usable { until },
+    })
 }
 
 fn bench_of<'a>(snapshot: &'a Snapshot, slot: &BenchName) -> Option<&'a Bench> {

@@ -6,7 +6,8 @@
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 
-use crate::domain::claim::{self, Cancellation, Claim, NotMarkable, Reason, failure_streak};
+use crate::domain::claim::{self, Call, Cancellation, Claim, NotMarkable, Reason, failure_streak};
+use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::catalog::CatalogGroup;
 use crate::store::claims::{ClaimStore, ClaimStoreError, Created, Entry, Event};
@@ -54,7 +55,7 @@ pub async fn claim_slot<C: ConnectionLike + Clone + Send>(
     slot: &BenchName,
     now: DateTime<Utc>,
 ) -> Result<Claim, RequestError> {
-    let mut made = claim_slots(store, group, std::slice::from_ref(slot), now).await?;
+    let mut made = claim_slots(store, group, std::slice::from_ref(slot), now, Call::Claim).await?;
     made.pop().ok_or_else(|| {
         RequestError::Store(ClaimStoreError::Reply(format!("no claim made on {slot}")))
     })
@@ -98,6 +99,7 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
     group: &CatalogGroup,
     slots: &[BenchName],
     now: DateTime<Utc>,
+    call: Call,
 ) -> Result<Vec<Claim>, RequestError> {
     // The group is among those that may hold claims, so a controller reads them even after the
     // group left its configuration (SPEC §4.1).
@@ -120,6 +122,7 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
                     &group.timings,
                     group.max_node_provision_time,
                 )
+                .made_by(call)
             })
             .collect();
         match store.create_all(&claims, &seeds).await? {
@@ -127,6 +130,8 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
                 // Recorded again after the create: a controller forgetting the group (it left
                 // its configuration) in between puts it back or sees this claim (SPEC §4.1).
                 store.known_groups(&[(&group.name, &group.timings)]).await?;
+                let count = u32::try_from(claims.len()).unwrap_or(u32::MAX);
+                scaled(store, &group.name, now, ScaleAction::Increase, count).await;
                 return Ok(claims);
             }
             Some((i, Created::SlotTaken(claim))) => {
@@ -163,6 +168,37 @@ pub async fn find_claim<C: ConnectionLike + Clone + Send>(
 /// Cancels a claim (SPEC §3.2): a pending claim is deleted; a booting or ready one is marked for
 /// deletion and reversed by the controller, never interrupted.
 pub async fn cancel<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    c: &Claim,
+    reason: Reason,
+    now: DateTime<Utc>,
+    timeline_ttl: std::time::Duration,
+) -> Result<Cancelled, RequestError> {
+    let action = if reason == Reason::CancelledByDecreaseTargetSize {
+        ScaleAction::Decrease
+    } else {
+        ScaleAction::Delete
+    };
+    let done = cancel_claim(store, c, reason, now, timeline_ttl).await?;
+    scaled(store, &c.group, now, action, 1).await;
+    Ok(done)
+}
+
+/// Records a scaling call for `fleet groups`. A report: a failure to write it is logged, never
+/// the request's failure.
+async fn scaled<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &GroupName,
+    now: DateTime<Utc>,
+    action: ScaleAction,
+    count: u32,
+) {
+    if let Err(e) = store.record_scale(group, now, action, count).await {
+        tracing::debug!(%group, error = format!("{:#}", anyhow::Error::new(e)), "recording the scaling call failed");
+    }
+}
+
+async fn cancel_claim<C: ConnectionLike + Clone + Send>(
     store: &ClaimStore<C>,
     c: &Claim,
     reason: Reason,

@@ -13,7 +13,7 @@ use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason, Timings};
-use crate::domain::history::History;
+use crate::domain::history::{History, ScaleAction};
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::SlotOp;
@@ -184,12 +184,48 @@ pub struct SlotStatus {
     pub usable: bool,
     pub claim: Option<ClaimName>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// The hold the bench carries while it is HELD: a ready machine that holds is shown ready and
+    /// held, never as booting again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+    /// Why the slot's live claim waits, when it does (SPEC §4.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<SlotWaiting>,
+}
+
+/// Why a slot's live claim waits, as the controller's report says it (SPEC §4.7).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "for")]
+pub enum SlotWaiting {
+    /// The machine is on its way down: the claim starts it once it is off.
+    PoweringOff,
+    /// The bench holds (it is there and takes no work).
+    Held { reason: String },
+    /// Its startup runs.
+    StartupRunning,
+    /// It waits to be started (an operation of the slot is in flight first).
+    Start,
+    /// Its startup completed; its bench has not beaten since, until this deadline.
+    FirstBeat { until: DateTime<Utc> },
+    /// Its bench beats and is not usable yet, until this deadline.
+    Usable { until: DateTime<Utc> },
+    /// A ready claim whose machine is on and not usable (its Node is not Ready, say).
+    NotUsable,
 }
 
 impl SlotStatus {
     pub fn phase(&self) -> Option<Report> {
         self.history.phase()
     }
+}
+
+/// A group's last scaling call, as the requests record it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastScale {
+    pub at: DateTime<Utc>,
+    pub action: ScaleAction,
+    /// How many machines it asked for or gave back.
+    pub count: u32,
 }
 
 /// The seed of a new claim's attempt: the slot's last-claim digest as the creator read it.
@@ -596,6 +632,43 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         }
         self.known_groups(&[(group, timings)]).await?;
         Ok(false)
+    }
+
+    /// Records the group's last scaling call (a report for `fleet groups`). One round trip.
+    pub async fn record_scale(
+        &self,
+        group: &GroupName,
+        at: DateTime<Utc>,
+        action: ScaleAction,
+        count: u32,
+    ) -> Result<(), ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("SET")
+            .arg(self.keys.group(group).last_scale())
+            .arg(json("a scaling call", &LastScale { at, action, count })?)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadGroup {
+                group: group.clone(),
+                source,
+            })
+    }
+
+    /// The group's last scaling call, if any. One round trip.
+    pub async fn last_scale(
+        &self,
+        group: &GroupName,
+    ) -> Result<Option<LastScale>, ClaimStoreError> {
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = redis::cmd("GET")
+            .arg(self.keys.group(group).last_scale())
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| ClaimStoreError::ReadGroup {
+                group: group.clone(),
+                source,
+            })?;
+        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
     }
 
     /// The group's target size: how many of its claims want a machine (live, not marked for

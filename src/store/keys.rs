@@ -198,6 +198,13 @@ impl GroupKeys {
         format!("{}:ops", self.tag)
     }
 
+    /// The group's last scaling call (JSON `{at, action, count}`), written by the requests that
+    /// change the target (IncreaseSize, DeleteNodes, DecreaseTargetSize, `fleet claim`,
+    /// `fleet cancel`), shown by `fleet groups`. A report: nothing decides from it.
+    pub fn last_scale(&self) -> String {
+        format!("{}:scaled", self.tag)
+    }
+
     /// A claim's timeline: a list of JSON entries, one per accepted move, capped in length, and
     /// expiring with the claim's collection.
     pub fn timeline(&self, claim: &ClaimName) -> String {

@@ -254,6 +254,7 @@ fn attempts_are_seeded_once_from_the_slots_last_claim() {
         finished_at: None,
         reached_ready,
         streak_reset_at: None,
+        call: None,
     };
     let tm = Timings::default();
     let seed = |l: Option<&LastClaim>| seed_attempt(l, t(0), &tm);
@@ -549,6 +550,7 @@ fn every_reason_has_its_name() {
             "StartupJobFailed",
             "StartupJobTimeout",
             "ShutdownJobTimeout",
+            "ShutdownAttemptLimitReached",
             "ReadinessGateTimeout",
             "MachineGone",
             "StuckTransition",
@@ -757,6 +759,7 @@ fn a_failure_streak_ends_after_the_cooldown_or_an_operators_reset() {
         finished_at: finished,
         reached_ready: false,
         streak_reset_at: None,
+        call: None,
     };
     let spent = failed(3, Some(t(100)));
     // Within the cooldown the slot is spent and a claim on it would be attempt 4.
@@ -782,4 +785,110 @@ fn a_failure_streak_ends_after_the_cooldown_or_an_operators_reset() {
     // A streak short of the bound is not spent.
     assert!(!streak_spent(Some(&failed(2, Some(t(100)))), t(101), &tm));
     assert!(!streak_spent(None, t(0), &tm));
+}
+
+// The readiness gate over its whole input space: phase (pending, booting), the startup (none,
+// running, completed, failed), the machine on or off, usable or not, heard or not, and the time
+// against both budgets (uncordon 90 s, then 4 m more).
+#[test]
+fn the_readiness_gate_over_its_whole_input_space() {
+    let tm = Timings::default();
+    let ended = 100; // the startup ends at t(100)
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Startup {
+        None,
+        Running,
+        Completed,
+        Failed,
+    }
+    for pending in [true, false] {
+        for startup in [
+            Startup::None,
+            Startup::Running,
+            Startup::Completed,
+            Startup::Failed,
+        ] {
+            for on in [false, true] {
+                for usable in [false, true] {
+                    for heard in [false, true] {
+                        for at in [ended + 10, ended + 90, ended + 200, ended + 330] {
+                            let mut c = claim();
+                            if !pending {
+                                c = c.apply(Move::to(Phase::Booting), t(0)).unwrap();
+                            }
+                            if startup != Startup::None {
+                                c = c.start_operation(OperationKind::Startup, mins(5), t(1));
+                            }
+                            match startup {
+                                Startup::Completed => {
+                                    c = c
+                                        .finish_operation(OperationOutcome::Completed, t(ended))
+                                        .unwrap()
+                                }
+                                Startup::Failed => {
+                                    c = c
+                                        .finish_operation(OperationOutcome::Failed, t(ended))
+                                        .unwrap()
+                                }
+                                Startup::None | Startup::Running => {}
+                            }
+                            if heard {
+                                c = c.heard(t(ended));
+                            }
+                            let got = readiness_gate(&c, on, usable, t(at), &tm);
+                            let done = startup == Startup::Completed;
+                            let budget = if heard { 90 + 240 } else { 90 };
+                            let want = if usable && (done || (pending && on)) {
+                                Gate::Ready
+                            } else if !done {
+                                Gate::Wait(Waiting::Startup)
+                            } else if on && !heard {
+                                Gate::Heard
+                            } else if at >= ended + budget {
+                                Gate::Fail
+                            } else if heard {
+                                Gate::Wait(Waiting::Usable {
+                                    until: t(ended + budget),
+                                })
+                            } else {
+                                Gate::Wait(Waiting::FirstBeat {
+                                    until: t(ended + budget),
+                                })
+                            };
+                            assert_eq!(
+                                got,
+                                want,
+                                "pending={pending} {startup:?} on={on} usable={usable} heard={heard} at=+{}",
+                                at - ended
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// A machine that reboots while it provisions: heard after its startup, then dark past the first
+// budget. It keeps the whole budget (it used to fail ReadinessGateTimeout at once).
+#[test]
+fn a_machine_that_reboots_while_it_provisions_keeps_the_whole_budget() {
+    let tm = Timings::default();
+    let c = claim()
+        .apply(Move::to(Phase::Booting), t(0))
+        .unwrap()
+        .start_operation(OperationKind::Startup, mins(5), t(0))
+        .finish_operation(OperationOutcome::Completed, t(100))
+        .unwrap();
+    assert_eq!(readiness_gate(&c, true, false, t(110), &tm), Gate::Heard);
+    let heard = c.heard(t(110));
+    assert!(heard.is(ConditionKind::MachineHeard));
+    // Dark at +120 s, past the 90 s first budget: still waiting for it to be usable.
+    assert_eq!(
+        readiness_gate(&heard, false, false, t(220), &tm),
+        Gate::Wait(Waiting::Usable {
+            until: t(100 + 330)
+        })
+    );
+    assert_eq!(readiness_gate(&c, false, false, t(220), &tm), Gate::Fail);
 }
