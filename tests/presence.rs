@@ -494,7 +494,8 @@ async fn keys_live_under_the_prefix_and_one_hash_tag() {
             "{team-a}:bench:bench-01",
             "{team-a}:benches",
             "{team-a}:benches:version",
-            "{team-a}:holds"
+            "{team-a}:holds",
+            "{team-a}:seen"
         ]
     );
     // Another prefix sees another fleet.

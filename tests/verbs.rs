@@ -5,6 +5,7 @@ mod support;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use fleet::cli::{Cli, Ctx};
@@ -324,4 +325,204 @@ async fn claim_refuses_a_slot_whose_machine_is_powering_off() {
     settle(&mut ctl).await;
     let (out, code) = run(&server, &["claim", "bench-02"]).await;
     assert_eq!(code, 0, "{out}");
+}
+
+/// `setup` with a startup that says why it fails and exits 3, and one attempt per slot.
+async fn failing_setup() -> (
+    RedisServer,
+    Controller<redis::aio::MultiplexedConnection, Exec>,
+) {
+    let server = server();
+    let text = yaml(&server)
+        .replace(
+            r#"startup: { command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"]"#,
+            r#"startup: { command: ["sh", "-c", "echo no power on the rack >&2; exit 3"]"#,
+        )
+        .replace(
+            "timings: { job_monitor_poll_interval: 100ms }",
+            "timings: { job_monitor_poll_interval: 100ms, max_attempts: 1 }",
+        );
+    assert!(
+        text.contains("exit 3") && text.contains("max_attempts"),
+        "{text}"
+    );
+    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    let mut c = conn(&server).await;
+    Catalog::of(&cfg)
+        .publish(&mut c, &Keys::default())
+        .await
+        .unwrap();
+    let (_, rx) = tokio::sync::watch::channel(Arc::new(cfg));
+    let ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(exec(&server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    (server, ctl)
+}
+
+// Issue 11 #10: why a startup failed is readable without Redis tools. `fleet describe SLOT` shows
+// the last claim's timeline once it ended (not only a live claim's), with the operation's exit
+// status and output; `fleet describe CLAIM` works for a claim still kept; `fleet claims --slot`
+// lists the ended ones; the boots ledger and the last scaling call are shown.
+#[tokio::test]
+async fn describe_shows_why_an_operation_failed_by_slot_and_by_claim() {
+    let (server, mut ctl) = failing_setup().await;
+    let (out, code) = run(&server, &["claim", "bench-01"]).await;
+    assert_eq!(code, 0, "{out}");
+    settle(&mut ctl).await;
+    let (table, code) = run(&server, &["describe", "bench-01"]).await;
+    assert_eq!(code, 0, "{table}");
+    assert!(table.contains("Timeline of bench-01-"), "{table}");
+    assert!(
+        table.contains("Output of the startup") && table.contains("no power on the rack"),
+        "{table}"
+    );
+    assert!(table.contains("exit status: 3"), "{table}");
+    let claims = json(
+        &run(&server, &["claims", "--slot", "bench-01", "-o", "json"])
+            .await
+            .0,
+    );
+    let name = claims[0]["name"].as_str().unwrap().to_owned();
+    assert_eq!(claims[0]["phase"], "failed");
+    assert_eq!(claims[0]["reason"], "StartupJobFailed");
+    let (by_claim, code) = run(&server, &["describe", &name]).await;
+    assert_eq!(code, 0, "{by_claim}");
+    assert!(by_claim.contains("no power on the rack"), "{by_claim}");
+    let d = json(&run(&server, &["describe", &name, "-o", "json"]).await.0);
+    assert_eq!(d["slot"]["name"], "bench-01");
+    assert_eq!(d["activations"].as_array().unwrap().len(), 1, "{d}");
+    let at = d["timeline"][0]["at"].as_str().unwrap();
+    assert_eq!(
+        at.len(),
+        "2026-11-30T16:29:28.123Z".len(),
+        "milliseconds: {at}"
+    );
+    let (out, code) = run(&server, &["claims", "--slot", "nowhere"]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("no slot nowhere"), "{out}");
+    let groups = json(&run(&server, &["groups", "-o", "json"]).await.0);
+    assert!(groups[0]["last_scale_at"].is_string(), "{groups}");
+    assert_eq!(groups[0]["last_scale_action"][0], "increase", "{groups}");
+    let (wide, _) = run(&server, &["claims", "-o", "wide"]).await;
+    assert!(
+        wide.contains("(now)") && wide.contains("(in 11m)"),
+        "tables show relative times: {wide}"
+    );
+}
+
+// Issue 11 #11: `fleet claim` on a slot that spent its attempts is refused (exit 1) with when it
+// rests until and the command that resets it; nothing is started.
+#[tokio::test]
+async fn claim_refuses_a_spent_slot_saying_until_when_and_how_to_reset_it() {
+    let (server, mut ctl) = failing_setup().await;
+    run(&server, &["claim", "bench-01"]).await;
+    settle(&mut ctl).await;
+    let (out, code) = run(&server, &["claim", "bench-01"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("spent its attempts") && out.contains("fleet reset-attempts bench-01"),
+        "{out}"
+    );
+    let claims = json(&run(&server, &["claims", "-o", "json"]).await.0);
+    assert_eq!(
+        claims.as_array().unwrap().len(),
+        1,
+        "no second claim: {claims}"
+    );
+    let (_, code) = run(&server, &["reset-attempts", "bench-01"]).await;
+    assert_eq!(code, 0);
+    let (out, code) = run(&server, &["claim", "bench-01"]).await;
+    assert_eq!(code, 0, "{out}");
+}
+
+// Issue 11 #11: `fleet claim --wait` follows the claim: a line per step, exit 0 on ready; exit 1
+// on failed, with the reason and the output of its last operation.
+#[tokio::test]
+async fn claim_wait_follows_the_claim_to_ready_or_failed() {
+    let (server, ctl) = setup().await;
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(ctl.run(Duration::from_millis(100), Duration::ZERO, stop.clone()));
+    let (out, code) = run(&server, &["claim", "bench-01", "--wait"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": pending after"), "{out}");
+    assert!(
+        out.lines().last().unwrap().contains(": ready after"),
+        "{out}"
+    );
+    stop.cancel();
+    running.await.unwrap();
+
+    let (server, ctl) = failing_setup().await;
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(ctl.run(Duration::from_millis(100), Duration::ZERO, stop.clone()));
+    let (out, code) = run(&server, &["claim", "bench-01", "--wait"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(": failed after"), "{out}");
+    assert!(out.contains("no power on the rack"), "{out}");
+    assert!(out.contains("StartupJobFailed"), "{out}");
+    stop.cancel();
+    running.await.unwrap();
+}
+
+// Issue 11 #11: `--watch` on the views: each frame redrawn, JSON one document a line.
+#[tokio::test]
+async fn views_watch_like_state_does() {
+    let (server, mut ctl) = setup().await;
+    run(&server, &["claim", "bench-01"]).await;
+    settle(&mut ctl).await;
+    for (view, token) in [
+        (&["slots"][..], "bench-01"),
+        (&["claims"], "bench-01"),
+        (&["groups"], "pool-a"),
+        (&["live"], "bench-01"),
+    ] {
+        let url = server.url();
+        let mut argv = vec!["fleet", "--redis", &url];
+        argv.extend_from_slice(view);
+        argv.extend(["--watch", "--interval", "100ms"]);
+        let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let shutdown = CancellationToken::new();
+        let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+        let mut out = Frames {
+            buf: Vec::new(),
+            blank_lines: 0,
+            shutdown,
+        };
+        bounded("watch", cli.command.run(&ctx, &mut out))
+            .await
+            .unwrap();
+        let text = String::from_utf8(out.buf).unwrap();
+        assert!(
+            text.matches(token).count() >= 2,
+            "{view:?} drew twice: {text}"
+        );
+    }
+}
+
+/// A writer that stops a watch after two frames (a frame ends with a blank line).
+struct Frames {
+    buf: Vec<u8>,
+    blank_lines: usize,
+    shutdown: CancellationToken,
+}
+
+impl std::io::Write for Frames {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if data == b"\n" && self.buf.ends_with(b"\n\n") {
+            self.blank_lines += 1;
+            if self.blank_lines >= 2 {
+                self.shutdown.cancel();
+            }
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

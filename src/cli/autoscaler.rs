@@ -78,6 +78,30 @@ fn client_error(e: ClientError) -> Error {
     }
 }
 
+#[derive(tabled::Tabled)]
+struct GroupLine {
+    #[tabled(rename = "GROUP")]
+    group: String,
+    #[tabled(rename = "MIN")]
+    min: i32,
+    #[tabled(rename = "MAX")]
+    max: i32,
+    #[tabled(rename = "TARGET")]
+    target: i32,
+}
+
+#[derive(tabled::Tabled)]
+struct NodeLine {
+    #[tabled(rename = "INSTANCE")]
+    instance: String,
+    #[tabled(rename = "STATE")]
+    state: String,
+    #[tabled(rename = "ERROR")]
+    error: String,
+    #[tabled(rename = "MESSAGE")]
+    message: String,
+}
+
 impl Args {
     pub async fn run(self, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         if matches!(self.call, Call::Decrease { delta: 0, .. }) {
@@ -98,38 +122,32 @@ impl Args {
             Call::Groups => {
                 let rows = client.groups().await.map_err(client_error)?;
                 if json {
-                    return Ok(super::output::json(out, &rows)?);
+                    return Ok(super::output::json(out, &rows, false)?);
                 }
-                let cells: Vec<Vec<String>> = rows
-                    .iter()
-                    .map(|r| {
-                        vec![
-                            r.id.clone(),
-                            r.min_size.to_string(),
-                            r.max_size.to_string(),
-                            r.target_size.to_string(),
-                        ]
-                    })
-                    .collect();
-                grid(out, &["GROUP", "MIN", "MAX", "TARGET"], &cells)?;
+                grid(
+                    out,
+                    rows.iter().map(|r| GroupLine {
+                        group: r.id.clone(),
+                        min: r.min_size,
+                        max: r.max_size,
+                        target: r.target_size,
+                    }),
+                )?;
             }
             Call::Nodes { group } => {
                 let rows = client.nodes(group).await.map_err(client_error)?;
                 if json {
-                    return Ok(super::output::json(out, &rows)?);
+                    return Ok(super::output::json(out, &rows, false)?);
                 }
-                let cells: Vec<Vec<String>> = rows
-                    .iter()
-                    .map(|r| {
-                        vec![
-                            r.id.clone(),
-                            r.state.to_owned(),
-                            r.error_class.unwrap_or("-").to_owned(),
-                            r.error_message.clone().unwrap_or_else(|| "-".to_owned()),
-                        ]
-                    })
-                    .collect();
-                grid(out, &["INSTANCE", "STATE", "ERROR", "MESSAGE"], &cells)?;
+                grid(
+                    out,
+                    rows.iter().map(|r| NodeLine {
+                        instance: r.id.clone(),
+                        state: r.state.to_owned(),
+                        error: r.error_class.unwrap_or("-").to_owned(),
+                        message: r.error_message.clone().unwrap_or_else(|| "-".to_owned()),
+                    }),
+                )?;
             }
             Call::Increase { group, delta } => {
                 let before = client.target(group).await.map_err(client_error)?;
@@ -158,7 +176,7 @@ impl Args {
             Call::Template { group } => {
                 let row = client.template(group).await.map_err(client_error)?;
                 if json {
-                    return Ok(super::output::json(out, &row)?);
+                    return Ok(super::output::json(out, &row, false)?);
                 }
                 writeln!(out, "name:     {}", row.name)?;
                 for (k, v) in &row.labels {

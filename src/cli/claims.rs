@@ -1,79 +1,121 @@
-//! `fleet claims [--slot S] [-o table|wide|json]`: every claim, oldest first.
+//! `fleet claims [--slot S] [-o table|wide|json] [--watch]`: every claim still kept, oldest
+//! first, the ended ones too.
 
 use std::io::Write;
 
 use crate::domain::name::BenchName;
 
-use super::output::grid;
+use super::output::{grid, moment};
 use super::views::{World, claim_row};
-use super::{Ctx, Error};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ClaimsFormat {
-    Table,
-    Wide,
-    Json,
-}
+use super::{Ctx, Error, WideFormat};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only this slot's claims.
-    #[arg(long)]
+    /// Only this slot's claims (the live one and those still kept after they ended).
+    #[arg(long, value_name = "SLOT")]
     pub slot: Option<BenchName>,
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ClaimsFormat::Table)]
-    pub format: ClaimsFormat,
+    /// Output format: a table, a wider table with times and operations, or JSON.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = WideFormat::Table)]
+    pub format: WideFormat,
+    #[command(flatten)]
+    pub watch: super::watch::Watch,
+}
+
+#[derive(tabled::Tabled)]
+struct Line {
+    #[tabled(rename = "CLAIM")]
+    name: String,
+    #[tabled(rename = "SLOT")]
+    slot: String,
+    #[tabled(rename = "PHASE")]
+    phase: String,
+    #[tabled(rename = "REASON")]
+    reason: String,
+    #[tabled(rename = "ATTEMPT")]
+    attempt: u32,
+    #[tabled(rename = "MARKED")]
+    marked: String,
+}
+
+#[derive(tabled::Tabled)]
+struct WideLine {
+    #[tabled(inline)]
+    line: Line,
+    #[tabled(rename = "GROUP")]
+    group: String,
+    #[tabled(rename = "SHUTDOWNS")]
+    shutdowns: u32,
+    #[tabled(rename = "OPERATION")]
+    operation: String,
+    #[tabled(rename = "REQUESTED")]
+    requested: String,
+    #[tabled(rename = "DEADLINE")]
+    deadline: String,
+    #[tabled(rename = "FINISHED")]
+    finished: String,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let world = World::read(ctx).await?;
+        let watch = self.watch.clone();
+        watch
+            .run(ctx, out, self.format.is_json(), async |out| {
+                let world = World::read(ctx).await?;
+                self.frame(&world, out)
+            })
+            .await
+    }
+
+    fn frame(&self, world: &World, out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        if let Some(slot) = &self.slot
+            && world.catalog.group_of(slot).is_none()
+        {
+            return Err(Error::usage(format!(
+                "no slot {slot}: list them with `fleet slots`"
+            )));
+        }
         let mut claims: Vec<_> = world
             .claims
             .iter()
             .filter(|c| self.slot.as_ref().is_none_or(|s| &c.slot == s))
             .collect();
         claims.sort_by_key(|c| (c.requested_at, c.name.clone()));
-        let rows: Vec<_> = claims.iter().map(|c| claim_row(c)).collect();
-        if self.format == ClaimsFormat::Json {
-            return Ok(super::output::json(out, &rows)?);
+        let rows: Vec<_> = claims.iter().map(|c| claim_row(c, world)).collect();
+        if self.format.is_json() {
+            return Ok(super::output::json(out, &rows, self.watch.watch)?);
         }
-        let wide = self.format == ClaimsFormat::Wide;
-        let cells: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| {
-                let mut row = vec![
-                    r.name.to_string(),
-                    r.slot.to_string(),
-                    r.phase.to_string(),
-                    r.reason.map_or("-".to_owned(), |x| x.to_string()),
-                    r.attempt.to_string(),
-                    if r.marked_for_deletion { "yes" } else { "-" }.to_owned(),
-                ];
-                if wide {
-                    row.extend([
-                        r.group.to_string(),
-                        r.shutdown_attempts.to_string(),
-                        r.operation.clone().unwrap_or_else(|| "-".to_owned()),
-                        r.requested_at.clone(),
-                        r.deadline_at.clone().unwrap_or_else(|| "-".to_owned()),
-                        r.finished_at.clone().unwrap_or_else(|| "-".to_owned()),
-                    ]);
-                }
-                row
-            })
-            .collect();
-        let mut header = vec!["CLAIM", "SLOT", "PHASE", "REASON", "ATTEMPT", "MARKED"];
-        if wide {
-            header.extend([
-                "GROUP",
-                "SHUTDOWNS",
-                "OPERATION",
-                "REQUESTED",
-                "DEADLINE",
-                "FINISHED",
-            ]);
+        let now = world.now;
+        let lines = claims.iter().zip(&rows).map(|(c, r)| {
+            let line = Line {
+                name: r.name.to_string(),
+                slot: r.slot.to_string(),
+                phase: r.phase.to_string(),
+                reason: match (&r.reason, &r.waiting) {
+                    (Some(reason), _) => reason.to_string(),
+                    (None, Some(waiting)) => format!("waiting: {waiting}"),
+                    (None, None) => "-".to_owned(),
+                },
+                attempt: r.attempt,
+                marked: if r.marked_for_deletion { "yes" } else { "-" }.to_owned(),
+            };
+            (line, c)
+        });
+        if self.format == WideFormat::Wide {
+            grid(
+                out,
+                lines.zip(&rows).map(|((line, c), r)| WideLine {
+                    line,
+                    group: r.group.to_string(),
+                    shutdowns: r.shutdown_attempts,
+                    operation: r.operation.clone().unwrap_or_else(|| "-".to_owned()),
+                    requested: moment(Some(c.requested_at), now),
+                    deadline: moment(c.deadline_at, now),
+                    finished: moment(c.finished_at, now),
+                }),
+            )?;
+        } else {
+            grid(out, lines.map(|(line, _)| line))?;
         }
-        grid(out, &header, &cells)?;
         Ok(())
     }
 }

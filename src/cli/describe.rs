@@ -1,20 +1,28 @@
-//! `fleet describe SLOT [-o table|json]`: a slot's status, history ring, last-claim digest, and
-//! its live claim with the claim's timeline.
+//! `fleet describe SLOT|CLAIM [-o table|json]`: one slot in full (its status, history ring,
+//! boots, last-claim digest, and the timeline of its live claim, else of its last claim still
+//! kept), or one claim still kept, with its slot. The timeline shows each operation's outcome
+//! and the tail of its output, so why a startup or a shutdown failed is readable without Redis
+//! tools (SPEC §4.7).
 
 use std::io::Write;
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::domain::name::BenchName;
+use crate::domain::claim::Claim;
+use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::claims::Entry;
 
-use super::output::{grid, time};
-use super::views::{ClaimRow, SlotRow, World, claim_row, slot_rows};
+use super::output::{clock, grid, human_ms, moment, relative};
+use super::views::{ClaimRow, SlotRow, World, claim_row, rfc3339, slot_rows};
 use super::{Ctx, Error, ViewFormat};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    pub slot: BenchName,
+    /// A slot, or a claim still kept (as `fleet claims` lists them).
+    #[arg(value_name = "SLOT|CLAIM")]
+    pub target: String,
+    /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table)]
     pub format: ViewFormat,
 }
@@ -22,62 +30,179 @@ pub struct Args {
 #[derive(Serialize)]
 struct Description {
     slot: SlotRow,
-    recent_transitions: Vec<crate::domain::history::Transition>,
+    recent_transitions: Vec<TransitionRow>,
+    /// The ledger of boots in the last 24 hours.
+    activations: Vec<String>,
     claim: Option<ClaimRow>,
-    timeline: Vec<Entry>,
+    /// How the claim's deadline was set.
+    deadline: Option<String>,
+    timeline: Vec<EntryRow>,
+}
+
+/// A history row as the views show it: times in RFC 3339 with milliseconds.
+#[derive(Serialize)]
+struct TransitionRow {
+    at: String,
+    from: Option<crate::domain::law::Report>,
+    to: crate::domain::law::Report,
+}
+
+/// A timeline entry as the views show it: its fields, times in RFC 3339 with milliseconds.
+#[derive(Serialize)]
+struct EntryRow {
+    at: String,
+    event: crate::store::claims::Event,
+    phase: crate::domain::claim::Phase,
+    attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<crate::domain::claim::Reason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operation: Option<crate::domain::claim::OperationKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+impl From<&Entry> for EntryRow {
+    fn from(e: &Entry) -> Self {
+        EntryRow {
+            at: rfc3339(e.at),
+            event: e.event,
+            phase: e.phase,
+            attempt: e.attempt,
+            reason: e.reason,
+            operation: e.operation,
+            deadline_at: e.deadline_at.map(rfc3339),
+            duration_ms: e.duration_ms,
+            detail: e.detail.clone(),
+        }
+    }
+}
+
+#[derive(tabled::Tabled)]
+struct HistoryLine {
+    #[tabled(rename = "AT")]
+    at: String,
+    #[tabled(rename = "FROM")]
+    from: String,
+    #[tabled(rename = "TO")]
+    to: String,
+}
+
+#[derive(tabled::Tabled)]
+struct TimelineLine {
+    #[tabled(rename = "AT")]
+    at: String,
+    #[tabled(rename = "EVENT")]
+    event: String,
+    #[tabled(rename = "PHASE")]
+    phase: String,
+    #[tabled(rename = "REASON")]
+    reason: String,
+    #[tabled(rename = "TOOK")]
+    took: String,
+    #[tabled(rename = "DETAIL")]
+    detail: String,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let world = World::read(ctx).await?;
+        // A slot first; else a claim still kept.
+        let slot_named = BenchName::parse(&self.target)
+            .ok()
+            .filter(|s| world.slots.iter().any(|(_, name, ..)| name == s));
+        let (slot, claim): (BenchName, Option<Claim>) = match slot_named {
+            Some(slot) => {
+                let claim = world.live_claim(&slot).cloned().or_else(|| {
+                    world
+                        .claims
+                        .iter()
+                        .filter(|c| c.slot == slot)
+                        .max_by_key(|c| (c.requested_at, c.name.clone()))
+                        .cloned()
+                });
+                (slot, claim)
+            }
+            None => {
+                let found = ClaimName::parse(&self.target)
+                    .ok()
+                    .and_then(|name| world.claims.iter().find(|c| c.name == name).cloned());
+                match found {
+                    Some(c) => (c.slot.clone(), Some(c)),
+                    None => {
+                        return Err(Error::usage(format!(
+                            "no slot {} and no claim of that name: list them with `fleet slots` \
+                             and `fleet claims` (an ended claim is kept for its group's \
+                             ttl_after_finished)",
+                            self.target
+                        )));
+                    }
+                }
+            }
+        };
         let Some(row) = slot_rows(&world)
             .into_iter()
-            .find(|r| r.name == self.slot.as_str())
+            .find(|r| r.name == slot.as_str())
         else {
             return Err(Error::usage(format!(
-                "no slot {}: list them with `fleet slots`",
-                self.slot
+                "claim {} is on slot {slot}, which no group has any more",
+                self.target
             )));
         };
         let (group, _, status, _) = world
             .slots
             .iter()
-            .find(|(_, s, ..)| s == &self.slot)
+            .find(|(_, s, ..)| s == &slot)
             .cloned()
             .expect("the row came from this slot");
-        let ring = status
-            .map(|s| s.history.recent_transitions().cloned().collect())
-            .unwrap_or_default();
-        let live = world.live_claim(&self.slot).cloned();
-        let timeline = match &live {
+        let timeline = match &claim {
             Some(c) => world
                 .store
-                .timeline(&group, &c.name)
+                .timeline(&c.group, &c.name)
                 .await
                 .map_err(|e| Error::Runtime(e.into()))?,
             None => Vec::new(),
         };
+        let history = status.map(|s| s.history).unwrap_or_default();
+        let deadline = claim
+            .as_ref()
+            .and_then(|c| explain_deadline(c, &group, &world));
         let d = Description {
             slot: row,
-            recent_transitions: ring,
-            claim: live.as_ref().map(claim_row),
-            timeline,
+            recent_transitions: history
+                .recent_transitions()
+                .map(|t| TransitionRow {
+                    at: rfc3339(t.at),
+                    from: t.from,
+                    to: t.to,
+                })
+                .collect(),
+            activations: history.recent_activations().map(|t| rfc3339(*t)).collect(),
+            claim: claim.as_ref().map(|c| claim_row(c, &world)),
+            deadline,
+            timeline: timeline.iter().map(EntryRow::from).collect(),
         };
-        if self.format == ViewFormat::Json {
-            return Ok(super::output::json(out, &d)?);
+        if self.format.is_json() {
+            return Ok(super::output::json(out, &d, false)?);
         }
+        super::views::notice(out, &world, false)?;
+        let now = world.now;
         let s = &d.slot;
         writeln!(out, "Slot:        {} (group {})", s.name, s.group)?;
         writeln!(
             out,
-            "Phase:       {} (previously {})",
+            "Phase:       {}{} (previously {}), since {}",
             opt(s.phase),
-            opt(s.previous_phase)
-        )?;
-        writeln!(
-            out,
-            "Since:       {}",
-            s.last_transition_time.clone().unwrap_or_else(|| "-".into())
+            s.held
+                .as_ref()
+                .map(|h| format!(", held ({h})"))
+                .unwrap_or_default(),
+            opt(s.previous_phase),
+            moment(s.since, now)
         )?;
         writeln!(
             out,
@@ -85,66 +210,135 @@ impl Args {
             s.power,
             if s.usable { "yes" } else { "no" }
         )?;
+        if let Some(waiting) = &s.waiting {
+            writeln!(out, "Waiting for: {waiting}")?;
+        }
+        let last_boot = history.recent_activations().last().copied();
         writeln!(
             out,
-            "Boots:       {} in 24h, {} in all",
-            s.activations_24h, s.activations_total
+            "Boots:       {} in 24h, {} in all{}",
+            s.activations_24h,
+            s.activations_total,
+            last_boot
+                .map(|t| format!("; the last {}", moment(Some(t), now)))
+                .unwrap_or_default()
         )?;
-        match &s.last_claim {
-            Some(l) => writeln!(
+        match &claim {
+            Some(c) => {
+                writeln!(
+                    out,
+                    "{}  {} {}, attempt {}{}{}",
+                    if c.phase.is_live() {
+                        "Live claim:"
+                    } else {
+                        "Claim:     "
+                    },
+                    c.name,
+                    c.phase,
+                    c.attempt,
+                    c.reason.map(|r| format!(", {r}")).unwrap_or_default(),
+                    c.call
+                        .map(|call| format!(", made by {}", call.as_str()))
+                        .unwrap_or_default()
+                )?;
+                writeln!(out, "Requested:   {}", moment(Some(c.requested_at), now))?;
+                if let Some(text) = &d.deadline {
+                    writeln!(out, "Deadline:    {text}")?;
+                }
+                if let Some(at) = c.finished_at {
+                    writeln!(out, "Finished:    {}", moment(Some(at), now))?;
+                }
+            }
+            None => writeln!(out, "Claim:       -")?,
+        }
+        if let Some(l) = &s.last_claim
+            && claim.as_ref().is_none_or(|c| c.name != l.name)
+        {
+            writeln!(
                 out,
-                "Last claim:  {} {} attempt {}{} finished {}",
+                "Last claim:  {} {} attempt {}{} (collected; its digest stays)",
                 l.name,
                 l.phase,
                 l.attempt,
                 l.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
-                time(l.finished_at)
-            )?,
-            None => writeln!(out, "Last claim:  -")?,
-        }
-        match &d.claim {
-            Some(c) => writeln!(
-                out,
-                "Live claim:  {} {} attempt {}",
-                c.name, c.phase, c.attempt
-            )?,
-            None => writeln!(out, "Live claim:  -")?,
+            )?;
         }
         writeln!(out, "\nHistory:")?;
-        let ring: Vec<Vec<String>> = d
-            .recent_transitions
-            .iter()
-            .map(|t| vec![time(Some(t.at)), opt(t.from), t.to.to_string()])
-            .collect();
-        grid(out, &["AT", "FROM", "TO"], &ring)?;
-        if !d.timeline.is_empty() {
+        grid(
+            out,
+            history.recent_transitions().map(|t| HistoryLine {
+                at: moment(Some(t.at), now),
+                from: opt(t.from),
+                to: t.to.to_string(),
+            }),
+        )?;
+        if !timeline.is_empty() {
             writeln!(
                 out,
                 "\nTimeline of {}:",
-                d.claim.as_ref().map_or("", |c| c.name.as_str())
+                claim.as_ref().map_or("", |c| c.name.as_str())
             )?;
-            let rows: Vec<Vec<String>> = d
-                .timeline
-                .iter()
-                .map(|e| {
-                    vec![
-                        time(Some(e.at)),
-                        format!("{:?}", e.event).to_lowercase(),
-                        e.phase.to_string(),
-                        e.reason.map_or("-".into(), |r| r.to_string()),
-                        e.duration_ms.map_or("-".into(), super::output::human_ms),
-                        e.detail.clone().unwrap_or_default().replace('\n', " | "),
-                    ]
-                })
-                .collect();
             grid(
                 out,
-                &["AT", "EVENT", "PHASE", "REASON", "TOOK", "DETAIL"],
-                &rows,
+                timeline.iter().map(|e| TimelineLine {
+                    at: clock(e.at),
+                    event: format!("{:?}", e.event).to_lowercase()
+                        + &e.operation
+                            .map(|op| format!(" ({})", op.as_str()))
+                            .unwrap_or_default(),
+                    phase: e.phase.to_string(),
+                    reason: e.reason.map_or("-".into(), |r| r.to_string()),
+                    took: e.duration_ms.map_or("-".into(), human_ms),
+                    detail: e
+                        .detail
+                        .as_deref()
+                        .map(|d| d.lines().last().unwrap_or_default().to_owned())
+                        .unwrap_or_default(),
+                }),
             )?;
+            // The output of the last operation that said anything: why it failed, readable here.
+            if let Some(e) = timeline
+                .iter()
+                .rev()
+                .find(|e| e.operation.is_some() && e.detail.is_some())
+            {
+                writeln!(
+                    out,
+                    "\nOutput of the {} ({}):",
+                    e.operation.map_or("operation", |op| op.as_str()),
+                    relative(e.at, now)
+                )?;
+                for line in e.detail.as_deref().unwrap_or_default().lines() {
+                    writeln!(out, "  {line}")?;
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// How a claim's deadline was set (SPEC §3.5), in words: the request time plus the larger of the
+/// attempt budget and the group's max node provision time in force when it was made.
+fn explain_deadline(c: &Claim, group: &GroupName, world: &World) -> Option<String> {
+    let deadline: DateTime<Utc> = c.deadline_at?;
+    let budget = world
+        .catalog
+        .group(group)
+        .map(|g| g.timings.attempt_budget())?;
+    let provision = c
+        .max_node_provision_time
+        .map(|p| {
+            format!(
+                ", max_node_provision_time {}",
+                humantime::format_duration(p)
+            )
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "{} = requested + max(attempt budget {}{provision})",
+        moment(Some(deadline), world.now),
+        humantime::format_duration(budget),
+    ))
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

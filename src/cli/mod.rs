@@ -26,6 +26,7 @@ pub mod serve;
 pub mod slots;
 pub mod state;
 pub mod views;
+pub mod watch;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -125,6 +126,26 @@ pub enum Command {
 pub enum ViewFormat {
     Table,
     Json,
+}
+
+impl ViewFormat {
+    pub fn is_json(self) -> bool {
+        self == ViewFormat::Json
+    }
+}
+
+/// Output of the views that have more columns to show (`-o wide`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WideFormat {
+    Table,
+    Wide,
+    Json,
+}
+
+impl WideFormat {
+    pub fn is_json(self) -> bool {
+        self == WideFormat::Json
+    }
 }
 
 /// What a verb runs with: where Redis is, the key namer, and the shutdown signal.

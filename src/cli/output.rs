@@ -42,7 +42,7 @@ pub fn rows(out: &mut dyn Write, format: Format, rows: &[Row], compact: bool) ->
             writeln!(out)
         }
         Format::Tsv => tsv(out, rows),
-        Format::Table => table(out, rows),
+        Format::Table => state_table(out, rows, Utc::now(), &std::collections::HashMap::new()),
     }
 }
 
@@ -73,82 +73,88 @@ fn cell<T: ToString>(value: &Option<T>) -> String {
         .unwrap_or_default()
 }
 
-fn table(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
-    let header = [
-        "NAME",
-        "STATE",
-        "HOLD",
-        "LOAD",
-        "CORES",
-        "TTL",
-        "EXPIRES IN",
-        "ERROR",
-    ];
-    let body: Vec<[String; 8]> = rows
-        .iter()
-        .map(|r| {
-            let hold = match (&r.hold, &r.requested_hold) {
+/// The presence table of `fleet state`.
+#[derive(tabled::Tabled)]
+struct StateLine {
+    #[tabled(rename = "NAME")]
+    name: String,
+    #[tabled(rename = "STATE")]
+    state: String,
+    #[tabled(rename = "HOLD")]
+    hold: String,
+    #[tabled(rename = "LOAD")]
+    load: String,
+    #[tabled(rename = "CORES")]
+    cores: String,
+    #[tabled(rename = "TTL")]
+    ttl: String,
+    #[tabled(rename = "EXPIRES IN")]
+    expires_in: String,
+    #[tabled(rename = "LAST SEEN")]
+    last_seen: String,
+    #[tabled(rename = "ERROR")]
+    error: String,
+}
+
+/// The table of `fleet state`: a counted beat's age, or when a DOWN bench last beat (`seen`,
+/// where the store still knows).
+pub fn state_table(
+    out: &mut dyn Write,
+    rows: &[Row],
+    now: DateTime<Utc>,
+    seen: &std::collections::HashMap<String, DateTime<Utc>>,
+) -> io::Result<()> {
+    grid(
+        out,
+        rows.iter().map(|r| StateLine {
+            last_seen: match (r.ttl_ms, r.expires_in_ms) {
+                (Some(ttl), Some(left)) => human_ms(ttl.saturating_sub(left)) + " ago",
+                _ => seen
+                    .get(&r.name)
+                    .map_or("-".to_owned(), |at| relative(*at, now)),
+            },
+            name: r.name.clone(),
+            state: r.state.to_string(),
+            hold: match (&r.hold, &r.requested_hold) {
                 (Some(h), _) => h.clone(),
                 (None, Some(asked)) => format!("(requested: {asked})"),
                 (None, None) => "-".to_owned(),
-            };
-            [
-                r.name.clone(),
-                r.state.to_string(),
-                hold,
-                r.load.map_or("-".to_owned(), |l| format!("{l:.2}")),
-                r.cores.map_or("-".to_owned(), |c| c.to_string()),
-                r.ttl_ms.map_or("-".to_owned(), human_ms),
-                r.expires_in_ms.map_or("-".to_owned(), human_ms),
-                r.error.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &body {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        padded.join("  ").trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(&header.map(str::to_owned)))?;
-    for row in &body {
-        writeln!(out, "{}", line(row))?;
-    }
-    Ok(())
+            },
+            load: r.load.map_or("-".to_owned(), |l| format!("{l:.2}")),
+            cores: r.cores.map_or("-".to_owned(), |c| c.to_string()),
+            ttl: r.ttl_ms.map_or("-".to_owned(), human_ms),
+            expires_in: r.expires_in_ms.map_or("-".to_owned(), human_ms),
+            error: r.error.clone().unwrap_or_default(),
+        }),
+    )
 }
 
-/// Writes `value` as pretty JSON and a newline: the `-o json` of every view.
-pub fn json<T: serde::Serialize + ?Sized>(out: &mut dyn Write, value: &T) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, value)?;
+/// Writes `value` as JSON and a newline: the `-o json` of every view, pretty, or on one line
+/// (`compact`, under `--watch`: one document a line).
+pub fn json<T: serde::Serialize + ?Sized>(
+    out: &mut dyn Write,
+    value: &T,
+    compact: bool,
+) -> io::Result<()> {
+    if compact {
+        serde_json::to_writer(&mut *out, value)?;
+    } else {
+        serde_json::to_writer_pretty(&mut *out, value)?;
+    }
     writeln!(out)
 }
 
-/// Writes an aligned table: a header line and one line per row.
-pub fn grid(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &mut dyn Iterator<Item = &str>| {
-        let padded: Vec<String> = cells
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        padded.join("  ").trim_end().to_owned()
-    };
-    writeln!(out, "{}", line(&mut header.iter().copied()))?;
-    for row in rows {
-        writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+/// Writes rows for people (SPEC §4.7): a header line and one line per row, columns aligned and
+/// two spaces apart, no borders, nothing trailing (rendered by `tabled` from the row type).
+pub fn grid<T: tabled::Tabled>(
+    out: &mut dyn Write,
+    rows: impl IntoIterator<Item = T>,
+) -> io::Result<()> {
+    use tabled::settings::{Padding, Style};
+    let mut table = tabled::Table::new(rows);
+    table.with(Style::empty()).with(Padding::new(0, 2, 0, 0));
+    for line in table.to_string().lines() {
+        writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
 }
@@ -179,6 +185,13 @@ pub fn clock(t: DateTime<Utc>) -> String {
     } else {
         local.format("%Y-%m-%d %H:%M").to_string()
     }
+}
+
+/// A time for a table: the local clock and how far from `now` (`14:02:11 (3m ago)`), or `-`.
+pub fn moment(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    t.map_or("-".to_owned(), |t| {
+        format!("{} ({})", clock(t), relative(t, now))
+    })
 }
 
 /// A time relative to `now`, for people: `3m ago`, `in 11m`, `now`.
@@ -253,7 +266,7 @@ mod tests {
         r.state = State::Up;
         r.requested_hold = Some("drain".into());
         let mut out = Vec::new();
-        table(&mut out, &[r]).unwrap();
+        state_table(&mut out, &[r], Utc::now(), &Default::default()).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("NAME      STATE  HOLD"), "{text}");

@@ -1,24 +1,60 @@
-//! `fleet slots [GROUP] [-o table|json]`: one row per slot, its phase, power and history.
+//! `fleet slots [GROUP] [-o table|json] [--watch]`: one row per slot, its phase, power and
+//! history.
 
 use std::io::Write;
 
 use crate::domain::name::GroupName;
 
-use super::output::grid;
+use super::output::{grid, relative};
 use super::views::{World, slot_rows};
 use super::{Ctx, Error, ViewFormat};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only this group's slots.
+    #[arg(value_name = "GROUP")]
     pub group: Option<GroupName>,
+    /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table)]
     pub format: ViewFormat,
+    #[command(flatten)]
+    pub watch: super::watch::Watch,
+}
+
+#[derive(tabled::Tabled)]
+struct Line {
+    #[tabled(rename = "SLOT")]
+    name: String,
+    #[tabled(rename = "GROUP")]
+    group: String,
+    #[tabled(rename = "PHASE")]
+    phase: String,
+    #[tabled(rename = "POWER")]
+    power: String,
+    #[tabled(rename = "USABLE")]
+    usable: String,
+    #[tabled(rename = "CLAIM")]
+    claim: String,
+    #[tabled(rename = "ATTEMPT")]
+    attempt: String,
+    #[tabled(rename = "BOOTS 24H/ALL")]
+    boots: String,
+    #[tabled(rename = "SINCE")]
+    since: String,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let world = World::read(ctx).await?;
+        let watch = self.watch.clone();
+        watch
+            .run(ctx, out, self.format.is_json(), async |out| {
+                let world = World::read(ctx).await?;
+                self.frame(&world, out)
+            })
+            .await
+    }
+
+    fn frame(&self, world: &World, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         if let Some(g) = &self.group
             && world.catalog.group(g).is_none()
         {
@@ -26,46 +62,31 @@ impl Args {
                 "no group {g}: list them with `fleet groups`"
             )));
         }
-        let rows: Vec<_> = slot_rows(&world)
+        let rows: Vec<_> = slot_rows(world)
             .into_iter()
             .filter(|r| self.group.as_ref().is_none_or(|g| r.group == g.as_str()))
             .collect();
-        super::views::notice(out, &world, self.format == ViewFormat::Json)?;
-        if self.format == ViewFormat::Json {
-            return Ok(super::output::json(out, &rows)?);
+        super::views::notice(out, world, self.format.is_json())?;
+        if self.format.is_json() {
+            return Ok(super::output::json(out, &rows, self.watch.watch)?);
         }
-        let cells: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| {
-                vec![
-                    r.name.clone(),
-                    r.group.clone(),
-                    r.phase.map_or("-".to_owned(), |p| p.to_string()),
-                    r.power.to_owned(),
-                    if r.usable { "yes" } else { "no" }.to_owned(),
-                    r.claim.clone().unwrap_or_else(|| "-".to_owned()),
-                    r.attempt.map_or("-".to_owned(), |a| a.to_string()),
-                    format!("{}/{}", r.activations_24h, r.activations_total),
-                    r.last_transition_time
-                        .clone()
-                        .unwrap_or_else(|| "-".to_owned()),
-                ]
-            })
-            .collect();
         grid(
             out,
-            &[
-                "SLOT",
-                "GROUP",
-                "PHASE",
-                "POWER",
-                "USABLE",
-                "CLAIM",
-                "ATTEMPT",
-                "BOOTS 24H/ALL",
-                "SINCE",
-            ],
-            &cells,
+            rows.iter().map(|r| Line {
+                name: r.name.clone(),
+                group: r.group.clone(),
+                phase: match (&r.phase, &r.held) {
+                    (Some(p), Some(hold)) => format!("{p}, held ({hold})"),
+                    (Some(p), None) => p.to_string(),
+                    (None, _) => "-".to_owned(),
+                },
+                power: r.power.to_owned(),
+                usable: if r.usable { "yes" } else { "no" }.to_owned(),
+                claim: r.claim.clone().unwrap_or_else(|| "-".to_owned()),
+                attempt: r.attempt.map_or("-".to_owned(), |a| a.to_string()),
+                boots: format!("{}/{}", r.activations_24h, r.activations_total),
+                since: r.since.map_or("-".to_owned(), |at| relative(at, world.now)),
+            }),
         )?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use crate::domain::history::{self, GroupStatus, SlotSummary};
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::catalog::{Catalog, ControllerStatus};
-use crate::store::claims::{ClaimStore, LastScale, SlotStatus};
+use crate::store::claims::{ClaimStore, LastScale, SlotStatus, SlotWaiting};
 
 use super::{Ctx, Error};
 
@@ -93,7 +93,70 @@ pub struct SlotRow {
     pub activations_24h: u32,
     pub last_transition_time: Option<String>,
     pub previous_phase: Option<Report>,
-    pub last_claim: Option<LastClaim>,
+    pub last_claim: Option<LastClaimRow>,
+    /// The hold the bench carries while it holds (the phase stays what it was).
+    pub held: Option<String>,
+    /// Why the slot's live claim waits, when it does.
+    pub waiting: Option<String>,
+    /// `last_transition_time` as a time, for tables.
+    #[serde(skip)]
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// The last-claim digest as the views show it: times in RFC 3339 with milliseconds, like every
+/// time of every view.
+#[derive(Clone, Debug, Serialize)]
+pub struct LastClaimRow {
+    pub name: ClaimName,
+    pub phase: Phase,
+    pub attempt: u32,
+    pub group: GroupName,
+    pub reason: Option<Reason>,
+    pub requested_at: String,
+    pub deadline_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub reached_ready: bool,
+    pub streak_reset_at: Option<String>,
+    pub call: Option<&'static str>,
+}
+
+impl From<&LastClaim> for LastClaimRow {
+    fn from(l: &LastClaim) -> Self {
+        LastClaimRow {
+            name: l.name.clone(),
+            phase: l.phase,
+            attempt: l.attempt,
+            group: l.group.clone(),
+            reason: l.reason,
+            requested_at: rfc3339(l.requested_at),
+            deadline_at: l.deadline_at.map(rfc3339),
+            finished_at: l.finished_at.map(rfc3339),
+            reached_ready: l.reached_ready,
+            streak_reset_at: l.streak_reset_at.map(rfc3339),
+            call: l.call.map(|c| c.as_str()),
+        }
+    }
+}
+
+/// Why a claim waits, in words (SPEC §4.7).
+pub fn waiting_text(w: &SlotWaiting) -> String {
+    match w {
+        SlotWaiting::PoweringOff => {
+            "the machine is powering off; it is started again once it is off".to_owned()
+        }
+        SlotWaiting::Held { reason } => format!("the bench holds ({reason})"),
+        SlotWaiting::StartupRunning => "the startup is running".to_owned(),
+        SlotWaiting::Start => "to be started (another operation of the slot first)".to_owned(),
+        SlotWaiting::FirstBeat { until } => format!(
+            "the bench's first beat, until {}",
+            super::output::clock(*until)
+        ),
+        SlotWaiting::Usable { until } => format!(
+            "the machine to be usable, until {}",
+            super::output::clock(*until)
+        ),
+        SlotWaiting::NotUsable => "the machine is on and not usable".to_owned(),
+    }
 }
 
 pub fn slot_rows(world: &World) -> Vec<SlotRow> {
@@ -119,7 +182,10 @@ pub fn slot_rows(world: &World) -> Vec<SlotRow> {
                 activations_24h: status.history.activations_last_24h(),
                 last_transition_time: status.history.last_transition_time().map(rfc3339),
                 previous_phase: status.history.previous_phase(),
-                last_claim: last.clone(),
+                last_claim: last.as_ref().map(LastClaimRow::from),
+                held: status.held.clone(),
+                waiting: status.waiting.as_ref().map(waiting_text),
+                since: status.history.last_transition_time(),
             }
         })
         .collect()
@@ -140,10 +206,24 @@ pub struct ClaimRow {
     pub deadline_at: Option<String>,
     pub finished_at: Option<String>,
     pub operation: Option<String>,
+    /// Why it waits, when it is its slot's live claim and waits.
+    pub waiting: Option<String>,
+    /// The call that made it.
+    pub call: Option<&'static str>,
 }
 
-pub fn claim_row(c: &Claim) -> ClaimRow {
+pub fn claim_row(c: &Claim, world: &World) -> ClaimRow {
+    let waiting = world
+        .slots
+        .iter()
+        .find(|(_, slot, ..)| slot == &c.slot)
+        .and_then(|(_, _, status, _)| status.as_ref())
+        .filter(|s| s.claim.as_ref() == Some(&c.name))
+        .and_then(|s| s.waiting.as_ref())
+        .map(waiting_text);
     ClaimRow {
+        waiting,
+        call: c.call.map(|call| call.as_str()),
         name: c.name.clone(),
         slot: c.slot.clone(),
         group: c.group.clone(),

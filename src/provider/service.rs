@@ -805,7 +805,8 @@ fn request_status(e: RequestError) -> Status {
         RequestError::NoSuchClaim(_) => Status::not_found(e.to_string()),
         RequestError::Ended { .. }
         | RequestError::NotMarkable(..)
-        | RequestError::PoweringOff { .. } => Status::failed_precondition(e.to_string()),
+        | RequestError::PoweringOff { .. }
+        | RequestError::Spent { .. } => Status::failed_precondition(e.to_string()),
     }
 }
 

@@ -34,6 +34,15 @@ pub enum RequestError {
          machine off yet; claim it once `fleet state {slot}` reads DOWN"
     )]
     PoweringOff { slot: BenchName, since: String },
+    #[error(
+        "slot {slot} spent its attempts ({attempts} failed in a row): it rests until {until}; \
+         reset it now with `fleet reset-attempts {slot}`"
+    )]
+    Spent {
+        slot: BenchName,
+        attempts: u32,
+        until: String,
+    },
     #[error(transparent)]
     Store(#[from] ClaimStoreError),
 }
@@ -85,6 +94,20 @@ pub async fn claim_free_slot<C: ConnectionLike + Clone + Send>(
             slot: slot.clone(),
             since: op
                 .started_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        });
+    }
+    // A slot that spent its attempts would fail its claim AttemptLimitExceeded before a machine
+    // is bought: a person asking for it is told when it rests until, and how to reset it.
+    let seed = store.seed(&group.name, slot).await?;
+    if claim::streak_spent(seed.last.as_ref(), read.now, &group.timings)
+        && let Some(last) = &seed.last
+    {
+        let since = last.finished_at.unwrap_or(last.requested_at);
+        return Err(RequestError::Spent {
+            slot: slot.clone(),
+            attempts: last.attempt,
+            until: claim::add(since, group.timings.failed_slot_cooldown)
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         });
     }

@@ -67,6 +67,13 @@ impl Keys {
         format!("{}:benches:version", self.tag)
     }
 
+    /// When each bench last beat (server ms): a hash written by every beat, so a bench that reads
+    /// DOWN can still say when it was last seen. Bounded by the registry (`fleet forget` removes
+    /// its field). A report: nothing decides from it.
+    pub fn last_seen(&self) -> String {
+        format!("{}:seen", self.tag)
+    }
+
     /// The registry: a set of every bench that ever beat or was registered. No TTL; members
     /// leave by `fleet forget`.
     pub fn registry(&self) -> String {

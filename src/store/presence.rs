@@ -184,6 +184,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.hold_requests(),
             self.keys.registry(),
             self.keys.registry_version(),
+            self.keys.last_seen(),
         ];
         let mut conn = self.conn.clone();
         let (at_ms, hold, refused): (i64, Option<String>, String) = eval(BEAT, &keys)
@@ -386,11 +387,36 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
 
     /// Removes benches from the registry, with their hold requests. Returns, per name, whether
     /// it was registered. A bench that beats again registers itself again.
+    /// When each of `names` last beat (server time), where the store still knows. One round
+    /// trip. For the views only: a DOWN bench's last word, never a decision.
+    pub async fn last_seen(
+        &self,
+        names: &[BenchName],
+    ) -> Result<Vec<Option<DateTime<Utc>>>, PresenceError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let seen: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(self.keys.last_seen())
+            .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
+            })?;
+        Ok(seen
+            .into_iter()
+            .map(|ms| ms.and_then(DateTime::from_timestamp_millis))
+            .collect())
+    }
+
     pub async fn forget(&self, names: &[BenchName]) -> Result<Vec<bool>, PresenceError> {
         let keys = [
             self.keys.registry(),
             self.keys.registry_version(),
             self.keys.hold_requests(),
+            self.keys.last_seen(),
         ];
         let mut cmd = eval(FORGET, &keys);
         for name in names {

@@ -1,7 +1,7 @@
 -- One beat: the bench's own word that it is there (SPEC §2.4). One round trip.
 --
 -- KEYS[1] the heartbeat key, KEYS[2] the hold-request hash, KEYS[3] the registry,
--- KEYS[4] the registry version.
+-- KEYS[4] the registry version, KEYS[5] the last-seen hash (a report for the views).
 -- ARGV[1] the bench name, ARGV[2] the TTL in ms, ARGV[3] an explicit hold ('' for none),
 -- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown).
 --
@@ -100,6 +100,7 @@ end
 if ttl <= 0 then
   redis.call('DEL', KEYS[1])
 else
+  redis.call('HSET', KEYS[5], ARGV[1], now)
   local beat = { v = 1, at = now, ttl = ttl }
   if hold then beat.hold = hold end
   if ARGV[4] ~= '' then beat.load = tonumber(ARGV[4]) end
