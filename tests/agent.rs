@@ -27,7 +27,7 @@ fn config(final_ttl: Duration, final_hold: Option<&str>) -> Config {
 struct Running {
     events: mpsc::UnboundedReceiver<Event>,
     shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<fleet::agent::Stopped>,
 }
 
 fn start(server: &RedisServer, config: Config) -> Running {
@@ -219,4 +219,69 @@ async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
         State::Down,
         "the final beat had TTL 0"
     );
+}
+
+// Issue 11 #8: the agent's stop is bounded by --timeout, and its exit code says whether the final
+// beat landed: with Redis gone it stops within the timeout and exits 1 (it used to exit 0, as if
+// the bench had said goodbye).
+#[tokio::test]
+async fn an_agent_whose_final_beat_cannot_land_stops_in_time_and_exits_1() {
+    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port().unwrap());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args([
+            "--redis",
+            &url,
+            "--timeout",
+            "500ms",
+            "agent",
+            "bench-01",
+            "--interval",
+            "100ms",
+        ])
+        .env("FLEET_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    bounded("a beat logged", async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("beat written") {
+                return;
+            }
+        }
+        panic!("the agent ended before beating");
+    })
+    .await;
+    // A peer that accepts and never answers, on Redis's port: the final beat waits on nothing.
+    drop(server);
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let silent = std::net::TcpListener::bind(("127.0.0.1", port));
+    let pid = child.id().unwrap().to_string();
+    let stopping = std::time::Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let status = bounded("agent exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{rest}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "stopped in {:?}",
+        stopping.elapsed()
+    );
+    assert!(rest.contains("the final beat did not land"), "{rest}");
+    drop(silent);
 }

@@ -546,3 +546,154 @@ fn no_help_text_shows_a_secret_from_the_environment() {
         );
     }
 }
+
+// Issue 11 #7: a Redis error names its real cause, once: a refused connection, a wrong password
+// (and whose), a missing one (naming the URL), a database out of range, a timeout (the only one
+// that says "within"). redis-rs's own rendering repeated itself (`Connection refused (os error
+// 111): Connection refused (os error 111)`).
+#[test]
+fn redis_errors_name_their_cause_once() {
+    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        args: vec!["--requirepass".into(), "s3cret".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let cases = [
+        (
+            "redis://127.0.0.1:1".to_owned(),
+            "connection refused: is redis-server running there?",
+        ),
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            "authentication failed for user default",
+        ),
+        (
+            format!("redis://bob:wrong@127.0.0.1:{port}"),
+            "authentication failed for user bob",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}"),
+            "this Redis requires a password",
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            "database number in the URL (/N) is out of range",
+        ),
+        (
+            format!("redis://127.0.0.1:{silent_port}"),
+            "no answer within 300ms",
+        ),
+    ];
+    for (url, want) in cases {
+        let o = fleet(&["--redis", &url, "--timeout", "300ms", "live"], &[]);
+        assert_eq!(o.status.code(), Some(1), "{url}");
+        let err = stderr(&o);
+        assert!(err.contains(want), "{url}: {err}");
+        assert!(
+            err.contains("cannot reach Redis at redis://"),
+            "{url}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{url}: {err}");
+        if !want.starts_with("no answer") {
+            assert!(!err.contains("within"), "{url}: {err}");
+        }
+        let parts: Vec<&str> = err.trim().split(": ").collect();
+        for pair in parts.windows(2) {
+            assert_ne!(pair[0], pair[1], "a cause said twice: {err}");
+        }
+        assert!(
+            !err.contains("wrong") && !err.contains("s3cret"),
+            "{url}: {err}"
+        );
+    }
+    drop(silent);
+}
+
+// Issue 11 #8: `fleet state --watch` shows a Redis error where the rows were and keeps trying,
+// instead of exiting; the rows come back when Redis does.
+#[tokio::test]
+async fn state_watch_shows_a_redis_error_and_keeps_trying() {
+    let mut server = fleet::testing::RedisServer::with(fleet::testing::Options {
+        aof: true,
+        ..Default::default()
+    })
+    .unwrap();
+    run(&server, &["beat", "bench-01", "--ttl", "1h"]).await;
+    let url = server.url();
+    let cli = Cli::try_parse_from([
+        "fleet",
+        "--redis",
+        &url,
+        "--timeout",
+        "500ms",
+        "state",
+        "--watch",
+        "--interval",
+        "100ms",
+    ])
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+    /// Kills the server after the first frame, restarts it once an error is shown, and stops
+    /// when the rows are back.
+    struct Outage {
+        buf: Vec<u8>,
+        step: u8,
+        events: std::sync::mpsc::Sender<u8>,
+        shutdown: CancellationToken,
+    }
+    impl std::io::Write for Outage {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(data);
+            let text = String::from_utf8_lossy(&self.buf).into_owned();
+            let step = match self.step {
+                0 if text.contains("bench-01") => 1,
+                1 if text.contains("retrying every 100ms") => 2,
+                2 if text.rsplit("retrying").next().unwrap().contains("bench-01") => 3,
+                s => s,
+            };
+            if step != self.step {
+                self.step = step;
+                let _ = self.events.send(step);
+                if step == 3 {
+                    self.shutdown.cancel();
+                }
+            }
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut out = Outage {
+        buf: Vec::new(),
+        step: 0,
+        events: tx,
+        shutdown,
+    };
+    let watching = async { cli.command.run(&ctx, &mut out).await.unwrap() };
+    let outage = async {
+        loop {
+            match rx.try_recv() {
+                Ok(1) => server.kill(),
+                Ok(2) => server.restart().unwrap(),
+                Ok(_) => return,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    bounded("the watch through an outage", async {
+        tokio::join!(watching, outage);
+    })
+    .await;
+    let text = String::from_utf8(out.buf).unwrap();
+    assert!(
+        text.contains("error: reading the fleet's heartbeat keys: the connection to Redis was lost"),
+        "{text}"
+    );
+}

@@ -66,7 +66,9 @@ impl Agent {
 
     /// Beats until `shutdown`, then writes the final beat. Redis failures are logged and retried;
     /// they never end the loop.
-    pub async fn run(self, shutdown: CancellationToken) {
+    /// Beats until `shutdown`, then writes the final beat, bounded by the call timeout. Says
+    /// whether the final beat landed: a stop's exit code tells a supervisor (SPEC §2.9).
+    pub async fn run(self, shutdown: CancellationToken) -> Stopped {
         let mut presence: Option<Presence<ConnectionManager>> = None;
         let mut failures: u32 = 0;
         let name = self.config.name.clone();
@@ -128,21 +130,31 @@ impl Agent {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        self.final_beat(presence).await;
+        self.final_beat(presence).await
     }
 
-    async fn final_beat(&self, presence: Option<Presence<ConnectionManager>>) {
+    async fn final_beat(&self, presence: Option<Presence<ConnectionManager>>) -> Stopped {
         let name = &self.config.name;
         let beat = self.beat(self.config.final_ttl, self.config.final_hold.clone());
-        let result = match presence {
-            Some(p) => p.beat(&beat).await.map_err(error_chain),
-            None => match self.endpoint.manager().await {
-                Ok(conn) => Presence::new(conn, self.keys.clone())
-                    .beat(&beat)
-                    .await
-                    .map_err(error_chain),
-                Err(e) => Err(error_chain(e)),
-            },
+        let writing = async {
+            match presence {
+                Some(p) => p.beat(&beat).await.map_err(error_chain),
+                None => match self.endpoint.manager().await {
+                    Ok(conn) => Presence::new(conn, self.keys.clone())
+                        .beat(&beat)
+                        .await
+                        .map_err(error_chain),
+                    Err(e) => Err(error_chain(e)),
+                },
+            }
+        };
+        // The stop is bounded by one call timeout, whatever Redis does.
+        let result = match tokio::time::timeout(self.endpoint.timeout, writing).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(self.endpoint.timeout)
+            )),
         };
         match &result {
             Ok(_) => info!(bench = %name, ttl = ?beat.ttl, "final beat written; agent stopped"),
@@ -152,7 +164,12 @@ impl Agent {
                 "final beat failed; the key expires on its own within its TTL"
             ),
         }
+        let stopped = match &result {
+            Ok(_) => Stopped::FinalBeatWritten,
+            Err(error) => Stopped::FinalBeatFailed(error.clone()),
+        };
         self.emit(Event::Final(result));
+        stopped
     }
 
     fn beat(&self, ttl: Duration, hold: Option<Reason>) -> Beat {
@@ -172,8 +189,16 @@ impl Agent {
     }
 }
 
+/// How an agent stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    FinalBeatWritten,
+    /// The final beat did not land (why): the key expires on its own within its TTL.
+    FinalBeatFailed(String),
+}
+
 fn error_chain(e: impl Into<anyhow::Error>) -> String {
-    format!("{:#}", e.into())
+    crate::store::connect::chain(e.into().as_ref())
 }
 
 /// The interval, moved by up to `JITTER` of itself either way.

@@ -53,9 +53,16 @@ impl Args {
         let config = self.config()?;
         // The URL is checked before the loop: a typo is exit 2 now, not a retry forever.
         ctx.endpoint.client()?;
-        Agent::new(config, ctx.endpoint.clone(), ctx.keys.clone())
+        match Agent::new(config, ctx.endpoint.clone(), ctx.keys.clone())
             .run(ctx.shutdown.clone())
-            .await;
-        Ok(())
+            .await
+        {
+            crate::agent::Stopped::FinalBeatWritten => Ok(()),
+            // A supervisor learns the bench may read UP until its TTL runs out.
+            crate::agent::Stopped::FinalBeatFailed(why) => Err(Error::Runtime(anyhow::anyhow!(
+                "the final beat did not land ({why}); the bench reads DOWN when its last key \
+                 expires, within its TTL"
+            ))),
+        }
     }
 }

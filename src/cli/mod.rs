@@ -203,7 +203,9 @@ impl Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Usage(e) | Error::Runtime(e) => write!(f, "{e:#}"),
+            Error::Usage(e) | Error::Runtime(e) => {
+                f.write_str(&crate::store::connect::chain(e.as_ref()))
+            }
         }
     }
 }

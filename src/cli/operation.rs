@@ -88,11 +88,11 @@ async fn report_outcome(
             let conn = endpoint
                 .connect()
                 .await
-                .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+                .map_err(|e| crate::store::connect::chain(&e))?;
             ClaimStore::new(conn, keys.clone())
                 .end_operation(&request.group, slot, request.started_at, &end)
                 .await
-                .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+                .map_err(|e| crate::store::connect::chain(&e))
         };
         let result = match tokio::time::timeout(left, attempt).await {
             Ok(result) => result,

@@ -229,7 +229,7 @@ impl Args {
             .await
             {
                 error!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "the cluster-autoscaler provider stopped; stopping fleet serve"
                 );
                 grpc_shutdown.cancel();
@@ -328,7 +328,7 @@ async fn reload(
             Ok(config) => {
                 if let Err(e) = Catalog::of(&config).publish(&mut conn, &keys).await {
                     warn!(
-                        error = format!("{:#}", anyhow::Error::new(e)),
+                        error = crate::store::connect::chain(&e),
                         "publishing the new catalog failed; views show the old one"
                     );
                 }
@@ -338,7 +338,7 @@ async fn reload(
             }
             Err(e) => error!(
                 config = %path.display(),
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = crate::store::connect::chain(&e),
                 "new configuration refused; the running one is kept"
             ),
         }

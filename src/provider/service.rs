@@ -331,7 +331,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             Ok(read) => read,
             Err(e) => {
                 warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "NodeGroups: the claims cannot be read; answering the configured max sizes"
                 );
                 return out;
@@ -795,7 +795,7 @@ fn answer<T>(message: T, stale: Option<Duration>) -> Response<T> {
 /// The one mapping of the store's errors to gRPC statuses: Redis out of reach and a newer
 /// leader's fence are both "not now, retry".
 fn store_status(e: ClaimStoreError) -> Status {
-    Status::unavailable(format!("{:#}", anyhow::Error::new(e)))
+    Status::unavailable(crate::store::connect::chain(&e))
 }
 
 fn request_status(e: RequestError) -> Status {

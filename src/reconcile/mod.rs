@@ -347,7 +347,7 @@ where
             }
             Err(e) => {
                 warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "cannot reach the lease"
                 );
                 // The store is out of reach, so presence is too: when it returns, the grace.
@@ -377,7 +377,7 @@ where
                     return false;
                 }
                 Err(e) => {
-                    warn!(%group, error = format!("{:#}", anyhow::Error::new(e)), "raising the fence failed; not leading yet");
+                    warn!(%group, error = crate::store::connect::chain(&e), "raising the fence failed; not leading yet");
                     return false;
                 }
             }
@@ -420,7 +420,7 @@ where
             }
             if let Err(e) = self.pass().await {
                 warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "controller pass failed; retrying"
                 );
             }
@@ -430,7 +430,7 @@ where
             match lease.release(&token).await {
                 Ok(_) => info!(token, "leadership released"),
                 Err(e) => warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "releasing the lease failed; it lapses on its own"
                 ),
             }
@@ -514,7 +514,7 @@ where
             Ok(s) => Some(s),
             Err(e) => {
                 warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "cannot read presence: blind, no power action this pass"
                 );
                 // Recorded now, not at the end of the pass: the claims read below fails too when
@@ -569,7 +569,7 @@ where
                                 info!("the catalog was missing from the store; published it again")
                             }
                             Err(e) => warn!(
-                                error = format!("{:#}", anyhow::Error::new(e)),
+                                error = crate::store::connect::chain(&e),
                                 "publishing the catalog again failed"
                             ),
                         }
@@ -588,7 +588,7 @@ where
                     wiped = record;
                 }
                 Err(e) => warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = crate::store::connect::chain(&e),
                     "cannot read the generation marker"
                 ),
             }
@@ -699,7 +699,7 @@ where
                         }
                         Ok(false) => {}
                         Err(e) => {
-                            warn!(group = %gone, error = format!("{:#}", anyhow::Error::new(e)), "forgetting a removed group failed")
+                            warn!(group = %gone, error = crate::store::connect::chain(&e), "forgetting a removed group failed")
                         }
                     }
                 }
@@ -948,7 +948,7 @@ where
         match status.publish(&mut conn, self.presence.keys()).await {
             Ok(()) => self.published = Some((status, Instant::now())),
             Err(e) => debug!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = crate::store::connect::chain(&e),
                 "publishing the controller's status failed"
             ),
         }
@@ -1248,7 +1248,7 @@ where
                         self.deposed
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "adoption failed; no power action");
+                    warn!(slot = %slot.name, error = crate::store::connect::chain(&e), "adoption failed; no power action");
                 }
             }
         }
@@ -1401,7 +1401,7 @@ where
             self.deposed
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "{what} failed");
+        warn!(slot = %slot, error = crate::store::connect::chain(&e), "{what} failed");
     }
 
     /// The slot's operation record (SPEC §5.4): the newest of the store's record, this
@@ -1494,7 +1494,7 @@ where
             .end_operation(&group.name, &slot.name, started_at, &end)
             .await
         {
-            warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the operation's outcome on the slot failed");
+            warn!(slot = %slot.name, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
         }
         if let Some(o) = op.as_mut().filter(|o| o.started_at == started_at)
             && o.end.is_none()
@@ -1567,7 +1567,7 @@ where
                 // Reported meanwhile: the next pass reads it.
                 Ok(false) => return,
                 Err(e) => {
-                    warn!(slot = %slot.name, error = format!("{:#}", anyhow::Error::new(e)), "recording the operation's outcome on the slot failed");
+                    warn!(slot = %slot.name, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
                     return;
                 }
             }
@@ -1672,7 +1672,7 @@ where
                         && s.running_operation().map(|o| o.started_at) == Some(op.started_at)
                 }),
                 Err(e) => {
-                    warn!(slot = %slot.name, claim = %c.name, error = format!("{:#}", anyhow::Error::new(e)), "cannot read back an operation's record; the next pass decides");
+                    warn!(slot = %slot.name, claim = %c.name, error = crate::store::connect::chain(&e), "cannot read back an operation's record; the next pass decides");
                     self.uncertain.insert(
                         slot.name.clone(),
                         Uncertain {
@@ -2034,7 +2034,7 @@ where
                 Written::No
             }
             Err(e) => {
-                warn!(claim = %old.name, error = format!("{:#}", anyhow::Error::new(e)), "claim write failed; it may have been applied");
+                warn!(claim = %old.name, error = crate::store::connect::chain(&e), "claim write failed; it may have been applied");
                 Written::Unknown
             }
         }
@@ -2049,7 +2049,7 @@ where
         if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
             && let Err(e) = self.presence.request_hold(slot, &reason, None).await
         {
-            warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "cordon failed");
+            warn!(slot = %slot, error = crate::store::connect::chain(&e), "cordon failed");
         }
     }
 
@@ -2059,7 +2059,7 @@ where
             .and_then(|b| b.requested_hold.as_ref())
             .is_some_and(|r| r.reason.as_str().starts_with(CORDON_PREFIX));
         if ours && let Err(e) = self.presence.release(slot).await {
-            warn!(slot = %slot, error = format!("{:#}", anyhow::Error::new(e)), "uncordon failed");
+            warn!(slot = %slot, error = crate::store::connect::chain(&e), "uncordon failed");
         }
     }
 }

@@ -217,7 +217,7 @@ async fn scaled<C: ConnectionLike + Clone + Send>(
     count: u32,
 ) {
     if let Err(e) = store.record_scale(group, now, action, count).await {
-        tracing::debug!(%group, error = format!("{:#}", anyhow::Error::new(e)), "recording the scaling call failed");
+        tracing::debug!(%group, error = crate::store::connect::chain(&e), "recording the scaling call failed");
     }
 }
 

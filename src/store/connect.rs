@@ -39,16 +39,9 @@ pub enum ConnectError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "cannot reach Redis at {url} within {timeout}: is redis-server running there? \
-         set --redis or FLEET_REDIS_URL"
-    )]
-    Unreachable {
-        url: String,
-        timeout: humantime::Duration,
-        #[source]
-        source: redis::RedisError,
-    },
+    /// The cause is said once, in words (`cause`), never as Redis's own chain.
+    #[error("cannot reach Redis at {url}: {cause}")]
+    Unreachable { url: String, cause: String },
 }
 
 impl ConnectError {
@@ -74,6 +67,18 @@ impl Endpoint {
             url: url.into(),
             timeout,
             ca_file: None,
+        }
+    }
+
+    /// The ACL user the URL names (`default` when it names none).
+    fn user(&self) -> String {
+        let rest = self.url.split_once("://").map_or("", |(_, r)| r);
+        match rest.rfind('@') {
+            Some(at) => {
+                let user = rest[..at].split_once(':').map_or("", |(u, _)| u);
+                if user.is_empty() { "default" } else { user }.to_owned()
+            }
+            None => "default".to_owned(),
         }
     }
 
@@ -113,7 +118,15 @@ impl Endpoint {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        let connecting = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            // A server that wants a password only says so at the first command: ask now, so the
+            // error names the URL (and the verb's own call never meets it).
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            Ok::<_, redis::RedisError>(conn)
+        };
         match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(source)) => Err(self.unreachable(source)),
@@ -150,12 +163,123 @@ impl Endpoint {
     }
 
     fn unreachable(&self, source: redis::RedisError) -> ConnectError {
+        let cause = if source.is_timeout() {
+            let tls = self.url.starts_with("rediss");
+            format!(
+                "no answer within {}: is the host reachable, and its port {}? (--timeout sets \
+                 the wait)",
+                humantime::format_duration(self.timeout),
+                if tls {
+                    "a TLS one (rediss://), not a plain one (redis://)"
+                } else {
+                    "Redis's"
+                }
+            )
+        } else if source.kind() == redis::ErrorKind::AuthenticationFailed
+            || source.code() == Some("WRONGPASS")
+        {
+            format!(
+                "authentication failed for user {}: check the user and password in the URL \
+                 (redis://user:password@host)",
+                self.user()
+            )
+        } else {
+            cause(&source)
+        };
         ConnectError::Unreachable {
             url: self.redacted(),
-            timeout: self.timeout.into(),
-            source,
+            cause,
         }
     }
+}
+
+/// What a Redis error means, said once and in words (SPEC §2.6): the refused connection, the
+/// timeout, the password, the database, TLS. redis-rs's own rendering repeats its cause
+/// (`Connection refused (os error 111): Connection refused (os error 111)`) and names scripts by
+/// their hash; this names neither twice.
+pub fn cause(e: &redis::RedisError) -> String {
+    use redis::ErrorKind;
+    let code = e.code().unwrap_or_default();
+    let detail = e.detail().unwrap_or_default();
+    if e.is_connection_refusal() {
+        return "connection refused: is redis-server running there? set --redis or \
+                FLEET_REDIS_URL"
+            .to_owned();
+    }
+    if e.is_timeout() {
+        return "no answer in time (--timeout)".to_owned();
+    }
+    if e.is_connection_dropped() {
+        return format!(
+            "the connection to Redis was lost ({})",
+            dedupe(&e.to_string()).to_lowercase()
+        );
+    }
+    if e.kind() == ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        return "authentication failed: check the user and password in the URL \
+                (redis://user:password@host)"
+            .to_owned();
+    }
+    if code == "NOAUTH" {
+        return "this Redis requires a password: give it in the URL \
+                (redis://[user]:password@host)"
+            .to_owned();
+    }
+    if code == "NOPERM" {
+        return format!("the user may not do this: {detail}");
+    }
+    if detail.contains("DB index is out of range") {
+        return "the database number in the URL (/N) is out of range for this server".to_owned();
+    }
+    if code == "WRONGTYPE" {
+        return "a key holds another type of value than fleet writes there: something else \
+                wrote it"
+            .to_owned();
+    }
+    let text = e.to_string();
+    // A script's error names the script by its hash (f_<40 hex>): drop it, keep what it says.
+    let text = text
+        .split_whitespace()
+        .filter(|w| !(w.starts_with("f_") && w.len() >= 42))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("tls") || lower.contains("certificate") || lower.contains("handshake") {
+        return format!("TLS failed: {}", dedupe(&text));
+    }
+    dedupe(&text)
+}
+
+/// `a: b: b` → `a: b`: redis-rs repeats an I/O error's text after its own.
+fn dedupe(text: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in text.split(": ") {
+        if parts.last() != Some(&part) {
+            parts.push(part);
+        }
+    }
+    parts.join(": ")
+}
+
+/// An error and its causes, in words, each said once (for messages and logs): a Redis error in
+/// the chain is rendered by `cause`, and its own sources (the same I/O error again) are skipped.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let part = match err.downcast_ref::<redis::RedisError>() {
+            Some(redis) => {
+                parts.push(cause(redis));
+                break;
+            }
+            None => err.to_string(),
+        };
+        if parts.last() != Some(&part) {
+            parts.push(part);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
 }
 
 /// TLS goes through rustls with the ring provider; installing it twice is harmless.
