@@ -693,7 +693,9 @@ async fn state_watch_shows_a_redis_error_and_keeps_trying() {
     .await;
     let text = String::from_utf8(out.buf).unwrap();
     assert!(
-        text.contains("error: reading the fleet's heartbeat keys: the connection to Redis was lost"),
+        text.contains(
+            "error: reading the fleet's heartbeat keys: the connection to Redis was lost"
+        ),
         "{text}"
     );
 }

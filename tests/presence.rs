@@ -690,3 +690,83 @@ async fn random_hold_requests_are_carried_exactly_when_the_reader_accepts_them()
         carried_by_the_readers_rule(&server, &p, raw_request.as_bytes()).await;
     }
 }
+
+// Issue 11 #9: heartbeat values that cannot be true read DOWN with an error that says why: a key
+// of another type (a hash: it read DOWN with no error at all), a beat written in the server's
+// future (it read UP for 73 years), a TTL past the cap. A hold-request key of another type broke
+// `fleet state` for every bench; now the rows are read and the problem names the key. Both read
+// plans: cold (a fresh reader) and warm (the same reader again).
+#[tokio::test]
+async fn impossible_values_read_down_saying_why_and_a_corrupted_holds_key_spoils_nothing() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("good", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let keys = Keys::default();
+    for name in ["hashy", "future", "forever"] {
+        let _: () = raw(&server, &["SADD", &keys.registry(), name]).await;
+    }
+    let _: () = raw(&server, &["INCR", &keys.registry_version()]).await;
+    let _: () = raw(
+        &server,
+        &["HSET", &keys.heartbeat(&name("hashy")), "f", "v"],
+    )
+    .await;
+    let _: () = raw(
+        &server,
+        &[
+            "SET",
+            &keys.heartbeat(&name("future")),
+            r#"{"v":1,"at":4102444800000,"ttl":30000}"#,
+            "PX",
+            "30000",
+        ],
+    )
+    .await;
+    let _: () = raw(
+        &server,
+        &[
+            "SET",
+            &keys.heartbeat(&name("forever")),
+            r#"{"v":1,"at":1,"ttl":99999999999999}"#,
+        ],
+    )
+    .await;
+    let _: () = raw(&server, &["SET", &keys.hold_requests(), "garbage"]).await;
+    let reader = presence(&server).await;
+    for plan in ["cold", "warm"] {
+        let snap = reader.read(&[]).await.unwrap();
+        let row = |n: &str| {
+            snap.benches
+                .iter()
+                .find(|b| b.name.as_str() == n)
+                .unwrap()
+                .row(snap.now)
+        };
+        assert_eq!(row("good").state, State::Up, "{plan}");
+        for (n, why) in [
+            ("hashy", "holds a hash"),
+            ("future", "future"),
+            ("forever", "longest promise"),
+        ] {
+            let r = row(n);
+            assert_eq!(r.state, State::Down, "{plan} {n}");
+            assert!(
+                r.error.as_deref().is_some_and(|e| e.contains(why)),
+                "{plan} {n}: {r:?}"
+            );
+        }
+        assert_eq!(snap.problems.len(), 1, "{plan}: {:?}", snap.problems);
+        assert!(snap.problems[0].contains("{fleet}:holds"), "{plan}");
+    }
+    // The same rows by name.
+    let snap = reader.read(&[name("hashy"), name("good")]).await.unwrap();
+    assert!(
+        snap.benches[1]
+            .row(snap.now)
+            .error
+            .is_some_and(|e| e.contains("holds a hash"))
+    );
+    assert_eq!(snap.problems.len(), 1);
+}

@@ -55,6 +55,9 @@ impl Args {
                 "registry member is not a bench name; remove it with SREM"
             );
         }
+        for problem in &snapshot.problems {
+            eprintln!("warning: {problem}");
+        }
         let rows: Vec<Row> = snapshot
             .benches
             .iter()

@@ -133,6 +133,9 @@ pub enum Defect {
     /// (or with a longer TTL than its value promises), and would keep the bench from ever
     /// reading DOWN.
     Outlived,
+    /// The value says it was written more than a second after `now`: the server's clock stepped
+    /// back, or something else wrote it. A beat cannot come from the future.
+    Future,
 }
 
 impl std::fmt::Display for Defect {
@@ -141,6 +144,9 @@ impl std::fmt::Display for Defect {
             Defect::Unreadable(why) => write!(f, "heartbeat value is unreadable: {why}"),
             Defect::Outlived => f.write_str(
                 "heartbeat key outlived its TTL (written without PX?); it reads DOWN until the bench beats again",
+            ),
+            Defect::Future => f.write_str(
+                "heartbeat written in the server's future (its clock stepped back, or something else wrote it); it reads DOWN until the bench beats again",
             ),
         }
     }
@@ -182,7 +188,10 @@ pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
         Reading::Unreadable(why) => Verdict::down(Some(Defect::Unreadable(why.clone()))),
         Reading::Beat(key) => {
             let deadline = key.deadline();
-            if now < deadline {
+            let grace = TimeDelta::from_std(OUTLIVED_GRACE).unwrap_or(TimeDelta::MAX);
+            if key.written_at - now > grace {
+                Verdict::down(Some(Defect::Future))
+            } else if now < deadline {
                 Verdict {
                     state: if key.hold.is_some() {
                         State::Held
@@ -195,9 +204,7 @@ pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
                     hold: key.hold.clone(),
                     defect: None,
                 }
-            } else if now - deadline
-                >= TimeDelta::from_std(OUTLIVED_GRACE).unwrap_or(TimeDelta::MAX)
-            {
+            } else if now - deadline >= grace {
                 Verdict::down(Some(Defect::Outlived))
             } else {
                 Verdict::down(None)
@@ -353,6 +360,17 @@ mod tests {
                     standing_at_0,
                     "row 1: request not carried"
                 );
+                // §2.2 row 2b: a beat written in the server's future (more than a second).
+                for (before, future) in [(1_001, true), (1_000, false)] {
+                    let row = bench(key(ttl as u64, None), load, asked.clone()).row(t(-before));
+                    let case = format!("{before} ms before the write");
+                    if future {
+                        assert_eq!(row.state, State::Down, "row 2b: {case}");
+                        assert!(row.error.unwrap().contains("future"), "row 2b: {case}");
+                    } else {
+                        assert_eq!(row.state, State::Up, "row 5: {case}");
+                    }
+                }
                 // §2.2 row 2: an unreadable value.
                 let row =
                     bench(Reading::Unreadable("not json".into()), load, asked.clone()).row(t(0));
@@ -419,14 +437,18 @@ mod tests {
             });
             let b = bench(reading, load, None);
             let verdict = b.verdict(t(now));
-            let counted = now < at + ttl as i64;
+            let future = now < at - 1_000;
+            let counted = !future && now < at + ttl as i64;
             let want = match (counted, held) {
                 (false, _) => State::Down,
                 (true, false) => State::Up,
                 (true, true) => State::Held,
             };
             proptest::prop_assert_eq!(verdict.state, want);
-            proptest::prop_assert_eq!(verdict.defect.is_some(), now >= at + ttl as i64 + 1_000);
+            proptest::prop_assert_eq!(
+                verdict.defect.is_some(),
+                future || now >= at + ttl as i64 + 1_000
+            );
             proptest::prop_assert_eq!(bench(b.reading.clone(), None, None).verdict(t(now)), verdict);
         }
     }

@@ -112,6 +112,9 @@ pub struct Snapshot {
     /// Registry members that are not valid bench names (written by something other than fleet).
     /// They are reported, never read as benches.
     pub foreign: Vec<String>,
+    /// What the read could not use, named by key (a hold-request hash of another type): every
+    /// bench is still read, and this says what was left out.
+    pub problems: Vec<String>,
 }
 
 /// The heartbeat value as it lies in Redis (SPEC §2.3). The beat script writes it with cjson.
@@ -235,44 +238,115 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         // the instant the keys were read. A key the MGET missed then expired at or before `now`,
         // and a key it saw is judged against `now` by its deadline; a pause of the server
         // between the two can never make a bench read DOWN before its deadline.
+        // EXISTS after MGET: a key MGET returns nothing for and EXISTS counts holds another type
+        // than a heartbeat (something else wrote it), which only then costs a second round trip
+        // to name. Errors stay per command: a corrupted hold-request hash spoils no bench.
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         pipe.get(self.keys.registry_version())
             .scard(self.keys.registry())
             .hgetall(self.keys.hold_requests());
+        let batches = registry.keys.chunks(MGET_BATCH).len();
         for batch in registry.keys.chunks(MGET_BATCH) {
             pipe.cmd("MGET").arg(batch);
         }
+        for batch in registry.keys.chunks(MGET_BATCH) {
+            pipe.cmd("EXISTS").arg(batch);
+        }
         pipe.cmd("TIME");
         let mut conn = self.conn.clone();
-        let mut replies: Vec<redis::Value> = pipe
+        let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
-        if replies.len() < 4 {
+        if replies.len() != 4 + 2 * batches {
             return Err(PresenceError::ReadReply(format!(
                 "{} replies to the read pipeline",
                 replies.len()
             )));
         }
-        let time: (String, String) = parse(replies.pop())?;
-        let batches = replies.split_off(3);
+        let time: (String, String) = parse_result(replies.pop())?;
+        let exists = replies.split_off(3 + batches);
+        let mget = replies.split_off(3);
         let mut head = replies.into_iter();
-        let version: Option<String> = parse(head.next())?;
-        let size: usize = parse(head.next())?;
-        let holds: Vec<(Vec<u8>, Vec<u8>)> = parse(head.next())?;
+        let version: Option<String> = parse_result(head.next())?;
+        let size: usize = parse_result(head.next())?;
+        let mut problems = Vec::new();
+        let holds = self.holds_or_problem(head.next(), &mut problems)?;
         let mut values = Vec::with_capacity(registry.names.len());
-        for batch in batches {
-            let part: Vec<Option<Vec<u8>>> = parse(Some(batch))?;
+        for batch in mget {
+            let part: Vec<Option<Vec<u8>>> = parse_result(Some(batch))?;
             values.extend(part);
         }
-        let snapshot = assemble(
+        let mut existing = 0usize;
+        for batch in exists {
+            let n: usize = parse_result(Some(batch))?;
+            existing += n;
+        }
+        let types = if existing > values.iter().filter(|v| v.is_some()).count() {
+            self.types_of_missing(&registry.keys, &values).await?
+        } else {
+            Vec::new()
+        };
+        let mut snapshot = assemble(
             time,
             &registry.names,
             values,
             holds,
             registry.foreign.clone(),
         )?;
+        mark_wrong_types(&mut snapshot, &registry.names, &types);
+        snapshot.problems = problems;
         Ok((version.unwrap_or_default(), size, snapshot))
+    }
+
+    /// The hold requests a read returned, or none and a problem that names the key when it holds
+    /// another type (a foreign write): the benches are read all the same.
+    fn holds_or_problem(
+        &self,
+        reply: Option<redis::RedisResult<redis::Value>>,
+        problems: &mut Vec<String>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, PresenceError> {
+        match reply {
+            Some(Err(e)) if e.code() == Some("WRONGTYPE") => {
+                problems.push(self.holds_problem());
+                Ok(Vec::new())
+            }
+            other => parse_result(other),
+        }
+    }
+
+    fn holds_problem(&self) -> String {
+        format!(
+            "{} is not a hash of hold requests (something else wrote it): requests are ignored \
+             until it is repaired (`redis-cli DEL '{}'`, then ask again with `fleet hold`)",
+            self.keys.hold_requests(),
+            self.keys.hold_requests()
+        )
+    }
+
+    /// The types of the keys a read found nothing for: each one that exists holds another type
+    /// than a heartbeat. One round trip, made only when a read counted such keys.
+    async fn types_of_missing(
+        &self,
+        keys: &[String],
+        values: &[Option<Vec<u8>>],
+    ) -> Result<Vec<(usize, String)>, PresenceError> {
+        let missing: Vec<usize> = (0..keys.len()).filter(|i| values[*i].is_none()).collect();
+        let mut pipe = redis::pipe();
+        for i in &missing {
+            pipe.cmd("TYPE").arg(&keys[*i]);
+        }
+        let mut conn = self.conn.clone();
+        let types: Vec<String> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| PresenceError::Read { source })?;
+        Ok(missing
+            .into_iter()
+            .zip(types)
+            .filter(|(_, t)| t != "none")
+            .collect())
     }
 
     /// The cold plan: the read script resolves the registry on the server. The registry it
@@ -289,9 +363,11 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             Vec<Vec<u8>>,
             Vec<Option<Vec<u8>>>,
             Vec<(Vec<u8>, Vec<u8>)>,
+            Vec<(usize, String)>,
+            i64,
         );
         let mut conn = self.conn.clone();
-        let (version, time, members, values, holds): ColdReply = eval(READ, &keys)
+        let (version, time, members, values, holds, types, holds_ok): ColdReply = eval(READ, &keys)
             .arg(self.keys.heartbeat_prefix())
             .query_async(&mut conn)
             .await
@@ -307,10 +383,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         let mut benches = Vec::with_capacity(size);
         let mut foreign = Vec::new();
         let mut utf8 = true;
-        for (raw, value) in members.into_iter().zip(values) {
+        // The script names (1-based) the members whose key holds another type.
+        let wrong: std::collections::HashMap<usize, String> = types.into_iter().collect();
+        let mut wrong_names: Vec<(BenchName, String)> = Vec::new();
+        for (i, (raw, value)) in members.into_iter().zip(values).enumerate() {
             match String::from_utf8(raw) {
                 Ok(text) => match BenchName::parse(&text) {
-                    Ok(name) => benches.push((name, value)),
+                    Ok(name) => {
+                        if let Some(t) = wrong.get(&(i + 1)) {
+                            wrong_names.push((name.clone(), t.clone()));
+                        }
+                        benches.push((name, value))
+                    }
                     Err(_) => foreign.push(text),
                 },
                 Err(e) => {
@@ -322,7 +406,15 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         benches.sort_by(|a, b| a.0.cmp(&b.0));
         foreign.sort();
         let (names, values): (Vec<BenchName>, Vec<Option<Vec<u8>>>) = benches.into_iter().unzip();
-        let snapshot = assemble(time, &names, values, holds, foreign.clone())?;
+        let mut snapshot = assemble(time, &names, values, holds, foreign.clone())?;
+        let types: Vec<(usize, String)> = wrong_names
+            .into_iter()
+            .filter_map(|(name, t)| Some((names.binary_search(&name).ok()?, t)))
+            .collect();
+        mark_wrong_types(&mut snapshot, &names, &types);
+        if holds_ok == 0 {
+            snapshot.problems = vec![self.holds_problem()];
+        }
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
         let registry = utf8.then(|| {
@@ -431,6 +523,31 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 }
 
+/// A reply of a pipeline that keeps errors per command.
+fn parse_result<T: redis::FromRedisValue>(
+    value: Option<redis::RedisResult<redis::Value>>,
+) -> Result<T, PresenceError> {
+    match value {
+        Some(Err(source)) => Err(PresenceError::Read { source }),
+        Some(Ok(v)) => parse(Some(v)),
+        None => parse(None),
+    }
+}
+
+/// Reads the benches whose key holds another type than a heartbeat as unreadable, saying so.
+fn mark_wrong_types(snapshot: &mut Snapshot, names: &[BenchName], types: &[(usize, String)]) {
+    for (i, t) in types {
+        if let Some(b) = names
+            .get(*i)
+            .and_then(|n| snapshot.benches.iter_mut().find(|b| &b.name == n))
+        {
+            b.reading = Reading::Unreadable(format!(
+                "the key holds a {t}, not a heartbeat: something else wrote it"
+            ));
+        }
+    }
+}
+
 fn parse<T: redis::FromRedisValue>(value: Option<redis::Value>) -> Result<T, PresenceError> {
     let value = value.ok_or_else(|| PresenceError::ReadReply("a reply is missing".into()))?;
     redis::from_redis_value(value).map_err(|e| PresenceError::ReadReply(e.to_string()))
@@ -482,6 +599,7 @@ fn assemble(
         now,
         benches,
         foreign,
+        problems: Vec::new(),
     })
 }
 
