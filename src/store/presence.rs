@@ -306,7 +306,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         &self,
         reply: Option<redis::RedisResult<redis::Value>>,
         problems: &mut Vec<String>,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, PresenceError> {
+    ) -> Result<HoldPairs, PresenceError> {
         match reply {
             Some(Err(e)) if e.code() == Some("WRONGTYPE") => {
                 problems.push(self.holds_problem());
@@ -522,6 +522,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         Ok(removed.into_iter().map(|n| n > 0).collect())
     }
 }
+
+/// The hold-request hash as `HGETALL` returns it: field and value pairs.
+type HoldPairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A reply of a pipeline that keeps errors per command.
 fn parse_result<T: redis::FromRedisValue>(
