@@ -239,8 +239,12 @@ impl fmt::Display for Problem {
 /// Why the configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read the configuration file {}: {source}", path.display())]
-    Read { path: PathBuf, source: io::Error },
+    /// The I/O error is said in the message, once (a field named `source` would repeat it).
+    #[error(
+        "cannot read the configuration file {}: {error}; give a readable YAML file with --config (FLEET_CONFIG)",
+        path.display()
+    )]
+    Read { path: PathBuf, error: io::Error },
     #[error(
         "{}: the configuration is not YAML of the expected shape: {message}",
         path.display()
@@ -268,9 +272,9 @@ fn render_problems(path: &Path, problems: &[Problem]) -> String {
 
 /// Reads and validates the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+    let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     let text = String::from_utf8(bytes).map_err(|e| ConfigError::Parse {
         path: path.to_owned(),
@@ -786,14 +790,7 @@ fn validate(raw: RawConfig) -> Result<Config, Vec<Problem>> {
 
 /// The reason alone of a refused name, for a message that names the field itself.
 fn why_name(e: &InvalidName) -> String {
-    match e {
-        InvalidName::Empty(_) => "it is empty".to_owned(),
-        InvalidName::TooLong { len, .. } => format!("it has {len} characters"),
-        InvalidName::LabelTooLong { label, .. } => {
-            format!("the label {label:?} is longer than 63 characters")
-        }
-        InvalidName::Syntax { why, .. } => (*why).to_owned(),
-    }
+    e.why()
 }
 
 /// One group; `None` when a part of it could not be built (its problems are in `problems`).

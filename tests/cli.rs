@@ -106,7 +106,7 @@ async fn live_lists_up_and_held_benches_sorted_and_down_ones_not_at_all() {
         &["beat", "c"][..],
         &["beat", "a", "--hold", "x"],
         &["beat", "b", "--ttl", "0"],
-        &["hold", "d", "--reason", "asked"],
+        &["hold", "d", "--reason", "asked", "--register"],
     ] {
         assert_eq!(run(&server, args).await.1, 0, "{args:?}");
     }
@@ -139,7 +139,15 @@ async fn hold_release_and_forget_say_what_they_did() {
     let server = server();
     let (out, code) = run(
         &server,
-        &["hold", "bench-01", "--reason", "upgrade", "--for", "1h"],
+        &[
+            "hold",
+            "bench-01",
+            "--reason",
+            "upgrade",
+            "--for",
+            "1h",
+            "--register",
+        ],
     )
     .await;
     assert_eq!(code, 0);
@@ -698,4 +706,106 @@ async fn state_watch_shows_a_redis_error_and_keeps_trying() {
         ),
         "{text}"
     );
+}
+
+// Issue 11 #15: every argument and option of every verb says what it is for (a help line), and
+// the positional ones are named for what they take.
+#[test]
+fn every_argument_of_every_verb_has_a_help_line() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_help().is_none() {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&fleet::cli::Cli::command(), "fleet", &mut missing);
+    assert!(missing.is_empty(), "no help line: {missing:#?}");
+    let help = fleet(&["autoscaler", "--help"], &[]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    let own = text.find("Provider options:").expect("its own heading");
+    let global = text.find("Global options:").expect("the global heading");
+    assert!(text[own..global].contains("--grpc-addr"), "{text}");
+    assert!(text[global..].contains("--redis"), "{text}");
+}
+
+// Issue 11 #14: every bad input is exit 2 with what is valid.
+#[test]
+fn bad_input_of_every_kind_is_exit_2_saying_what_is_valid() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["serve", "--config", "/nonexistent/fleet.yaml"],
+            "cannot read the configuration file /nonexistent/fleet.yaml",
+        ),
+        (
+            &[
+                "--redis",
+                "rediss://127.0.0.1:1",
+                "--redis-ca",
+                "/nonexistent/ca.pem",
+                "live",
+            ],
+            "reading the Redis CA file /nonexistent/ca.pem",
+        ),
+        (&["cancel", ""], "invalid claim name"),
+        (
+            &["beat", "ok", "--ttl", "-5s"],
+            "a duration is not negative",
+        ),
+        (&["beat", "ok", "--ttl", "31days"], "30days"),
+        (&["beat", "ok", "--ttl", "5x"], "units: ms, s, m, h, d"),
+        (&["agent", "ok", "--interval", "50ms"], "from 100ms"),
+        (&["beat", "ok", "--load", "1e7"], "from 0 to 1000000"),
+        (&["beat", "ok", "--load", "inf"], "from 0 to 1000000"),
+    ];
+    for (args, want) in cases {
+        let o = fleet(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("os error 2): No such"),
+            "a cause said twice: {}",
+            stderr(&o)
+        );
+    }
+    let o = fleet(&["beat", "ok", "--ttl", "5x"], &[]);
+    assert!(
+        !stderr(&o).contains("months"),
+        "only units that are accepted: {}",
+        stderr(&o)
+    );
+}
+
+// Issue 11 #14: `fleet hold` of a bench that never beat is refused unless --register.
+#[tokio::test]
+async fn hold_of_a_bench_that_never_beat_needs_register() {
+    let server = server();
+    let url = server.url();
+    let o = fleet(
+        &["--redis", &url, "hold", "typo-01", "--reason", "disk"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("never beat") && stderr(&o).contains("--register"),
+        "{}",
+        stderr(&o)
+    );
+    let (out, code) = run(
+        &server,
+        &["hold", "typo-01", "--reason", "disk", "--register"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let (out, code) = run(&server, &["hold", "typo-01", "--reason", "again"]).await;
+    assert_eq!(code, 0, "registered now: {out}");
 }

@@ -866,9 +866,9 @@ fn loading_a_missing_file_is_a_read_error_naming_the_path() {
     let err = config::load(&path).unwrap_err();
     let shown = err.to_string();
     match err {
-        ConfigError::Read { path: p, source } => {
+        ConfigError::Read { path: p, error } => {
             assert_eq!(p, path);
-            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
         }
         other => panic!("want Read, got {other:?}"),
     }

@@ -82,8 +82,8 @@ fn an_invalid_config_exits_2_listing_every_problem() {
     let o = fleet(&server, &["serve", "--config", "/nonexistent/fleet.yaml"]);
     assert_eq!(
         o.status.code(),
-        Some(1),
-        "a file that cannot be read is the world failing"
+        Some(2),
+        "a file that cannot be read is bad input (issue 11 #14)"
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/fleet.yaml"));
 }

@@ -11,15 +11,17 @@ use super::{Ctx, Error, args};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The bench this agent beats for (its RFC 1123 name).
+    #[arg(value_name = "NAME")]
     pub name: BenchName,
     /// How often to beat (each wait jittered by up to a tenth).
-    #[arg(long, env = "FLEET_AGENT_INTERVAL", default_value = "10s", value_parser = args::beat_interval)]
+    #[arg(long, env = "FLEET_AGENT_INTERVAL", default_value = "10s", value_parser = args::beat_interval, allow_hyphen_values = true)]
     pub interval: Duration,
     /// How long each beat counts (default: three intervals). At least two intervals.
-    #[arg(long, env = "FLEET_AGENT_TTL", value_parser = args::positive_ttl)]
+    #[arg(long, env = "FLEET_AGENT_TTL", value_parser = args::positive_ttl, allow_hyphen_values = true)]
     pub ttl: Option<Duration>,
     /// The TTL of the beat written on SIGTERM/SIGINT; 0 reads DOWN at once.
-    #[arg(long, env = "FLEET_AGENT_FINAL_TTL", default_value = "0", value_parser = args::ttl)]
+    #[arg(long, env = "FLEET_AGENT_FINAL_TTL", default_value = "0", value_parser = args::ttl, allow_hyphen_values = true)]
     pub final_ttl: Duration,
     /// A hold carried by the final beat (for a planned sleep: --final-ttl 1h --final-hold sleeping).
     #[arg(long, env = "FLEET_AGENT_FINAL_HOLD")]

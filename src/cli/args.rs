@@ -10,8 +10,17 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     if text.trim() == "0" {
         return Ok(Duration::ZERO);
     }
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("invalid duration {text:?} ({e}): use a number with a unit, like 30s, 1500ms, 12m10s or 1h")
+    if text.trim().starts_with('-') {
+        return Err(format!(
+            "invalid duration {text:?}: a duration is not negative; use a number with a unit, \
+             like 30s, 1500ms, 12m10s or 1h (units: ms, s, m, h, d)"
+        ));
+    }
+    humantime::parse_duration(text.trim()).map_err(|_| {
+        format!(
+            "invalid duration {text:?}: use a number with a unit, like 30s, 1500ms, 12m10s or \
+             1h (units: ms, s, m, h, d)"
+        )
     })
 }
 
@@ -92,12 +101,15 @@ pub fn prefix(text: &str) -> Result<Keys, String> {
     Keys::new(text).map_err(|e| e.to_string())
 }
 
-/// A load average: a finite number, zero or more.
+/// The largest load average a beat may carry: a machine's run queue is never near it.
+pub const MAX_LOAD: f64 = 1e6;
+
+/// A load average: a finite number from 0 to `MAX_LOAD`.
 pub fn load(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(l) if l.is_finite() && l >= 0.0 => Ok(l),
+        Ok(l) if l.is_finite() && (0.0..=MAX_LOAD).contains(&l) => Ok(l),
         _ => Err(format!(
-            "invalid load {text:?}: a load average is a number, 0 or more, like 1.5"
+            "invalid load {text:?}: a load average is a number from 0 to 1000000, like 1.5"
         )),
     }
 }

@@ -13,6 +13,7 @@ use super::output::grid;
 use super::{Error, ViewFormat, args};
 
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Provider options")]
 pub struct Args {
     /// The provider's address, `host:port` (the host is also the TLS server name).
     #[arg(
@@ -37,8 +38,9 @@ pub struct Args {
     #[arg(long, env = "FLEET_CLIENT_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
     /// Each call's deadline, as CA's `grpc_timeout`.
-    #[arg(long, default_value = "5s", value_parser = args::call_timeout, global = true)]
+    #[arg(long, default_value = "5s", value_parser = args::call_timeout, allow_hyphen_values = true, global = true)]
     pub grpc_timeout: Duration,
+    /// Output format of `groups` and `nodes`.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table, global = true)]
     pub format: ViewFormat,
     #[command(subcommand)]
@@ -50,23 +52,39 @@ pub enum Call {
     /// NodeGroups, and each group's NodeGroupTargetSize.
     Groups,
     /// NodeGroupNodes: the group's instances and their states.
-    Nodes { group: String },
+    Nodes {
+        /// The node group (`fleet autoscaler groups` lists them).
+        group: String,
+    },
     /// NodeGroupIncreaseSize by N machines.
-    Increase { group: String, delta: i32 },
+    Increase {
+        /// The node group.
+        group: String,
+        /// How many machines to add.
+        #[arg(value_name = "N")]
+        delta: i32,
+    },
     /// NodeGroupDeleteNodes: each NODE is a provider ID (`scheme://...`) or a node name.
     Delete {
+        /// The node group.
         group: String,
-        #[arg(required = true)]
+        /// The nodes to remove: provider IDs (`fleet://bench-01`) or node names.
+        #[arg(required = true, value_name = "NODE")]
         nodes: Vec<String>,
     },
     /// NodeGroupDecreaseTargetSize by N pending requests.
     Decrease {
+        /// The node group.
         group: String,
-        #[arg(allow_negative_numbers = true)]
+        /// How many pending requests to take back.
+        #[arg(allow_negative_numbers = true, value_name = "N")]
         delta: i32,
     },
     /// NodeGroupTemplateNodeInfo: the node a machine of the group becomes.
-    Template { group: String },
+    Template {
+        /// The node group.
+        group: String,
+    },
 }
 
 /// A refusal the user can act on is exit 2; the provider out of reach or failing is exit 1.

@@ -11,15 +11,17 @@ use super::{Ctx, Error, args};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The bench (an RFC 1123 name, like a Kubernetes node name).
+    /// The bench that beats (its RFC 1123 name).
+    #[arg(value_name = "NAME")]
     pub name: BenchName,
     /// How long this beat counts; 0 reads DOWN at once.
-    #[arg(long, default_value = "30s", value_parser = args::ttl)]
+    #[arg(long, default_value = "30s", value_parser = args::ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// Hold: the bench is there and takes no work, until the key expires.
     #[arg(long)]
     pub hold: Option<Reason>,
     /// The bench's load average, shown beside the state (never a say in it).
-    #[arg(long, value_parser = args::load)]
+    #[arg(long, value_parser = args::load, allow_hyphen_values = true)]
     pub load: Option<f64>,
     /// The bench's core count, shown beside the state.
     #[arg(long, value_parser = args::cores)]

@@ -12,6 +12,8 @@ use super::{Ctx, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The claim to cancel, as `fleet claims` lists it.
+    #[arg(value_name = "CLAIM")]
     pub claim: ClaimName,
 }
 

@@ -9,6 +9,8 @@ use super::{Ctx, Error};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[arg(required = true)]
+    /// The benches to remove from the registry (with their hold requests).
+    #[arg(value_name = "NAME")]
     pub names: Vec<BenchName>,
 }
 

@@ -51,6 +51,7 @@ pub struct Cli {
 
 /// Flags every verb takes.
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Redis URL: redis://[user:password@]host:port[/db], rediss://... (TLS) or
     /// redis+unix:///path/to/redis.sock.
@@ -66,7 +67,7 @@ pub struct Global {
           value_parser = args::prefix, global = true)]
     pub prefix: Keys,
     /// Bound on connecting to Redis and on every call (like 2s, 1500ms).
-    #[arg(long, env = "FLEET_TIMEOUT", default_value = "2s", value_parser = args::call_timeout,
+    #[arg(long, env = "FLEET_TIMEOUT", default_value = "2s", value_parser = args::call_timeout, allow_hyphen_values = true,
           global = true)]
     pub timeout: Duration,
     /// Log format on stderr.

@@ -8,6 +8,8 @@ use super::{Ctx, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The bench whose hold request is withdrawn.
+    #[arg(value_name = "NAME")]
     pub name: BenchName,
 }
 

@@ -11,6 +11,8 @@ use super::{Ctx, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The claim whose shutdown attempts restart, as `fleet claims` lists it.
+    #[arg(value_name = "CLAIM")]
     pub claim: ClaimName,
 }
 

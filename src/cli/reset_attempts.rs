@@ -11,6 +11,8 @@ use super::{Ctx, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The slot whose failure streak is reset (`fleet slots` lists them).
+    #[arg(value_name = "SLOT")]
     pub slot: BenchName,
 }
 

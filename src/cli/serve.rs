@@ -38,22 +38,22 @@ pub struct Args {
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
     /// How often a pass runs over every slot (presence is re-read each pass).
-    #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::pass_interval)]
+    #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::pass_interval, allow_hyphen_values = true)]
     pub interval: Duration,
     /// How long a stop waits for the operations in flight to end. They are never killed by a
     /// stop: each runs in a process of its own and reports its outcome to the store, where the
     /// next leader reads it.
-    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "0s", value_parser = args::grace)]
+    #[arg(long, env = "FLEET_SHUTDOWN_GRACE", default_value = "0s", value_parser = args::grace, allow_hyphen_values = true)]
     pub grace: Duration,
     /// The leader lease: a leader that dies is replaced within one lease.
-    #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::lease)]
+    #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::lease, allow_hyphen_values = true)]
     pub lease: Duration,
     /// This process's name in the lease (default: host name and process id).
     #[arg(long, env = "FLEET_HOLDER")]
     pub holder: Option<String>,
     /// How long the controller stays blind after sight returns (one bench TTL plus one beat
     /// interval).
-    #[arg(long, env = "FLEET_BLIND_GRACE", default_value = "40s", value_parser = args::grace)]
+    #[arg(long, env = "FLEET_BLIND_GRACE", default_value = "40s", value_parser = args::grace, allow_hyphen_values = true)]
     pub blind_grace: Duration,
     /// The share of the machines that were on whose vanishing in one pass makes the controller
     /// blind (and at least two).
@@ -127,11 +127,10 @@ async fn warn_without_persistence(conn: &mut redis::aio::ConnectionManager) {
     }
 }
 
+/// A configuration that cannot be used is the caller's input: exit 2, whether it cannot be read
+/// or is not valid.
 fn config_error(e: ConfigError) -> Error {
-    match e {
-        ConfigError::Read { .. } => Error::Runtime(e.into()),
-        _ => Error::Usage(e.into()),
-    }
+    Error::Usage(e.into())
 }
 
 impl Args {

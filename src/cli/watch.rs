@@ -14,7 +14,7 @@ pub struct Watch {
     #[arg(short, long)]
     pub watch: bool,
     /// How often --watch redraws (100ms to 1h).
-    #[arg(long, default_value = "1s", value_parser = args::watch_interval)]
+    #[arg(long, default_value = "1s", value_parser = args::watch_interval, allow_hyphen_values = true)]
     pub interval: Duration,
 }
 

@@ -38,6 +38,31 @@ pub enum InvalidName {
     Syntax { name: String, why: &'static str },
 }
 
+impl InvalidName {
+    /// The reason alone, for a message that names the thing itself.
+    pub fn why(&self) -> String {
+        match self {
+            InvalidName::Empty(_) => "it is empty".to_owned(),
+            InvalidName::TooLong { len, .. } => format!("it has {len} characters"),
+            InvalidName::LabelTooLong { label, .. } => {
+                format!("the label {label:?} is longer than {MAX_LABEL_LEN} characters")
+            }
+            InvalidName::Syntax { why, .. } => (*why).to_owned(),
+        }
+    }
+}
+
+/// Why a claim name was refused: said as a claim name, not a bench name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid claim name {name:?}: {why}; a claim name is one `fleet claims` lists, like \
+     bench-01-18c2f9a4b10"
+)]
+pub struct InvalidClaimName {
+    pub name: String,
+    pub why: String,
+}
+
 impl BenchName {
     /// Validates `name` as an RFC 1123 subdomain.
     pub fn parse(name: &str) -> Result<Self, InvalidName> {
@@ -178,8 +203,13 @@ impl std::str::FromStr for GroupName {
 pub struct ClaimName(String);
 
 impl ClaimName {
-    pub fn parse(name: &str) -> Result<Self, InvalidName> {
-        BenchName::parse(name).map(|n| Self(n.0))
+    pub fn parse(name: &str) -> Result<Self, InvalidClaimName> {
+        BenchName::parse(name)
+            .map(|n| Self(n.0))
+            .map_err(|e| InvalidClaimName {
+                name: name.to_owned(),
+                why: e.why(),
+            })
     }
 
     /// A claim name for `slot` with a `suffix` of lowercase letters and digits (at most 62 of
@@ -222,7 +252,7 @@ impl fmt::Display for ClaimName {
 }
 
 impl TryFrom<String> for ClaimName {
-    type Error = InvalidName;
+    type Error = InvalidClaimName;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         Self::parse(&s)
     }
@@ -235,7 +265,7 @@ impl From<ClaimName> for String {
 }
 
 impl std::str::FromStr for ClaimName {
-    type Err = InvalidName;
+    type Err = InvalidClaimName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
     }

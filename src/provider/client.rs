@@ -40,10 +40,11 @@ pub enum ClientError {
         #[source]
         source: tonic::transport::Error,
     },
-    /// The provider answered with an error status.
-    #[error("{method}: {message} ({code:?})")]
+    /// The provider answered with an error status; `about` says what was asked, in the words of
+    /// the group or node, never the RPC's name.
+    #[error("{about}: {message}")]
     Refused {
-        method: &'static str,
+        about: String,
         code: Code,
         message: String,
     },
@@ -71,9 +72,10 @@ impl ClientError {
     }
 }
 
-fn refused(method: &'static str) -> impl FnOnce(tonic::Status) -> ClientError {
+fn refused(about: impl Into<String>) -> impl FnOnce(tonic::Status) -> ClientError {
+    let about = about.into();
     move |status| ClientError::Refused {
-        method,
+        about,
         code: status.code(),
         message: if status.message().is_empty() {
             "no message".to_owned()
@@ -186,7 +188,7 @@ impl Client {
             .inner
             .node_groups(NodeGroupsRequest {})
             .await
-            .map_err(refused("NodeGroups"))?
+            .map_err(refused("listing the groups"))?
             .into_inner()
             .node_groups;
         let mut rows = Vec::new();
@@ -209,7 +211,7 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupTargetSize"))?
+            .map_err(refused(format!("group {group}")))?
             .into_inner()
             .target_size)
     }
@@ -221,7 +223,7 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupNodes"))?
+            .map_err(refused(format!("group {group}")))?
             .into_inner()
             .instances;
         Ok(instances.into_iter().map(instance_row).collect())
@@ -234,12 +236,13 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupIncreaseSize"))?;
+            .map_err(refused(format!("group {group}: adding {delta} machines")))?;
         Ok(())
     }
 
     /// DeleteNodes: each node a provider ID (`scheme://...`) or a node name.
     pub async fn delete(&mut self, group: &str, nodes: &[String]) -> Result<(), ClientError> {
+        let names = nodes.to_vec();
         let nodes = nodes
             .iter()
             .map(|n| {
@@ -262,7 +265,10 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupDeleteNodes"))?;
+            .map_err(refused(format!(
+                "group {group}: removing {}",
+                names.join(", ")
+            )))?;
         Ok(())
     }
 
@@ -274,7 +280,9 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupDecreaseTargetSize"))?;
+            .map_err(refused(format!(
+                "group {group}: taking back {count} requests"
+            )))?;
         Ok(())
     }
 
@@ -285,7 +293,7 @@ impl Client {
                 id: group.to_owned(),
             })
             .await
-            .map_err(refused("NodeGroupTemplateNodeInfo"))?
+            .map_err(refused(format!("group {group}: its node template")))?
             .into_inner();
         let node = k8s_pb::api::core::v1::Node::decode(answer.node_bytes.as_slice())
             .map_err(ClientError::Template)?;

@@ -47,7 +47,10 @@ pub enum ConnectError {
 impl ConnectError {
     /// Whether the error is the caller's input (exit 2) rather than the world (exit 1).
     pub fn is_invalid_input(&self) -> bool {
-        matches!(self, ConnectError::InvalidUrl { .. })
+        matches!(
+            self,
+            ConnectError::InvalidUrl { .. } | ConnectError::CaFile { .. }
+        )
     }
 }
 

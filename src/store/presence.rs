@@ -439,6 +439,28 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         reason: &Reason,
         ttl: Option<Duration>,
     ) -> Result<(), PresenceError> {
+        self.hold(name, reason, ttl, false).await.map(drop)
+    }
+
+    /// `request_hold` for a bench that is registered (it beat, or was asked to hold before):
+    /// returns false, writing nothing, for a name fleet has never heard of (a typo, most
+    /// likely).
+    pub async fn request_hold_known(
+        &self,
+        name: &BenchName,
+        reason: &Reason,
+        ttl: Option<Duration>,
+    ) -> Result<bool, PresenceError> {
+        self.hold(name, reason, ttl, true).await
+    }
+
+    async fn hold(
+        &self,
+        name: &BenchName,
+        reason: &Reason,
+        ttl: Option<Duration>,
+        known_only: bool,
+    ) -> Result<bool, PresenceError> {
         let keys = [
             self.keys.hold_requests(),
             self.keys.registry(),
@@ -452,9 +474,10 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .arg(name.as_str())
             .arg(reason.as_str())
             .arg(ms)
+            .arg(if known_only { "1" } else { "0" })
             .query_async::<i64>(&mut conn)
             .await
-            .map(drop)
+            .map(|at| at >= 0)
             .map_err(|source| PresenceError::RequestHold {
                 name: name.clone(),
                 source,

@@ -1,9 +1,13 @@
 -- An operator's hold request (SPEC §2.4). One round trip.
 --
 -- KEYS[1] the hold-request hash, KEYS[2] the registry, KEYS[3] the registry version.
--- ARGV[1] the bench name, ARGV[2] the reason, ARGV[3] how long it lasts in ms (0: until released).
+-- ARGV[1] the bench name, ARGV[2] the reason, ARGV[3] how long it lasts in ms (0: until released),
+-- ARGV[4] '1' to refuse a bench that is not registered (a typo is told, not registered).
+--
+-- Returns the server time, or -1 when the bench is not registered and ARGV[4] refuses it.
 --
 -- The lapse is stamped on the server's clock, like every deadline fleet keeps.
+if ARGV[4] == '1' and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local request = { reason = ARGV[2] }
