@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Installs what fleet's tests and local stack need from the OS packages, when it is missing:
-# redis-server (the store), libfaketime (the skewed-clock test) and openssl (the TLS test).
+# Installs what fleet needs from the OS packages, when it is missing. `ensure-deps.sh` is what the
+# tests need: redis-server (the store), libfaketime (the skewed-clock test) and openssl (the TLS
+# test). `ensure-deps.sh up` is what the local stack needs: redis-server only.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
+if [ "${1:-}" != "up" ]; then
+  ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

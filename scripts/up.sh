@@ -1,52 +1,105 @@
 #!/usr/bin/env bash
 # The local stack on one machine: a private redis-server, `fleet serve` with
 # deploy/examples/fleet.yaml (three simulated benches that power on by starting a `fleet agent`),
-# and a live view. Ctrl-C stops all of it and leaves no process behind.
+# and a live view under a banner that stays. Ctrl-C stops all of it, operations in flight and the
+# simulated benches included, leaves no process behind, and exits 0.
+#
+# FLEET_BIN runs a fleet binary already built (the tests do); FLEET_GRPC_ADDR moves the provider
+# off 127.0.0.1:8086; BOOT_DELAY is how long a simulated bench takes to boot (3 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/ensure-deps.sh
-cargo build --release --quiet
-fleet="$PWD/target/release/fleet"
+scripts/ensure-deps.sh up
+if [ -n "${FLEET_BIN:-}" ]; then
+  fleet="$FLEET_BIN"
+else
+  cargo build --release --quiet
+  fleet="$PWD/target/release/fleet"
+fi
+grpc="${FLEET_GRPC_ADDR:-127.0.0.1:8086}"
 
 run="$(mktemp -d -t fleet-up-XXXXXX)"
+# Every process of the stack carries SIM_DIR=$run in its environment, whoever started it (the
+# operations run in processes of their own that outlive fleet serve by design, and start the
+# simulated benches' agents): cleanup finds them all by it.
+export SIM_DIR="$run"
+# redis-server rewrites its process title over its environment, so it is also known by pid.
 pids=()
 cleanup() {
+  local code="$1"
   trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pidfile in "$run"/*.pid; do [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for proc in /proc/[0-9]*; do
+    pid="${proc#/proc/}"
+    [ "$pid" = "$$" ] && continue
+    # NUL-separated, read whole by grep -z (no pipe: pipefail would see tr's SIGPIPE).
+    if grep -qxzF "SIM_DIR=$run" "$proc/environ" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  # Gone before their directory is: SIGKILL is delivered at once, the exit a moment later.
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  done
   rm -rf "$run"
+  printf '\nfleet local stack stopped; nothing is left running.\n'
+  exit "$code"
 }
-trap cleanup EXIT INT TERM
+# Ctrl-C is how the stack is meant to stop: exit 0. Any other end keeps its status.
+trap 'cleanup 0' INT TERM
+trap 'cleanup $?' EXIT
 
 redis-server --port 0 --unixsocket "$run/redis.sock" --unixsocketperm 700 --dir "$run" \
   --save "" --appendonly yes --appendfsync everysec --daemonize no --logfile "$run/redis.log" &
 pids+=($!)
+disown
 for _ in $(seq 100); do [ -S "$run/redis.sock" ] && break; sleep 0.1; done
 [ -S "$run/redis.sock" ] || { echo "redis-server did not start; see $run/redis.log" >&2; exit 1; }
 
 export FLEET_REDIS_URL="redis+unix://$run/redis.sock"
 # Operations never see fleet's own FLEET_* variables (the URL may hold a password): the simulated
 # power switch gets the stack's Redis in a variable of its own.
-export SIM_DIR="$run" SIM_BIN="$fleet" SIM_REDIS="$FLEET_REDIS_URL"
+export SIM_BIN="$fleet" SIM_REDIS="$FLEET_REDIS_URL"
 FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config deploy/examples/fleet.yaml \
-  --metrics-addr 127.0.0.1:0 --blind-grace 3s >"$run/serve.log" 2>&1 &
-pids+=($!)
+  --metrics-addr 127.0.0.1:0 --grpc-addr "$grpc" --blind-grace 3s >"$run/serve.log" 2>&1 &
+serve=$!
+pids+=("$serve")
+disown
 
-cat <<MSG
-fleet local stack: redis at $FLEET_REDIS_URL, controller log in $run/serve.log,
-cluster-autoscaler provider on 127.0.0.1:8086
+banner() {
+  cat <<MSG
+fleet local stack: redis at $FLEET_REDIS_URL
+controller log: $run/serve.log; cluster-autoscaler provider on $grpc
 In another shell:  export FLEET_REDIS_URL=$FLEET_REDIS_URL
-                   $fleet claim sim-01          # ask for a machine; watch it boot below
-                   $fleet cancel <claim>        # give it back
-                   $fleet autoscaler increase sim 2            # scale up, as cluster-autoscaler would
-                   $fleet autoscaler delete sim fleet://sim-01 # scale down
+                   $fleet claim sim-01 --wait     # ask for a machine; watch it boot below
+                   $fleet cancel <claim>          # give it back
+                   $fleet autoscaler --grpc-addr $grpc increase sim 2   # as cluster-autoscaler
+The first seconds are blind: the store is new (fleet serve --blind-grace shortens it).
 Ctrl-C stops everything.
 MSG
-sleep 2
+}
+lines=$(banner | wc -l)
+if [ -t 1 ]; then printf '\033[H\033[2J'; fi
+banner
 while true; do
-  out="$("$fleet" slots 2>&1; echo; "$fleet" claims 2>&1; echo; "$fleet" state 2>&1)"
-  printf '\033[H\033[2J%s\n' "$out"
+  if ! kill -0 "$serve" 2>/dev/null; then
+    printf '\nfleet serve stopped; the last of its log:\n' >&2
+    tail -n 20 "$run/serve.log" >&2
+    exit 1
+  fi
+  view="$(
+    printf '\n%s\n== slots ==\n' "$(date +%T)"
+    "$fleet" slots 2>&1
+    printf '\n== claims (live, and ended in the last minute) ==\n'
+    "$fleet" claims --since 1m 2>&1
+    printf '\n== benches ==\n'
+    "$fleet" state 2>&1
+  )"
+  if [ -t 1 ]; then
+    # Under the banner, which stays: move below it and clear the rest of the screen.
+    printf '\033[%d;1H\033[J%s\n' "$((lines + 1))" "$view"
+  else
+    printf '%s\n' "$view"
+  fi
   sleep 1
 done
