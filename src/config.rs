@@ -311,6 +311,28 @@ impl Config {
         self.slots.values().filter(move |s| &s.group == group)
     }
 
+    /// What in this valid configuration is likely a mistake, one sentence each, said at start
+    /// and on every reload (SPEC §4.1): a group with no slots can never have a machine, and a
+    /// `max_size` above a group's slots can never be reached.
+    pub fn doubts(&self) -> Vec<String> {
+        let mut doubts = Vec::new();
+        for group in self.groups.values() {
+            let slots = self.slots_of(&group.name).count();
+            if slots == 0 {
+                doubts.push(format!(
+                    "group {}: it has no slots, so it can never have a machine; add slots with `group: {}`",
+                    group.name, group.name
+                ));
+            } else if group.max_size as usize > slots {
+                doubts.push(format!(
+                    "group {}: max_size {} is above its {slots} slot(s), so it can never be reached",
+                    group.name, group.max_size
+                ));
+            }
+        }
+        doubts
+    }
+
     pub fn slot_by_provider_id(&self, id: &str) -> Option<&Slot> {
         self.slots.values().find(|s| s.provider_id == id)
     }
@@ -1292,6 +1314,36 @@ mod tests {
             let err = parse_count(bad).expect_err(bad);
             assert!(err.contains("a whole number from 0"), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_group_without_slots_or_with_max_size_above_them_is_doubted_not_refused() {
+        let yaml = |max: u32, slots: &str| {
+            format!(
+                "groups:\n  - {{ name: a, min_size: 0, max_size: {max}, startup: {{ command: [on] }}, shutdown: {{ command: [off] }} }}\n  - {{ name: b, min_size: 0, max_size: 1, startup: {{ command: [on] }}, shutdown: {{ command: [off] }} }}\nslots:\n{slots}"
+            )
+        };
+        let both =
+            "  - { name: s1, group: a }\n  - { name: s2, group: a }\n  - { name: t1, group: b }\n";
+        let config = parse(&yaml(2, both), Path::new("f.yaml")).expect("valid");
+        assert_eq!(config.doubts(), Vec::<String>::new());
+        let config = parse(&yaml(3, both), Path::new("f.yaml")).expect("valid");
+        assert_eq!(
+            config.doubts(),
+            ["group a: max_size 3 is above its 2 slot(s), so it can never be reached"]
+        );
+        let config = parse(
+            &yaml(2, "  - { name: s1, group: a }\n"),
+            Path::new("f.yaml"),
+        )
+        .expect("valid");
+        let doubts = config.doubts();
+        assert_eq!(doubts.len(), 2, "{doubts:?}");
+        assert!(doubts[0].starts_with("group a: max_size 2 is above its 1 slot(s)"));
+        assert!(
+            doubts[1].starts_with("group b: it has no slots"),
+            "{doubts:?}"
+        );
     }
 
     #[test]

@@ -809,3 +809,55 @@ async fn hold_of_a_bench_that_never_beat_needs_register() {
     let (out, code) = run(&server, &["hold", "typo-01", "--reason", "again"]).await;
     assert_eq!(code, 0, "registered now: {out}");
 }
+
+#[test]
+fn completions_and_version_need_no_redis() {
+    // Issue 11 #17. An unreachable Redis: neither verb may try it.
+    let env = [("FLEET_REDIS_URL", "redis://127.0.0.1:1")];
+    for (shell, marker) in [
+        ("bash", "complete -F _fleet"),
+        ("zsh", "#compdef fleet"),
+        ("fish", "complete -c fleet"),
+    ] {
+        let o = fleet(&["completions", shell], &env);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", stderr(&o));
+        let script = String::from_utf8_lossy(&o.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for verb in ["state", "serve", "autoscaler", "describe"] {
+            assert!(script.contains(verb), "{shell} completes {verb}");
+        }
+        assert!(
+            !script.contains("operation\"") && !script.contains("operation)"),
+            "{shell}: the hidden verb is not offered"
+        );
+    }
+    let o = fleet(&["completions", "tcsh"], &env);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("bash"),
+        "lists the shells: {}",
+        stderr(&o)
+    );
+
+    let version = fleet(&["version"], &env);
+    assert_eq!(version.status.code(), Some(0), "{}", stderr(&version));
+    let line = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        line.starts_with(&format!("fleet {} (", env!("CARGO_PKG_VERSION"))),
+        "{line}"
+    );
+    // The commit when built from a checkout (this test is), else a sentence saying it is not.
+    let commit = line
+        .trim_end()
+        .trim_end_matches(')')
+        .rsplit('(')
+        .next()
+        .unwrap();
+    assert!(
+        commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())
+            || commit == "not built from a git checkout",
+        "{line}"
+    );
+    let flag = fleet(&["--version"], &env);
+    assert_eq!(String::from_utf8_lossy(&flag.stdout), line);
+}

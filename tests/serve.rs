@@ -145,16 +145,43 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
         200
     );
 
-    // A bad new version is refused; the running one is kept.
+    // A bad new version is refused; the running one is kept, and the refusal is counted and
+    // shown on /readyz (issue 11 #17).
     std::fs::write(&path, "groups: [ this is not yaml").unwrap();
     serve.log(&["new configuration refused"]).await;
     let slots = fleet(&server, &["slots", "-o", "json"]);
     let rows: serde_json::Value = serde_json::from_slice(&slots.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);
-    // A good one (bench-02 removed) is taken, on SIGHUP at the latest.
+    let body = get_until(&addr, "/metrics", |(_, body)| {
+        body.contains(r#"fleet_config_reloads_total{result="refused"} 1"#)
+    })
+    .await;
+    assert!(!body.contains(r#"result="applied""#), "{body}");
+    let body = get_until(&addr, "/readyz", |(status, _)| *status == 200).await;
+    assert!(
+        body.starts_with(
+            "ready\nwarning: the last configuration reload was refused; the running one is kept:"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(path.to_str().unwrap()),
+        "names the file: {body}"
+    );
+    // A good one (bench-02 removed) is taken, on SIGHUP at the latest; its max_size (2) is now
+    // above its one slot, which is said (issue 11 #17).
     std::fs::write(&path, yaml(&server, &["bench-01"])).unwrap();
     serve.signal("-HUP");
     serve.log(&["configuration reloaded", "slots=1"]).await;
+    serve
+        .log(&["group pool-a: max_size 2 is above its 1 slot(s)"])
+        .await;
+    get_until(&addr, "/metrics", |(_, body)| {
+        body.contains(r#"fleet_config_reloads_total{result="applied"} 1"#)
+    })
+    .await;
+    let body = get_until(&addr, "/readyz", |(status, _)| *status == 200).await;
+    assert_eq!(body, "ready\n", "an applied reload clears the warning");
 
     serve.signal("-TERM");
     serve.log(&["fleet serve stopped"]).await;

@@ -14,6 +14,9 @@ pub struct Args {
     /// Only this slot's claims (the live one and those still kept after they ended).
     #[arg(long, value_name = "SLOT")]
     pub slot: Option<BenchName>,
+    /// Only the live claims and those that ended within this long (like 1m).
+    #[arg(long, value_name = "DUR", value_parser = super::args::hold_for, allow_hyphen_values = true)]
+    pub since: Option<std::time::Duration>,
     /// Output format: a table, a wider table with times and operations, or JSON.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = WideFormat::Table)]
     pub format: WideFormat,
@@ -74,10 +77,15 @@ impl Args {
                 "no slot {slot}: list them with `fleet slots`"
             )));
         }
+        let recent = |c: &&crate::domain::claim::Claim| match (self.since, c.finished_at) {
+            (Some(since), Some(ended)) => crate::domain::claim::add(ended, since) >= world.now,
+            _ => true,
+        };
         let mut claims: Vec<_> = world
             .claims
             .iter()
             .filter(|c| self.slot.as_ref().is_none_or(|s| &c.slot == s))
+            .filter(recent)
             .collect();
         claims.sort_by_key(|c| (c.requested_at, c.name.clone()));
         let rows: Vec<_> = claims.iter().map(|c| claim_row(c, world)).collect();

@@ -12,6 +12,7 @@ pub mod beat;
 pub mod cancel;
 pub mod claim;
 pub mod claims;
+pub mod completions;
 pub mod describe;
 pub mod forget;
 pub mod groups;
@@ -39,9 +40,17 @@ use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
 use crate::store::presence::{Presence, PresenceError};
 
+/// fleet's version and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("FLEET_GIT_COMMIT"),
+    ")"
+);
+
 /// fleet: bench presence from heartbeat keys in Redis.
 #[derive(Debug, Parser)]
-#[command(name = "fleet", version, about, max_term_width = 100)]
+#[command(name = "fleet", version = VERSION, about, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -120,6 +129,10 @@ pub enum Command {
     /// The operation wrapper `fleet serve` runs each lifecycle operation in (job on stdin).
     #[command(hide = true)]
     Operation(operation::Args),
+    /// Print the shell completion script (bash, zsh, fish, ...).
+    Completions(completions::Args),
+    /// Print fleet's version and the git commit it was built from.
+    Version,
 }
 
 /// Output of the views.
@@ -193,6 +206,16 @@ impl Error {
         Error::Usage(anyhow::anyhow!("{message}"))
     }
 
+    /// Whether this is a write to a pipe whose reader closed it.
+    fn is_broken_pipe(&self) -> bool {
+        let (Error::Usage(e) | Error::Runtime(e)) = self;
+        e.chain().any(|cause| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        })
+    }
+
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => 2,
@@ -254,6 +277,11 @@ impl Command {
             Command::ResetAttempts(args) => args.run(ctx, out).await,
             Command::Autoscaler(args) => args.run(out).await,
             Command::Operation(args) => args.run(out).await,
+            Command::Completions(args) => args.run(out),
+            Command::Version => {
+                writeln!(out, "fleet {VERSION}")?;
+                Ok(())
+            }
         }
     }
 }
@@ -267,6 +295,8 @@ pub async fn main(cli: Cli) -> u8 {
     let mut out = std::io::stdout();
     match cli.command.run(&ctx, &mut out).await {
         Ok(()) => 0,
+        // A reader that went away (`fleet completions bash | head`) wanted no more: not a failure.
+        Err(e) if e.is_broken_pipe() => 0,
         Err(e) => {
             let _ = out.flush();
             eprintln!("error: {e}");

@@ -176,6 +176,7 @@ impl Args {
                         .context(format!("listening on {} for metrics", self.metrics_addr)),
                 )
             })?;
+        warn_about(&config);
         let conn = ctx.endpoint.manager().await?;
         let mut publisher = conn.clone();
         warn_without_persistence(&mut publisher).await;
@@ -210,6 +211,7 @@ impl Args {
             tx,
             publisher,
             ctx.keys.clone(),
+            (metrics.clone(), health.clone()),
             shutdown.clone(),
         ));
         let provider = Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
@@ -268,6 +270,13 @@ impl Args {
     }
 }
 
+/// Logs what in a valid configuration is likely a mistake ([`Config::doubts`]).
+fn warn_about(config: &Config) {
+    for doubt in config.doubts() {
+        warn!("{doubt}");
+    }
+}
+
 /// Says what a reload takes away (SPEC §4.1): a group or slot that left the configuration ends
 /// its claims SlotDeleted. A rename is a removal plus an addition: the old name's claims end, and
 /// the new name starts with none.
@@ -307,8 +316,17 @@ async fn reload(
     tx: watch::Sender<Arc<Config>>,
     mut conn: redis::aio::ConnectionManager,
     keys: Keys,
+    (metrics, health): (Arc<Metrics>, Arc<Health>),
     shutdown: CancellationToken,
 ) {
+    let counted = |result: &str| {
+        metrics
+            .reloads
+            .get_or_create(&metrics::ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    };
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut seen = stamp(&path);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -333,13 +351,21 @@ async fn reload(
                 }
                 info!(config = %path.display(), groups = config.groups.len(), slots = config.slots.len(), "configuration reloaded");
                 log_departures(&tx.borrow(), &config);
+                warn_about(&config);
+                counted("applied");
+                health.reload(None);
                 let _ = tx.send(Arc::new(config));
             }
-            Err(e) => error!(
-                config = %path.display(),
-                error = crate::store::connect::chain(&e),
-                "new configuration refused; the running one is kept"
-            ),
+            Err(e) => {
+                let why = crate::store::connect::chain(&e);
+                error!(
+                    config = %path.display(),
+                    error = why,
+                    "new configuration refused; the running one is kept"
+                );
+                counted("refused");
+                health.reload(Some(why));
+            }
         }
     }
 }

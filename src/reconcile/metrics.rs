@@ -195,6 +195,8 @@ pub struct Health {
     follower: AtomicBool,
     /// The fencing token while this process leads, for the provider's changes.
     leadership: tokio::sync::watch::Sender<Option<String>>,
+    /// Why the last configuration reload was refused, while the running one is kept.
+    refused_reload: Mutex<Option<String>>,
 }
 
 impl Default for Health {
@@ -204,6 +206,7 @@ impl Default for Health {
             blind: AtomicBool::new(false),
             follower: AtomicBool::new(false),
             leadership: tokio::sync::watch::Sender::new(None),
+            refused_reload: Mutex::new(None),
         }
     }
 }
@@ -222,6 +225,22 @@ impl Health {
     pub fn passed(&self, blind: bool) {
         *self.last_pass.lock().expect("health lock") = Some(Instant::now());
         self.blind.store(blind, Ordering::Relaxed);
+    }
+
+    /// Records a refused configuration reload (`Some(why)`), or one applied since (`None`).
+    pub fn reload(&self, refused: Option<String>) {
+        *self
+            .refused_reload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = refused;
+    }
+
+    /// Why the last reload was refused, while the running configuration is kept.
+    pub fn refused_reload(&self) -> Option<String> {
+        self.refused_reload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Records whether this process follows (another leads).
@@ -272,12 +291,18 @@ pub async fn serve(
             "/readyz",
             get(move || {
                 let answer = health.ready(ready_within);
+                // A refused reload does not stop a controller (it runs the configuration it
+                // has), but an operator looking here is told.
+                let note = health
+                    .refused_reload()
+                    .map(|why| format!("warning: the last configuration reload was refused; the running one is kept: {why}\n"))
+                    .unwrap_or_default();
                 async move {
                     match answer {
-                        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+                        Ok(()) => (StatusCode::OK, format!("ready\n{note}")),
                         Err(why) => (
                             StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: {why}\n"),
+                            format!("not ready: {why}\n{note}"),
                         ),
                     }
                 }
