@@ -1174,3 +1174,65 @@ async fn a_machine_never_heard_after_its_startup_fails_readiness_gate_timeout() 
         (Phase::Failed, Some(Reason::ReadinessGateTimeout))
     );
 }
+
+// Issue 11 #5: the seed's ForceCleanup. A startup whose controller died with it (no wrapper ever
+// reported) and whose machine never came on is in flight until its timeout and report slack,
+// then late, then abandoned at stuck_threshold from its start: its claim fails StuckTransition
+// and the slot's record shows why. Nothing is run again for it.
+#[tokio::test]
+async fn an_operation_nobody_reports_is_abandoned_at_stuck_threshold_and_fails_stuck_transition() {
+    // A controller now gone recorded the startup as it does (claim and slot record in one
+    // write), `ago` seconds before the claim, so that each bound is crossed without waiting.
+    async fn orphaned(ago: i64) -> (Claim, Option<fleet::domain::operation::OpEnd>, bool) {
+        use fleet::domain::claim::Move;
+        use fleet::domain::operation::SlotOp;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("ops");
+        let startup = format!(r#"echo startup >> {log:?}; {BOOTS}"#);
+        let mut h = harness(&startup, POWERS_OFF, "stuck_threshold: 45s", &["bench-01"]).await;
+        let c = h.claim("bench-01", 1).await;
+        // Stamped as the controller stamps it (the store keeps milliseconds).
+        let started =
+            fleet::domain::operation::stamp(c.requested_at - chrono::TimeDelta::seconds(ago));
+        let next = c
+            .apply(Move::to(Phase::Booting), c.requested_at)
+            .unwrap()
+            .start_operation(OperationKind::Startup, Duration::from_secs(10), started);
+        let op = SlotOp {
+            kind: OperationKind::Startup,
+            claim: Some(c.name.clone()),
+            attempt: c.attempt,
+            started_at: started,
+            timeout: Duration::from_secs(10),
+            controller: "a controller now gone".to_owned(),
+            streak: 0,
+            end: None,
+            off_at: None,
+        };
+        assert!(
+            h.store
+                .write_recording(&c, &next, None, Some(&op))
+                .await
+                .unwrap()
+        );
+        h.settle().await;
+        let read = h.store.read_groups(&[group()]).await.unwrap().remove(0);
+        let end = read.operations.by_slot[&name("bench-01")].end.clone();
+        (h.the_claim("bench-01-1").await, end, log.exists())
+    }
+    // Its timeout (10 s) and report slack (30 s) have not both passed: in flight.
+    let (c, end, ran) = orphaned(30).await;
+    assert_eq!((c.phase, end, ran), (Phase::Booting, None, false));
+    // Overdue, but short of stuck_threshold (45 s): late, not judged yet.
+    let (c, end, ran) = orphaned(44).await;
+    assert_eq!((c.phase, end, ran), (Phase::Booting, None, false));
+    // Past stuck_threshold with the machine still off: abandoned.
+    let (c, end, ran) = orphaned(50).await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::StuckTransition))
+    );
+    let end = end.expect("the slot's record ends");
+    assert!(end.tail.contains("stuck_threshold"), "{}", end.tail);
+    assert!(!ran, "nothing was run for it");
+}
