@@ -244,6 +244,52 @@ async fn cancel_deletes_a_pending_claim_and_reverses_a_ready_one() {
     let (out, code) = run(&server, &["cancel", &ready]).await;
     assert_eq!(code, 2);
     assert!(out.contains("has ended"), "{out}");
+
+    // --since keeps the live claims and those ended within it (issue 11 #16: make up's view).
+    run(&server, &["claim", "bench-02"]).await;
+    let names = |out: &str| -> Vec<String> {
+        json(out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let recent = names(
+        &run(&server, &["claims", "--since", "1h", "-o", "json"])
+            .await
+            .0,
+    );
+    assert_eq!(
+        recent.len(),
+        2,
+        "the ended claim and the live one: {recent:?}"
+    );
+    let ended_at = chrono::DateTime::parse_from_rfc3339(c["finished_at"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    // Once the server's clock (the view's) is 5 ms past the end, a 1 ms window leaves it out.
+    bounded("the server's clock to pass the end", async {
+        loop {
+            let (secs, micros): (i64, i64) = raw(&server, &["TIME"]).await;
+            if secs * 1000 + micros / 1000 > ended_at.timestamp_millis() + 5 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let live = names(
+        &run(&server, &["claims", "--since", "1ms", "-o", "json"])
+            .await
+            .0,
+    );
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert!(!live.contains(&ready), "{live:?}");
+    let refused =
+        Cli::try_parse_from(["fleet", "claims", "--since", "-1m"]).expect_err("a negative window");
+    assert_eq!(refused.exit_code(), 2);
+    assert!(refused.to_string().contains("not negative"), "{refused}");
 }
 
 #[tokio::test]

@@ -114,7 +114,7 @@ pub enum Command {
     Slots(slots::Args),
     /// The claims.
     Claims(claims::Args),
-    /// One slot in full: status, history, last claim, the live claim's timeline.
+    /// A slot or a claim in full: status, history, the last claim's timeline and operation output.
     Describe(describe::Args),
     /// Ask for a machine on a slot (a hand-made claim).
     Claim(claim::Args),
