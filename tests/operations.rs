@@ -187,7 +187,13 @@ fn the_wrapper_refuses_anything_but_a_job() {
         .arg("--help")
         .output()
         .unwrap();
-    assert!(!String::from_utf8_lossy(&help.stdout).contains("operation"));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        !help
+            .lines()
+            .any(|l| l.trim_start().starts_with("operation ")),
+        "{help}"
+    );
 }
 
 // The command never sees the variables the controller runs with: FLEET_REDIS_URL may hold a
