@@ -861,3 +861,40 @@ fn completions_and_version_need_no_redis() {
     let flag = fleet(&["--version"], &env);
     assert_eq!(String::from_utf8_lossy(&flag.stdout), line);
 }
+
+// Issue 11 #7 and #9: a key of another type than fleet writes there. The hold-request hash costs
+// only the requests (every beat still lands; it used to fail every beat, and so the fleet within
+// a TTL); any other key fails the write naming that key, never a script hash.
+#[tokio::test]
+async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
+    let server = server();
+    let url = server.url();
+    let keys = fleet::store::keys::Keys::default();
+    let (_, code) = run(&server, &["beat", "b1"]).await;
+    assert_eq!(code, 0);
+    let _: () = raw(&server, &["SET", &keys.hold_requests(), "garbage"]).await;
+    let o = fleet(&["--redis", &url, "beat", "b1", "--ttl", "1h"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let warning = stderr(&o);
+    assert!(
+        warning.contains(&format!("{} is not a hash of hold requests", keys.hold_requests()))
+            && warning.contains("redis-cli DEL"),
+        "{warning}"
+    );
+    let (out, _) = run(&server, &["state", "b1", "-o", "json"]).await;
+    assert!(out.contains(r#""state": "UP""#), "the beat landed: {out}");
+
+    let _: () = raw(&server, &["SET", &keys.registry(), "garbage"]).await;
+    let o = fleet(&["--redis", &url, "beat", "b1"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "the key {} holds another type of value than fleet writes there",
+            keys.registry()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("script:") && !err.contains("user_script"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

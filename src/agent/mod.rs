@@ -76,6 +76,7 @@ impl Agent {
         let mut carried: Option<String> = None;
         // The last refused hold request: said once, not on every beat.
         let mut refused: Option<String> = None;
+        let mut store_problem: Option<String> = None;
         loop {
             let outcome = match &presence {
                 Some(p) => p
@@ -107,6 +108,12 @@ impl Agent {
                         warn!(bench = %name, error = why.as_str(), "the hold request was not carried; withdraw it with `fleet release` and ask again");
                     }
                     refused.clone_from(&receipt.refused_request);
+                    if let Some(problem) = &receipt.problem
+                        && store_problem.as_ref() != Some(problem)
+                    {
+                        warn!(bench = %name, "{problem}");
+                    }
+                    store_problem.clone_from(&receipt.problem);
                     if receipt.hold != carried {
                         match &receipt.hold {
                             Some(hold) => info!(bench = %name, hold, "holding"),

@@ -61,6 +61,9 @@ impl Args {
             )?,
             None => writeln!(out, "{}: beat written, ttl {ttl}", beat.name)?,
         }
+        if let Some(problem) = receipt.problem {
+            eprintln!("warning: {problem}");
+        }
         if let Some(why) = receipt.refused_request {
             eprintln!(
                 "warning: the hold request for {name} was not carried: {why}; withdraw it with \

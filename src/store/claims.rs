@@ -20,23 +20,18 @@ use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
 use super::operations::Operations;
+use super::script::{eval, script};
 
-const CREATE: &str = include_str!("lua/claim_create.lua");
-const WRITE: &str = include_str!("lua/claim_write.lua");
-const DELETE: &str = include_str!("lua/claim_delete.lua");
-const READ_GROUP: &str = include_str!("lua/group_read.lua");
-const WRITE_SLOTS: &str = include_str!("lua/slots_write.lua");
-const RAISE_FENCE: &str = include_str!("lua/fence_raise.lua");
-const SWAP_DIGEST: &str = include_str!("lua/digest_swap.lua");
+const CREATE: &str = script!("claim_create.lua");
+const WRITE: &str = script!("claim_write.lua");
+const DELETE: &str = script!("claim_delete.lua");
+const READ_GROUP: &str = script!("group_read.lua");
+const WRITE_SLOTS: &str = script!("slots_write.lua");
+const RAISE_FENCE: &str = script!("fence_raise.lua");
+const SWAP_DIGEST: &str = script!("digest_swap.lua");
 
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
-
-pub(crate) fn eval(source: &str, keys: &[String]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(source).arg(keys.len()).arg(keys);
-    cmd
-}
 
 /// A failed claim-store operation, named after the operation, with the claim or group.
 #[derive(Debug, thiserror::Error)]

@@ -235,22 +235,48 @@ pub fn cause(e: &redis::RedisError) -> String {
         return "the database number in the URL (/N) is out of range for this server".to_owned();
     }
     if code == "WRONGTYPE" {
-        return "a key holds another type of value than fleet writes there: something else \
-                wrote it"
-            .to_owned();
+        // fleet's scripts name the key (store::script's prelude); a plain command cannot.
+        return match detail.strip_prefix("the key ").and_then(|r| r.split_once(' ')) {
+            Some((key, _)) => format!(
+                "the key {key} holds another type of value than fleet writes there: something \
+                 else wrote it (see `redis-cli TYPE '{key}'`)"
+            ),
+            None => "a key holds another type of value than fleet writes there: something else \
+                     wrote it"
+                .to_owned(),
+        };
     }
-    let text = e.to_string();
-    // A script's error names the script by its hash (f_<40 hex>): drop it, keep what it says.
-    let text = text
-        .split_whitespace()
-        .filter(|w| !(w.starts_with("f_") && w.len() >= 42))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let text = without_script(&e.to_string());
     let lower = text.to_ascii_lowercase();
     if lower.contains("tls") || lower.contains("certificate") || lower.contains("handshake") {
         return format!("TLS failed: {}", dedupe(&text));
     }
     dedupe(&text)
+}
+
+/// A script's error without where in which script it was raised: Redis names the script by its
+/// hash (`script: <40 hex>, on @user_script:7.`, or `f_<40 hex>` in older servers), which says
+/// nothing to a person; what the error says is kept.
+fn without_script(text: &str) -> String {
+    let hex = |w: &str| w.len() >= 40 && w[..40].chars().all(|c| c.is_ascii_hexdigit());
+    let mut kept: Vec<&str> = Vec::new();
+    let mut words = text.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        if w.starts_with("f_") && hex(&w[2..]) {
+            continue;
+        }
+        if w == "script:" && words.peek().is_some_and(|n| hex(n)) {
+            // `script: <hash>, on @user_script:N.`: to the end of the location.
+            words.next();
+            if words.peek() == Some(&"on") {
+                words.next();
+                words.next();
+            }
+            continue;
+        }
+        kept.push(w);
+    }
+    kept.join(" ")
 }
 
 /// `a: b: b` → `a: b`: redis-rs repeats an I/O error's text after its own.

@@ -10,10 +10,11 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 
 use super::keys::Keys;
+use super::script::{eval, script};
 
-const ACQUIRE: &str = include_str!("lua/lease_acquire.lua");
-const RELEASE: &str = include_str!("lua/lease_release.lua");
-const GENERATION: &str = include_str!("lua/generation.lua");
+const ACQUIRE: &str = script!("lease_acquire.lua");
+const RELEASE: &str = script!("lease_release.lua");
+const GENERATION: &str = script!("generation.lua");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -76,21 +77,18 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
     /// Takes the lease if it is free, renews it if `held` is this process's token.
     pub async fn acquire(&self, held: Option<&str>) -> Result<Leadership, LeaseError> {
         let mut conn = self.conn.clone();
-        let (won, value): (i64, String) = redis::cmd("EVAL")
-            .arg(ACQUIRE)
-            .arg(2)
-            .arg(self.keys.leader())
-            .arg(self.keys.leader_epoch())
-            .arg(&self.id)
-            .arg(
-                u64::try_from(self.ttl.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .max(1),
-            )
-            .arg(held.unwrap_or(""))
-            .query_async(&mut conn)
-            .await
-            .map_err(LeaseError::Acquire)?;
+        let (won, value): (i64, String) =
+            eval(ACQUIRE, &[self.keys.leader(), self.keys.leader_epoch()])
+                .arg(&self.id)
+                .arg(
+                    u64::try_from(self.ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                )
+                .arg(held.unwrap_or(""))
+                .query_async(&mut conn)
+                .await
+                .map_err(LeaseError::Acquire)?;
         Ok(if won == 1 {
             Leadership::Leader(value)
         } else {
@@ -101,10 +99,7 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
     /// Gives the lease up (a clean stop), so a follower takes over at once.
     pub async fn release(&self, token: &str) -> Result<bool, LeaseError> {
         let mut conn = self.conn.clone();
-        let released: i64 = redis::cmd("EVAL")
-            .arg(RELEASE)
-            .arg(1)
-            .arg(self.keys.leader())
+        let released: i64 = eval(RELEASE, &[self.keys.leader()])
             .arg(format!("{} {token}", self.id))
             .query_async(&mut conn)
             .await
@@ -123,18 +118,20 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
     ) -> Result<Generation, LeaseError> {
         let mut conn = self.conn.clone();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let (marker, wiped, catalog): (String, String, i64) = redis::cmd("EVAL")
-            .arg(GENERATION)
-            .arg(3)
-            .arg(self.keys.generation())
-            .arg(self.keys.wiped())
-            .arg(self.keys.config())
-            .arg(fresh)
-            .arg(ms(grace))
-            .arg(ms(adopt))
-            .query_async(&mut conn)
-            .await
-            .map_err(LeaseError::Generation)?;
+        let (marker, wiped, catalog): (String, String, i64) = eval(
+            GENERATION,
+            &[
+                self.keys.generation(),
+                self.keys.wiped(),
+                self.keys.config(),
+            ],
+        )
+        .arg(fresh)
+        .arg(ms(grace))
+        .arg(ms(adopt))
+        .query_async(&mut conn)
+        .await
+        .map_err(LeaseError::Generation)?;
         let wiped = wiped
             .split_once(' ')
             .and_then(|(b, a)| Some((b.parse().ok()?, a.parse().ok()?)));

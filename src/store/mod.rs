@@ -10,3 +10,4 @@ pub mod keys;
 pub mod lease;
 pub mod operations;
 pub mod presence;
+pub mod script;

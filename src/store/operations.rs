@@ -18,11 +18,12 @@ use crate::domain::claim::{Claim, OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::{OpEnd, SlotOp};
 
-use super::claims::{ClaimStore, ClaimStoreError, eval, json};
+use super::claims::{ClaimStore, ClaimStoreError, json};
+use super::script::{eval, script};
 
-const UNCLAIMED: &str = include_str!("lua/op_unclaimed.lua");
-const END: &str = include_str!("lua/op_end.lua");
-const OBSERVE: &str = include_str!("lua/op_observe.lua");
+const UNCLAIMED: &str = script!("op_unclaimed.lua");
+const END: &str = script!("op_end.lua");
+const OBSERVE: &str = script!("op_observe.lua");
 
 /// The start of an operation as stored (field `<slot>`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -21,28 +21,20 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::{Bench, HoldRequest, Key, Reading};
 
 use super::keys::Keys;
+use super::script::{eval, script};
 
 /// The longest TTL one beat may promise. A long promise hides a crash for its whole length
 /// (reference §1.7), and a month is already far past the longest planned sleep.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-const BEAT: &str = include_str!("lua/beat.lua");
-const READ: &str = include_str!("lua/read.lua");
-const HOLD: &str = include_str!("lua/hold.lua");
-const FORGET: &str = include_str!("lua/forget.lua");
+const BEAT: &str = script!("beat.lua");
+const READ: &str = script!("read.lua");
+const HOLD: &str = script!("hold.lua");
+const FORGET: &str = script!("forget.lua");
 
 /// The most keys one MGET of the warm read asks for. A larger fleet is read with several MGETs in
 /// the same pipeline, still one round trip, so that no single command holds Redis for long.
 const MGET_BATCH: usize = 50_000;
-
-/// `EVAL` of a script over its keys. EVAL rather than EVALSHA: every call is then exactly one
-/// round trip, with no NOSCRIPT retry after a Redis restart; the server still caches the compiled
-/// script by its hash, and the scripts are small next to what they carry.
-fn eval(source: &str, keys: &[String]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(source).arg(keys.len()).arg(keys);
-    cmd
-}
 
 /// A failed store operation; each variant names the operation and the bench it was for.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +94,9 @@ pub struct Receipt {
     /// (SPEC §2.4), so carrying it would make the bench read DOWN. `None` when there was none to
     /// refuse.
     pub refused_request: Option<String>,
+    /// A store problem the beat went past (the hold-request key holds another type), with its
+    /// repair: the beat landed, but no request can be carried until it is repaired.
+    pub problem: Option<String>,
 }
 
 /// The fleet as one read saw it: every bench, sorted by name, and the server's time of the read.
@@ -190,22 +185,24 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.last_seen(),
         ];
         let mut conn = self.conn.clone();
-        let (at_ms, hold, refused): (i64, Option<String>, String) = eval(BEAT, &keys)
-            .arg(beat.name.as_str())
-            .arg(ttl_ms)
-            .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
-            .arg(beat.load.map_or(String::new(), |l| l.to_string()))
-            .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Beat {
-                name: beat.name.clone(),
-                source,
-            })?;
+        let (at_ms, hold, refused, problem): (i64, Option<String>, String, String) =
+            eval(BEAT, &keys)
+                .arg(beat.name.as_str())
+                .arg(ttl_ms)
+                .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
+                .arg(beat.load.map_or(String::new(), |l| l.to_string()))
+                .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| PresenceError::Beat {
+                    name: beat.name.clone(),
+                    source,
+                })?;
         Ok(Receipt {
             at: DateTime::from_timestamp_millis(at_ms).unwrap_or_default(),
             hold,
             refused_request: (!refused.is_empty()).then_some(refused),
+            problem: (!problem.is_empty()).then(|| self.holds_problem()),
         })
     }
 

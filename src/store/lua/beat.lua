@@ -19,7 +19,8 @@
 -- (a foreign write) is not carried, so it cannot make a running bench read DOWN; the beat
 -- reports it instead.
 --
--- Returns { now, the hold carried (nil for none), why a request was not carried ('' if none) }.
+-- Returns { now, the hold carried (nil for none), why a request was not carried ('' if none),
+-- the hold-request key when it holds another type than a hash ('' if not) }.
 
 -- White space that is not a control character (Unicode White_Space, as Rust's
 -- char::is_whitespace; the control ones are refused before).
@@ -67,10 +68,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local hold = ARGV[3]
 local ignored = ''
+local problem = ''
 if hold == '' then
   hold = false
-  local raw = redis.call('HGET', KEYS[2], ARGV[1])
-  if raw then
+  -- A hold-request key of another type (a foreign write) costs the requests, never the beat:
+  -- every bench would read DOWN within a TTL.
+  local raw = redis.pcall('HGET', KEYS[2], ARGV[1])
+  if type(raw) == 'table' and raw.err then
+    problem = KEYS[2]
+  elseif raw then
     local ok, request = pcall(cjson.decode, raw)
     if not ok or type(request) ~= 'table' then
       ignored = 'the hold request is not a request'
@@ -100,11 +106,12 @@ end
 if ttl <= 0 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('HSET', KEYS[5], ARGV[1], now)
+  -- Last seen is a report for the views: a key of another type there loses it, not the beat.
+  redis.pcall('HSET', KEYS[5], ARGV[1], now)
   local beat = { v = 1, at = now, ttl = ttl }
   if hold then beat.hold = hold end
   if ARGV[4] ~= '' then beat.load = tonumber(ARGV[4]) end
   if ARGV[5] ~= '' then beat.cores = tonumber(ARGV[5]) end
   redis.call('SET', KEYS[1], cjson.encode(beat), 'PXAT', now + ttl)
 end
-return { now, hold, ignored }
+return { now, hold, ignored, problem }

@@ -1,0 +1,24 @@
+//! Running fleet's Lua scripts: each one is sent whole with `EVAL`, after a shared prelude.
+//!
+//! EVAL rather than EVALSHA: every call is then exactly one round trip, with no NOSCRIPT retry
+//! after a Redis restart; the server still caches the compiled script by its hash, and the
+//! scripts are small next to what they carry. The prelude (`lua/prelude.lua`) makes a command
+//! that meets a key of a foreign type fail naming the key (SPEC §2.7).
+
+/// A script of `src/store/lua/`, with the prelude before it.
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("lua/prelude.lua"),
+            include_str!(concat!("lua/", $file))
+        )
+    };
+}
+pub(crate) use script;
+
+/// `EVAL` of a script over its keys (its arguments are added by the caller).
+pub(crate) fn eval(source: &str, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(source).arg(keys.len()).arg(keys);
+    cmd
+}
