@@ -643,6 +643,14 @@ async fn scaling_a_group_to_zero_in_one_call_does_not_blind_the_controller() {
     })
     .await
     .unwrap();
+    // One scaling call, recorded once with all it gave back.
+    let groups = fleet(&server, &["groups", "-o", "json"]);
+    let groups: serde_json::Value = serde_json::from_slice(&groups.stdout).unwrap();
+    assert_eq!(
+        groups[0]["last_scale_action"],
+        serde_json::json!(["delete", 4]),
+        "{groups}"
+    );
     let done = [
         &["to=completed", "l-01"][..],
         &["to=completed", "l-02"],

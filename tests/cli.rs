@@ -877,8 +877,10 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let warning = stderr(&o);
     assert!(
-        warning.contains(&format!("{} is not a hash of hold requests", keys.hold_requests()))
-            && warning.contains("redis-cli DEL"),
+        warning.contains(&format!(
+            "{} is not a hash of hold requests",
+            keys.hold_requests()
+        )) && warning.contains("redis-cli DEL"),
         "{warning}"
     );
     let (out, _) = run(&server, &["state", "b1", "-o", "json"]).await;
@@ -895,6 +897,9 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
         )),
         "{err}"
     );
-    assert!(!err.contains("script:") && !err.contains("user_script"), "{err}");
+    assert!(
+        !err.contains("script:") && !err.contains("user_script"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -452,7 +452,12 @@ async fn describe_shows_why_an_operation_failed_by_slot_and_by_claim() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("no slot nowhere"), "{out}");
     let groups = json(&run(&server, &["groups", "-o", "json"]).await.0);
-    assert!(groups[0]["last_scale_at"].is_string(), "{groups}");
+    let scaled_at = groups[0]["last_scale_at"].as_str().unwrap();
+    assert_eq!(
+        scaled_at.len(),
+        "2026-11-30T16:29:28.123Z".len(),
+        "milliseconds: {scaled_at}"
+    );
     assert_eq!(groups[0]["last_scale_action"][0], "increase", "{groups}");
     let (wide, _) = run(&server, &["claims", "-o", "wide"]).await;
     assert!(
@@ -513,6 +518,24 @@ async fn claim_wait_follows_the_claim_to_ready_or_failed() {
     assert!(out.contains("StartupJobFailed"), "{out}");
     stop.cancel();
     running.await.unwrap();
+
+    // Interrupted (Ctrl-C) before ready: exit 1, never the 0 of ready; the claim lives on.
+    let (server, _ctl) = setup().await;
+    let url = server.url();
+    let cli =
+        Cli::try_parse_from(["fleet", "--redis", &url, "claim", "bench-02", "--wait"]).unwrap();
+    let interrupted = CancellationToken::new();
+    interrupted.cancel();
+    let ctx = Ctx::new(&cli.global, interrupted, false);
+    let mut out = Vec::new();
+    let err = bounded("an interrupted wait", cli.command.run(&ctx, &mut out))
+        .await
+        .expect_err("an interrupted wait is not a success");
+    assert_eq!(err.exit_code(), 1);
+    assert!(err.to_string().contains("stopped waiting"), "{err}");
+    assert!(String::from_utf8_lossy(&out).contains(": pending after"));
+    let (claims, _) = run(&server, &["claims", "-o", "json"]).await;
+    assert_eq!(json(&claims).as_array().unwrap().len(), 1, "{claims}");
 }
 
 // Issue 11 #11: `--watch` on the views: each frame redrawn, JSON one document a line.
@@ -571,4 +594,34 @@ impl std::io::Write for Frames {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+// Issue 11 #12: describe explains the deadline from the span the claim was given; where the
+// group's timings changed since, it says the span as it was and the budget as it is.
+#[tokio::test]
+async fn describe_explains_the_deadline_as_it_was_set() {
+    let (server, _ctl) = setup().await;
+    run(&server, &["claim", "bench-01"]).await;
+    let (table, code) = run(&server, &["describe", "bench-01"]).await;
+    assert_eq!(code, 0, "{table}");
+    let budget = table
+        .split("= requested + max(attempt budget ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("{table}"))
+        .to_owned();
+    let changed = yaml(&server).replace(
+        "job_monitor_poll_interval: 100ms",
+        "job_monitor_poll_interval: 100ms, readiness_gate_timeout: 1m",
+    );
+    let cfg = config::parse(&changed, Path::new("t.yaml")).unwrap();
+    Catalog::of(&cfg)
+        .publish(&mut conn(&server).await, &Keys::default())
+        .await
+        .unwrap();
+    let (table, _) = run(&server, &["describe", "bench-01"]).await;
+    assert!(
+        table.contains(&format!("= requested + {budget} (the attempt budget or max_node_provision_time when it was made; the group's attempt budget is")),
+        "{table}"
+    );
 }

@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use crate::domain::claim::Reason;
+use crate::domain::history::ScaleAction;
 use crate::domain::name::ClaimName;
 use crate::reconcile::requests::{self, Cancelled};
 
@@ -25,10 +26,11 @@ impl Args {
             .map_or(std::time::Duration::from_secs(3600), |g| {
                 g.timings.ttl_after_finished
             });
-        match requests::cancel(&store, &c, Reason::DeletedByHand, now, ttl)
+        let done = requests::cancel(&store, &c, Reason::DeletedByHand, now, ttl)
             .await
-            .map_err(request_error)?
-        {
+            .map_err(request_error)?;
+        requests::scaled(&store, &c.group, now, ScaleAction::Delete, 1).await;
+        match done {
             Cancelled::Deleted => writeln!(out, "{}: pending claim cancelled (deleted)", c.name)?,
             Cancelled::Marked => writeln!(
                 out,

@@ -156,7 +156,14 @@ async fn follow(
             )));
         }
         tokio::select! {
-            _ = ctx.shutdown.cancelled() => return Ok(()),
+            // Interrupted before it was ready: not a success a script may build on. The claim
+            // lives on; only the wait ended.
+            _ = ctx.shutdown.cancelled() => return Err(Error::Runtime(anyhow::anyhow!(
+                "stopped waiting: claim {} is still {} (it goes on; follow it with `fleet claims --slot {}`)",
+                c.name,
+                c.phase,
+                c.slot
+            ))),
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
         }
     }

@@ -98,7 +98,7 @@ impl Args {
                 name: r.name.to_string(),
                 slot: r.slot.to_string(),
                 phase: r.phase.to_string(),
-                reason: match (&r.reason, &r.waiting) {
+                reason: match (&r.reason, &r.waiting_local) {
                     (Some(reason), _) => reason.to_string(),
                     (None, Some(waiting)) => format!("waiting: {waiting}"),
                     (None, None) => "-".to_owned(),

@@ -5,6 +5,7 @@
 //! tools (SPEC §4.7).
 
 use std::io::Write;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -210,7 +211,7 @@ impl Args {
             s.power,
             if s.usable { "yes" } else { "no" }
         )?;
-        if let Some(waiting) = &s.waiting {
+        if let Some(waiting) = &s.waiting_local {
             writeln!(out, "Waiting for: {waiting}")?;
         }
         let last_boot = history.recent_activations().last().copied();
@@ -318,27 +319,37 @@ impl Args {
 }
 
 /// How a claim's deadline was set (SPEC §3.5), in words: the request time plus the larger of the
-/// attempt budget and the group's max node provision time in force when it was made.
+/// attempt budget and the max node provision time in force when it was made. The claim keeps
+/// the span it was given, not the budget: where the group's timings changed since, the span is
+/// said as it was, and the budget as it is now.
 fn explain_deadline(c: &Claim, group: &GroupName, world: &World) -> Option<String> {
     let deadline: DateTime<Utc> = c.deadline_at?;
+    let span = (deadline - c.requested_at).to_std().ok()?;
     let budget = world
         .catalog
         .group(group)
-        .map(|g| g.timings.attempt_budget())?;
-    let provision = c
-        .max_node_provision_time
-        .map(|p| {
+        .map(|g| g.timings.attempt_budget());
+    let provision = c.max_node_provision_time;
+    let when = moment(Some(deadline), world.now);
+    let d = |d: Duration| humantime::format_duration(d).to_string();
+    Some(match budget {
+        Some(budget) if budget.max(provision.unwrap_or_default()) == span => {
+            let provision = provision
+                .map(|p| format!(", max_node_provision_time {}", d(p)))
+                .unwrap_or_default();
             format!(
-                ", max_node_provision_time {}",
-                humantime::format_duration(p)
+                "{when} = requested + max(attempt budget {}{provision})",
+                d(budget)
             )
-        })
-        .unwrap_or_default();
-    Some(format!(
-        "{} = requested + max(attempt budget {}{provision})",
-        moment(Some(deadline), world.now),
-        humantime::format_duration(budget),
-    ))
+        }
+        Some(budget) => format!(
+            "{when} = requested + {} (the attempt budget or max_node_provision_time when it was \
+             made; the group's attempt budget is {} now)",
+            d(span),
+            d(budget)
+        ),
+        None => format!("{when} = requested + {}", d(span)),
+    })
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

@@ -1,5 +1,6 @@
-//! What the views read: the catalog, every group's claims and every slot's status, in three
-//! round trips, and the rows built from them (SPEC §4.7). Rows are built from domain values.
+//! What the views read: the catalog (with the controller's status), every group's claims, and
+//! every slot's status with each group's last scaling call, in three round trips whatever the
+//! number of groups, and the rows built from them (SPEC §4.7). Rows are built from domain values.
 
 use chrono::{DateTime, Utc};
 use redis::aio::MultiplexedConnection;
@@ -41,23 +42,28 @@ impl World {
             .map_err(|e| Error::Runtime(e.into()))?;
         let now = read.first().map_or_else(Utc::now, |g| g.now);
         let claims = read.into_iter().flat_map(|g| g.claims).collect();
+        let asked: Vec<(GroupName, Vec<BenchName>)> = catalog
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    g.name.clone(),
+                    g.slots.iter().map(|s| s.name.clone()).collect(),
+                )
+            })
+            .collect();
+        let views = store
+            .read_views(&asked)
+            .await
+            .map_err(|e| Error::Runtime(e.into()))?;
         let mut slots = Vec::new();
         let mut scales = std::collections::HashMap::new();
-        for g in &catalog.groups {
-            if let Some(scale) = store
-                .last_scale(&g.name)
-                .await
-                .map_err(|e| Error::Runtime(e.into()))?
-            {
-                scales.insert(g.name.clone(), scale);
+        for ((group, names), view) in asked.into_iter().zip(views) {
+            if let Some(scale) = view.last_scale {
+                scales.insert(group.clone(), scale);
             }
-            let names: Vec<BenchName> = g.slots.iter().map(|s| s.name.clone()).collect();
-            let statuses = store
-                .read_slots(&g.name, &names)
-                .await
-                .map_err(|e| Error::Runtime(e.into()))?;
-            for (name, (status, last)) in names.into_iter().zip(statuses) {
-                slots.push((g.name.clone(), name, status, last));
+            for (name, (status, last)) in names.into_iter().zip(view.slots) {
+                slots.push((group.clone(), name, status, last));
             }
         }
         Ok(World {
@@ -96,8 +102,11 @@ pub struct SlotRow {
     pub last_claim: Option<LastClaimRow>,
     /// The hold the bench carries while it holds (the phase stays what it was).
     pub held: Option<String>,
-    /// Why the slot's live claim waits, when it does.
+    /// Why the slot's live claim waits, when it does (times in RFC 3339).
     pub waiting: Option<String>,
+    /// The same for tables, with local clock times.
+    #[serde(skip)]
+    pub waiting_local: Option<String>,
     /// `last_transition_time` as a time, for tables.
     #[serde(skip)]
     pub since: Option<DateTime<Utc>>,
@@ -138,8 +147,9 @@ impl From<&LastClaim> for LastClaimRow {
     }
 }
 
-/// Why a claim waits, in words (SPEC §4.7).
-pub fn waiting_text(w: &SlotWaiting) -> String {
+/// Why a claim waits, in words (SPEC §4.7), its deadline written by `time`: RFC 3339 in JSON,
+/// the local clock in tables.
+pub fn waiting_text(w: &SlotWaiting, time: fn(DateTime<Utc>) -> String) -> String {
     match w {
         SlotWaiting::PoweringOff => {
             "the machine is powering off; it is started again once it is off".to_owned()
@@ -147,16 +157,22 @@ pub fn waiting_text(w: &SlotWaiting) -> String {
         SlotWaiting::Held { reason } => format!("the bench holds ({reason})"),
         SlotWaiting::StartupRunning => "the startup is running".to_owned(),
         SlotWaiting::Start => "to be started (another operation of the slot first)".to_owned(),
-        SlotWaiting::FirstBeat { until } => format!(
-            "the bench's first beat, until {}",
-            super::output::clock(*until)
-        ),
-        SlotWaiting::Usable { until } => format!(
-            "the machine to be usable, until {}",
-            super::output::clock(*until)
-        ),
+        SlotWaiting::FirstBeat { until } => {
+            format!("the bench's first beat, until {}", time(*until))
+        }
+        SlotWaiting::Usable { until } => {
+            format!("the machine to be usable, until {}", time(*until))
+        }
         SlotWaiting::NotUsable => "the machine is on and not usable".to_owned(),
     }
+}
+
+/// Both renderings of why a claim waits: `(JSON, table)`.
+fn waiting_texts(w: Option<&SlotWaiting>) -> (Option<String>, Option<String>) {
+    (
+        w.map(|w| waiting_text(w, rfc3339)),
+        w.map(|w| waiting_text(w, super::output::clock)),
+    )
 }
 
 pub fn slot_rows(world: &World) -> Vec<SlotRow> {
@@ -166,6 +182,7 @@ pub fn slot_rows(world: &World) -> Vec<SlotRow> {
         .map(|(group, name, status, last)| {
             let status = status.clone().unwrap_or_default();
             let live = world.live_claim(name);
+            let (waiting, waiting_local) = waiting_texts(status.waiting.as_ref());
             SlotRow {
                 name: name.to_string(),
                 group: group.to_string(),
@@ -184,7 +201,8 @@ pub fn slot_rows(world: &World) -> Vec<SlotRow> {
                 previous_phase: status.history.previous_phase(),
                 last_claim: last.as_ref().map(LastClaimRow::from),
                 held: status.held.clone(),
-                waiting: status.waiting.as_ref().map(waiting_text),
+                waiting,
+                waiting_local,
                 since: status.history.last_transition_time(),
             }
         })
@@ -206,8 +224,11 @@ pub struct ClaimRow {
     pub deadline_at: Option<String>,
     pub finished_at: Option<String>,
     pub operation: Option<String>,
-    /// Why it waits, when it is its slot's live claim and waits.
+    /// Why it waits, when it is its slot's live claim and waits (times in RFC 3339).
     pub waiting: Option<String>,
+    /// The same for tables, with local clock times.
+    #[serde(skip)]
+    pub waiting_local: Option<String>,
     /// The call that made it.
     pub call: Option<&'static str>,
 }
@@ -219,10 +240,11 @@ pub fn claim_row(c: &Claim, world: &World) -> ClaimRow {
         .find(|(_, slot, ..)| slot == &c.slot)
         .and_then(|(_, _, status, _)| status.as_ref())
         .filter(|s| s.claim.as_ref() == Some(&c.name))
-        .and_then(|s| s.waiting.as_ref())
-        .map(waiting_text);
+        .and_then(|s| s.waiting.as_ref());
+    let (waiting, waiting_local) = waiting_texts(waiting);
     ClaimRow {
         waiting,
+        waiting_local,
         call: c.call.map(|call| call.as_str()),
         name: c.name.clone(),
         slot: c.slot.clone(),
@@ -389,4 +411,30 @@ pub fn notice(
 
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn why_a_claim_waits_is_rfc3339_in_json_and_a_clock_in_tables() {
+        let until = DateTime::parse_from_rfc3339("2026-11-30T14:02:11.250Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        for w in [
+            SlotWaiting::FirstBeat { until },
+            SlotWaiting::Usable { until },
+        ] {
+            let (json, table) = waiting_texts(Some(&w));
+            let json = json.unwrap();
+            assert!(json.ends_with("until 2026-11-30T14:02:11.250Z"), "{json}");
+            let table = table.unwrap();
+            assert!(
+                table.ends_with(&format!("until {}", super::super::output::clock(until))),
+                "{table}"
+            );
+        }
+        assert_eq!(waiting_texts(None), (None, None));
+    }
 }

@@ -616,17 +616,28 @@ impl Claim {
         let mut next = self.clone();
         next.shutdown_attempts = self.shutdown_streak(now, t).saturating_add(1);
         next.last_shutdown_attempt_at = Some(now);
+        // A new streak ends the pause the warning told of: the next pause is recorded anew.
+        if next.shutdown_attempts == 1 {
+            next.end_pause_warning();
+        }
         next.version += 1;
         next
     }
 
-    /// Resets the shutdown streak (the operator's escape hatch).
+    /// Resets the shutdown streak (the operator's escape hatch), and with it the pause.
     pub fn reset_shutdown_attempts(&self) -> Claim {
         let mut next = self.clone();
         next.shutdown_attempts = 0;
         next.last_shutdown_attempt_at = None;
+        next.end_pause_warning();
         next.version += 1;
         next
+    }
+
+    fn end_pause_warning(&mut self) {
+        if self.reason == Some(Reason::ShutdownAttemptLimitReached) && self.phase.is_live() {
+            self.reason = None;
+        }
     }
 
     /// Records the start of a lifecycle operation on the claim. The caller writes this before it

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Group};
 use crate::domain::claim::{self, Call, Claim, LastClaim, Phase, Reason};
+use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, GroupName};
 use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::reconcile::requests::{self, RequestError};
@@ -93,6 +94,9 @@ const PROVISION_SLACK: Duration = Duration::from_secs(60);
 /// How often a change re-reads and retries when a concurrent write (the controller's) moved a
 /// claim between the read and the write.
 const RACE_RETRIES: usize = 8;
+
+/// What DeleteNodes did to a slot whose failed claim it ended: no machine was given back.
+const DISMISSED: &str = "failed claim dismissed";
 
 /// Whether a node DeleteNodes names is one cluster-autoscaler made up, and why; ordered from
 /// the realest, so a node named twice counts as its realest naming.
@@ -529,13 +533,37 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             )));
         }
         let mut removed = Vec::new();
+        let mut given_back = 0;
         for (slot, fake) in &named {
-            if let Some(what) = self
+            let done = self
                 .remove(&writer, &group, slot, *fake, claims.clone(), now)
-                .await?
-            {
+                .await;
+            let what = match done {
+                Ok(what) => what,
+                Err(status) => {
+                    // What was given back before the failure is still a scaling call.
+                    if given_back > 0 {
+                        requests::scaled(
+                            &writer,
+                            &group.name,
+                            now,
+                            ScaleAction::Delete,
+                            given_back,
+                        )
+                        .await;
+                    }
+                    return Err(status);
+                }
+            };
+            if let Some(what) = what {
+                if what != DISMISSED {
+                    given_back += 1;
+                }
                 removed.push(format!("{slot} ({what})"));
             }
+        }
+        if given_back > 0 {
+            requests::scaled(&writer, &group.name, now, ScaleAction::Delete, given_back).await;
         }
         // The snapshot a stale read would answer from follows the change.
         let after = self
@@ -578,7 +606,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                 {
                     Some(c) => requests::dismiss_failed(writer, c, now, ttl)
                         .await
-                        .map(|()| "failed claim dismissed"),
+                        .map(|()| DISMISSED),
                     // Nothing wants the slot's machine any more: already removed.
                     None => return Ok(None),
                 },
@@ -645,6 +673,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         while taken < wanted {
             let Some(c) = pending(&claims).into_iter().next() else {
                 // The controller started booting the rest meanwhile: those exist now.
+                if taken > 0 {
+                    requests::scaled(&writer, &group.name, now, ScaleAction::Decrease, taken).await;
+                }
                 let _ = self.fresh_claims(&group.name).await;
                 return Err(Status::failed_precondition(format!(
                     "took back {taken} of {wanted} requests of group {}: the others started \
@@ -675,9 +706,16 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
                     races += 1;
                     claims = self.fresh_claims(&group.name).await?.claims;
                 }
-                Err(e) => return Err(request_status(e)),
+                Err(e) => {
+                    if taken > 0 {
+                        requests::scaled(&writer, &group.name, now, ScaleAction::Decrease, taken)
+                            .await;
+                    }
+                    return Err(request_status(e));
+                }
             }
         }
+        requests::scaled(&writer, &group.name, now, ScaleAction::Decrease, taken).await;
         // The snapshot a stale read would answer from follows the change.
         let _ = self.fresh_claims(&group.name).await;
         info!(group = %group.name, delta = request.delta, target = now_target - wanted, "DecreaseTargetSize: pending claims cancelled");

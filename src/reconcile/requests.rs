@@ -154,7 +154,14 @@ pub async fn claim_slots<C: ConnectionLike + Clone + Send>(
                 // its configuration) in between puts it back or sees this claim (SPEC §4.1).
                 store.known_groups(&[(&group.name, &group.timings)]).await?;
                 let count = u32::try_from(claims.len()).unwrap_or(u32::MAX);
-                scaled(store, &group.name, now, ScaleAction::Increase, count).await;
+                scaled(
+                    store,
+                    &group.name,
+                    now,
+                    ScaleAction::Increase,
+                    count as usize,
+                )
+                .await;
                 return Ok(claims);
             }
             Some((i, Created::SlotTaken(claim))) => {
@@ -197,25 +204,20 @@ pub async fn cancel<C: ConnectionLike + Clone + Send>(
     now: DateTime<Utc>,
     timeline_ttl: std::time::Duration,
 ) -> Result<Cancelled, RequestError> {
-    let action = if reason == Reason::CancelledByDecreaseTargetSize {
-        ScaleAction::Decrease
-    } else {
-        ScaleAction::Delete
-    };
-    let done = cancel_claim(store, c, reason, now, timeline_ttl).await?;
-    scaled(store, &c.group, now, action, 1).await;
-    Ok(done)
+    cancel_claim(store, c, reason, now, timeline_ttl).await
 }
 
-/// Records a scaling call for `fleet groups`. A report: a failure to write it is logged, never
-/// the request's failure.
-async fn scaled<C: ConnectionLike + Clone + Send>(
+/// Records a scaling call for `fleet groups`, once per call whatever it counted (a DeleteNodes
+/// of four nodes is one `delete 4`). A report: a failure to write it is logged, never the
+/// request's failure.
+pub async fn scaled<C: ConnectionLike + Clone + Send>(
     store: &ClaimStore<C>,
     group: &GroupName,
     now: DateTime<Utc>,
     action: ScaleAction,
-    count: u32,
+    count: usize,
 ) {
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
     if let Err(e) = store.record_scale(group, now, action, count).await {
         tracing::debug!(%group, error = crate::store::connect::chain(&e), "recording the scaling call failed");
     }

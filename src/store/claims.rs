@@ -223,6 +223,14 @@ pub struct LastScale {
     pub count: u32,
 }
 
+/// A group as the views show it beside its claims ([`ClaimStore::read_views`]).
+#[derive(Clone, Debug, Default)]
+pub struct GroupView {
+    /// Each slot's status and last-claim digest, in the order asked.
+    pub slots: Vec<(Option<SlotStatus>, Option<LastClaim>)>,
+    pub last_scale: Option<LastScale>,
+}
+
 /// The seed of a new claim's attempt: the slot's last-claim digest as the creator read it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Seed {
@@ -640,7 +648,15 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let mut conn = self.conn.clone();
         redis::cmd("SET")
             .arg(self.keys.group(group).last_scale())
-            .arg(json("a scaling call", &LastScale { at, action, count })?)
+            .arg(json(
+                "a scaling call",
+                &LastScale {
+                    // Milliseconds, as every time fleet shows in JSON.
+                    at: crate::domain::operation::stamp(at),
+                    action,
+                    count,
+                },
+            )?)
             .query_async::<()>(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::ReadGroup {
@@ -787,6 +803,88 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 )
             })
             .collect())
+    }
+
+    /// What the views show of each group beside its claims: every slot's status and last-claim
+    /// digest, and the group's last scaling call, for all `groups` in one round trip.
+    pub async fn read_views(
+        &self,
+        groups: &[(GroupName, Vec<BenchName>)],
+    ) -> Result<Vec<GroupView>, ClaimStoreError> {
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        let mut pipe = redis::pipe();
+        for (group, slots) in groups {
+            let g = self.keys.group(group);
+            pipe.cmd("GET").arg(g.last_scale());
+            // MGET needs a key: an empty group asks for its scale record twice instead.
+            let statuses: Vec<String> = slots.iter().map(|s| g.slot(s)).collect();
+            let digests: Vec<String> = slots.iter().map(|s| g.last_claim(s)).collect();
+            pipe.cmd("MGET").arg(if slots.is_empty() {
+                vec![g.last_scale()]
+            } else {
+                statuses
+            });
+            pipe.cmd("MGET").arg(if slots.is_empty() {
+                vec![g.last_scale()]
+            } else {
+                digests
+            });
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<redis::Value> =
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(|source| ClaimStoreError::ReadSlots {
+                    group: first.clone(),
+                    source,
+                })?;
+        let mut replies = replies.into_iter();
+        let mut views = Vec::with_capacity(groups.len());
+        for (group, slots) in groups {
+            let mut next = || -> Result<redis::Value, ClaimStoreError> {
+                replies.next().ok_or_else(|| ClaimStoreError::ReadSlots {
+                    group: group.clone(),
+                    source: redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "a reply is missing from the pipeline",
+                    )),
+                })
+            };
+            let parse = |v: redis::Value| -> Result<Vec<Option<String>>, ClaimStoreError> {
+                redis::from_redis_value(v).map_err(|source| ClaimStoreError::ReadSlots {
+                    group: group.clone(),
+                    source: source.into(),
+                })
+            };
+            let scale: Option<String> =
+                redis::from_redis_value(next()?).map_err(|source| ClaimStoreError::ReadSlots {
+                    group: group.clone(),
+                    source: source.into(),
+                })?;
+            let statuses = parse(next()?)?;
+            let digests = parse(next()?)?;
+            let slots = if slots.is_empty() {
+                Vec::new()
+            } else {
+                statuses
+                    .into_iter()
+                    .zip(digests)
+                    .map(|(s, d)| {
+                        (
+                            s.and_then(|s| serde_json::from_str(&s).ok()),
+                            d.and_then(|d| serde_json::from_str(&d).ok()),
+                        )
+                    })
+                    .collect()
+            };
+            views.push(GroupView {
+                slots,
+                last_scale: scale.and_then(|r| serde_json::from_str(&r).ok()),
+            });
+        }
+        Ok(views)
     }
 
     /// Writes slot statuses, in one round trip, fenced like every controller write.

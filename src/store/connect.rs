@@ -236,7 +236,10 @@ pub fn cause(e: &redis::RedisError) -> String {
     }
     if code == "WRONGTYPE" {
         // fleet's scripts name the key (store::script's prelude); a plain command cannot.
-        return match detail.strip_prefix("the key ").and_then(|r| r.split_once(' ')) {
+        return match detail
+            .strip_prefix("the key ")
+            .and_then(|r| r.split_once(' '))
+        {
             Some((key, _)) => format!(
                 "the key {key} holds another type of value than fleet writes there: something \
                  else wrote it (see `redis-cli TYPE '{key}'`)"

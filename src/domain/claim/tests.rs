@@ -370,6 +370,23 @@ fn shutdown_attempts_are_counted_per_operation_bounded_and_reset_after_the_grace
     assert_eq!(reset.shutdown_gate(t(200), &timings), ShutdownGate::Fire);
     // The boot attempt is untouched by the shutdown streak.
     assert_eq!(again.attempt, ready.attempt);
+    // The pause's warning lasts as long as the pause: a new streak or a reset ends it, so the
+    // next pause is recorded anew (issue 11 #5); other warnings stay.
+    let warned = c.warn(Reason::ShutdownAttemptLimitReached);
+    assert_eq!(
+        warned
+            .record_shutdown_attempt(t(180 + 1800), &timings)
+            .reason,
+        None
+    );
+    assert_eq!(warned.reset_shutdown_attempts().reason, None);
+    let timed_out = c.warn(Reason::ShutdownJobTimeout);
+    assert_eq!(
+        timed_out
+            .record_shutdown_attempt(t(180 + 1800), &timings)
+            .reason,
+        Some(Reason::ShutdownJobTimeout)
+    );
 }
 
 // The seed's worked example: a ready claim with its machine observed off reports booting and
