@@ -674,6 +674,18 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
     if let Ok(wait) = (until - now).to_std() {
         tokio::time::sleep(wait + Duration::from_millis(20)).await;
     }
+    // Its wrapper kills it there and reports the outcome to the slot's record a moment later
+    // (after draining the output): wait for the report, then a pass records it on the claim.
+    bounded("the wrapper's report", async {
+        loop {
+            let read = store.read_groups(&[group()]).await.unwrap().remove(0);
+            if read.operations.by_slot[&name("bench-01")].end.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let report = second.pass().await.unwrap();
     assert!(report.started.is_empty());
     let c = store

@@ -10,6 +10,7 @@
 //! - [`node`]: the usability predicate (SPEC §3.1).
 //! - [`operation`]: the slot's operation record and the rules that read it (SPEC §4.3, §5.4).
 //! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
+//! - [`sight`]: blindness and its grace, mass vanishing, the windows of a wiped store (SPEC §5.2).
 
 pub mod claim;
 pub mod fsm;
@@ -18,4 +19,5 @@ pub mod law;
 pub mod name;
 pub mod node;
 pub mod operation;
+pub mod sight;
 pub mod state;

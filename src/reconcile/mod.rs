@@ -31,6 +31,7 @@ use crate::domain::law::{self, ClaimInput, Fires, Input, Power};
 use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
 use crate::domain::node::{self, Binding, NodeView};
 use crate::domain::operation::{self, OpEnd, SlotOp, UnclaimedShutdown, Unreported};
+use crate::domain::sight;
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::{REPORT_SLACK, Report, Request, Runner};
 use crate::store::catalog::{Blindness, Catalog, ControllerStatus, STATUS_TTL};
@@ -545,7 +546,7 @@ where
         };
         // The store came back without its data: blind for the grace, then adopt (SPEC §5.3). The
         // wipe record is in the store, so a leader that takes over during the grace keeps it.
-        let mut wiped: Option<(i64, i64)> = None;
+        let mut wiped: Option<sight::Wipe> = None;
         if let Some(lease) = self.lease.clone() {
             let fresh = format!("{}-{}", lease.id(), now_seen.timestamp_micros());
             let adopt_window = self.faults.blind_grace.max(Duration::from_secs(60));
@@ -585,7 +586,10 @@ where
                         self.statuses.clear();
                         self.generation = Some(marker);
                     }
-                    wiped = record;
+                    wiped = record.map(|(blind_until_ms, adopt_until_ms)| sight::Wipe {
+                        blind_until_ms,
+                        adopt_until_ms,
+                    });
                 }
                 Err(e) => warn!(
                     error = crate::store::connect::chain(&e),
@@ -594,11 +598,8 @@ where
             }
         }
         let now_ms = now_seen.timestamp_millis();
-        self.adopting = wiped.is_some_and(|(_, adopt_until)| now_ms < adopt_until);
-        if let Some((blind_until, _)) = wiped
-            && now_ms < blind_until
-        {
-            let until = DateTime::from_timestamp_millis(blind_until).unwrap_or(now_seen);
+        self.adopting = wiped.is_some_and(|w| w.adopting(now_ms));
+        if let Some(until) = wiped.and_then(|w| w.blind_until(now_ms)) {
             self.blind_for(
                 until,
                 "the store came back empty (or this is its first start): machines found on will be adopted",
@@ -607,15 +608,15 @@ where
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
         if snapshot.is_some() {
-            let left = match self.sight {
-                Sight::Clear => Duration::ZERO,
-                Sight::Lost => self.faults.blind_grace,
-                Sight::Back(at) => self.faults.blind_grace.saturating_sub(at.elapsed()),
+            let sight = match self.sight {
+                Sight::Clear => sight::Sight::Clear,
+                Sight::Lost => sight::Sight::Lost,
+                Sight::Back(at) => sight::Sight::Back { ago: at.elapsed() },
             };
+            let left = sight::grace_left(sight, self.faults.blind_grace);
             if !left.is_zero() {
-                let until = claim::add(now_seen, left);
                 self.blind_for(
-                    until,
+                    sight::grace_end(now_seen, left),
                     "Redis could not be read: benches are heard again before anything is judged",
                 );
                 warn!(grace = ?left, "presence readable again: blind for the grace");
@@ -623,36 +624,27 @@ where
             self.sight = Sight::Clear;
         }
         if let Some(snap) = &snapshot
-            && let Some(vanished) = self.mass_vanishing(&config, snap, &read)
+            && let Some(v) = self.mass_vanishing(&config, snap, &read)
         {
+            warn!(
+                vanished = v.vanished,
+                on = v.on,
+                "many wanted machines vanished in one pass: blind for the grace, no power action"
+            );
             self.blind_for(
-                claim::add(now_seen, self.faults.blind_grace),
+                sight::grace_end(now_seen, self.faults.blind_grace),
                 &format!(
-                    "{vanished} machines that claims want vanished in one pass: more likely a fault \
-                     of the observation than of the machines"
+                    "{} machines that claims want vanished in one pass: more likely a fault \
+                     of the observation than of the machines",
+                    v.vanished
                 ),
             );
         }
-        let grace_left = self
-            .blind_until
-            .as_ref()
-            .is_some_and(|(until, _)| now_seen < *until);
-        let blind = snapshot.is_none() || grace_left;
-        if !grace_left {
-            self.blind_until = None;
-        }
+        let verdict = sight::verdict(snapshot.is_some(), self.blind_until.take(), now_seen);
+        let blind = verdict.blind;
+        self.blind_until = verdict.window;
         self.metrics.blind.set(i64::from(blind));
-        let blindness = match (&snapshot, &self.blind_until) {
-            (None, _) => Some(Blindness {
-                until: None,
-                why: "presence cannot be read: a grace follows once it can".to_owned(),
-            }),
-            (Some(_), Some((until, why))) => Some(Blindness {
-                until: Some(*until),
-                why: why.clone(),
-            }),
-            (Some(_), None) => None,
-        };
+        let blindness = verdict.blindness;
         self.publish_status(blindness, now_seen).await;
         if self.nodes.observed() {
             let names: Vec<String> = config
@@ -853,19 +845,15 @@ where
         writes
     }
 
-    /// Whether a large share of the machines that were on vanished in one pass (SPEC §5.2): at
-    /// least `vanish_min`, and at least `vanish_ratio` of those on. A whole fleet going dark at
-    /// once is far more likely a fault of the observation than of the machines. Only machines
-    /// some claim wants on count: one fleet is powering off itself (a scale-down's marked claim,
-    /// a shutdown in flight or not yet seen to take effect) is expected to go dark, and a
-    /// scale-down of the whole group must not blind the controller. "Was on" is this controller's
-    /// own observation at its last pass, never the report it publishes.
+    /// The mass-vanishing rule (SPEC §5.2, [`sight::mass_vanishing`]) over this pass's
+    /// observation: "was on" is this controller's own observation at its last pass, never the
+    /// report it publishes; "powering off" is a shutdown in flight or not yet seen to take effect.
     fn mass_vanishing(
         &self,
         config: &Config,
         snap: &Snapshot,
         read: &[crate::store::claims::GroupClaims],
-    ) -> Option<usize> {
+    ) -> Option<sight::Vanished> {
         let wanted: std::collections::HashSet<(&GroupName, &BenchName)> = read
             .iter()
             .flat_map(|g| g.claims.iter())
@@ -888,42 +876,25 @@ where
                     .map(move |(slot, _)| (&g.group, slot))
             })
             .collect();
-        let mut on = 0usize;
-        let mut vanished = 0usize;
-        for slot in config.slots.values() {
+        let seen = config.slots.values().map(|slot| {
             let key = (&slot.group, &slot.name);
-            let was_on = self
-                .last_power
-                .get(&(slot.group.clone(), slot.name.clone()))
-                == Some(&Power::On);
-            if !was_on || !wanted.contains(&key) || powering_off.contains(&key) {
-                continue;
+            sight::Seen {
+                was_on: self
+                    .last_power
+                    .get(&(slot.group.clone(), slot.name.clone()))
+                    == Some(&Power::On),
+                wanted: wanted.contains(&key),
+                powering_off: powering_off.contains(&key),
+                now_off: bench_of(snap, &slot.name)
+                    .is_none_or(|b| b.verdict(snap.now).state == State::Down),
             }
-            on += 1;
-            let now_off =
-                bench_of(snap, &slot.name).is_none_or(|b| b.verdict(snap.now).state == State::Down);
-            if now_off {
-                vanished += 1;
-            }
-        }
-        let mass = vanished >= self.faults.vanish_min
-            && (vanished as f64) >= self.faults.vanish_ratio * on as f64;
-        if mass {
-            warn!(
-                vanished,
-                on,
-                "many wanted machines vanished in one pass: blind for the grace, no power action"
-            );
-        }
-        mass.then_some(vanished)
+        });
+        sight::mass_vanishing(seen, self.faults.vanish_min, self.faults.vanish_ratio)
     }
 
     /// Blind until `until` at least, for `why` (the latest end, and its reason, win).
     fn blind_for(&mut self, until: DateTime<Utc>, why: &str) {
-        match &self.blind_until {
-            Some((u, _)) if *u >= until => {}
-            _ => self.blind_until = Some((until, why.to_owned())),
-        }
+        self.blind_until = sight::later(self.blind_until.take(), until, why);
     }
 
     /// Publishes the controller's status for the views when it changed, and well inside its TTL

@@ -72,13 +72,7 @@ pub struct ControllerStatus {
     pub blind: Option<Blindness>,
 }
 
-/// Why, and until when, the controller takes no power action.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Blindness {
-    /// `None` while it cannot read presence at all: it ends a grace after sight returns.
-    pub until: Option<DateTime<Utc>>,
-    pub why: String,
-}
+pub use crate::domain::sight::Blindness;
 
 impl ControllerStatus {
     /// Publishes the status for `STATUS_TTL`. One round trip.
