@@ -78,6 +78,17 @@ The first seconds are blind: the store is new (fleet serve --blind-grace shorten
 Ctrl-C stops everything.
 MSG
 }
+# The banner says "in another shell: fleet claim": it comes once fleet serve has published what
+# the verbs read, so the first command a person types works.
+for _ in $(seq 300); do
+  "$fleet" groups >/dev/null 2>&1 && break
+  if ! kill -0 "$serve" 2>/dev/null; then
+    printf 'fleet serve stopped; the last of its log:\n' >&2
+    tail -n 20 "$run/serve.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
 lines=$(banner | wc -l)
 if [ -t 1 ]; then printf '\033[H\033[2J'; fi
 banner

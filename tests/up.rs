@@ -43,6 +43,28 @@ fn carrying(marker: &str) -> Vec<String> {
     found
 }
 
+/// The stack a test started: killed whole if the test fails before its Ctrl-C, so a failure
+/// leaves no `make up` running to slow every test after it.
+struct Stack {
+    session: i32,
+    marker: Option<String>,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Some(marker) = &self.marker {
+            for line in carrying(marker) {
+                if let Some(Ok(pid)) = line.split(':').next().map(str::parse::<i32>) {
+                    // SAFETY: kill(2) on a pid read from /proc; a pid gone meanwhile is harmless.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        // SAFETY: the script leads a session and process group of its own (setsid above).
+        unsafe { libc::kill(-self.session, libc::SIGKILL) };
+    }
+}
+
 #[test]
 fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
     let (mut master, mut slave) = (0, 0);
@@ -85,6 +107,10 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
         });
     }
     let mut child = cmd.spawn().unwrap();
+    let mut stack = Stack {
+        session: child.id() as i32,
+        marker: None,
+    };
     drop(cmd);
     let screen = Arc::new(Mutex::new(String::new()));
     let mut reader = std::fs::File::from(master.try_clone().unwrap());
@@ -116,6 +142,7 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
         .trim_start_matches("redis+unix://")
         .trim_end_matches("/redis.sock")
         .to_owned();
+    stack.marker = Some(format!("SIM_DIR={run}"));
     let fleet = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fleet"))
             .args(args)

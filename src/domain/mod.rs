@@ -10,6 +10,8 @@
 //! - [`node`]: the usability predicate (SPEC §3.1).
 //! - [`operation`]: the slot's operation record and the rules that read it (SPEC §4.3, §5.4).
 //! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
+//! - [`slot`]: one slot's pass as a plan of steps, with its report (SPEC §4.5).
+//! - [`timeline`]: a claim's timeline entries (SPEC §4.4).
 //! - [`sight`]: blindness and its grace, mass vanishing, the windows of a wiped store (SPEC §5.2).
 
 pub mod claim;
@@ -20,4 +22,6 @@ pub mod name;
 pub mod node;
 pub mod operation;
 pub mod sight;
+pub mod slot;
 pub mod state;
+pub mod timeline;

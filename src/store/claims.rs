@@ -12,9 +12,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::claim::{Claim, LastClaim, OperationKind, Phase, Reason, Timings};
-use crate::domain::history::{History, ScaleAction};
-use crate::domain::law::{Power, Report};
+use crate::domain::claim::{Claim, LastClaim, Timings};
+use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::SlotOp;
 
@@ -113,106 +112,8 @@ pub enum ClaimStoreError {
     Reply(String),
 }
 
-/// What a timeline entry records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Event {
-    Created,
-    Booting,
-    Ready,
-    Failed,
-    Cancelled,
-    Completed,
-    Superseded,
-    Marked,
-    Shutdown,
-    Operation,
-    Observed,
-    Warned,
-}
-
-/// One entry of a claim's timeline: what happened, in order, with the attempt's numbers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    pub at: DateTime<Utc>,
-    pub event: Event,
-    pub phase: Phase,
-    pub attempt: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Reason>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<OperationKind>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline_at: Option<DateTime<Utc>>,
-    /// How long the step took (an operation's run, a boot from request to ready).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
-    /// The tail of an operation's output, or a note.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-impl Entry {
-    /// An entry for `claim` as it is after the step.
-    pub fn of(claim: &Claim, event: Event, at: DateTime<Utc>) -> Self {
-        Entry {
-            at,
-            event,
-            phase: claim.phase,
-            attempt: claim.attempt,
-            reason: claim.reason,
-            operation: None,
-            deadline_at: claim.deadline_at,
-            duration_ms: None,
-            detail: None,
-        }
-    }
-}
-
-/// A slot's status: the report of the last pass over it. Written only by the controller's report
-/// step; read by the views. Nothing decides from it.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
-pub struct SlotStatus {
-    pub history: History,
-    /// The observed power; `None` while the controller is blind.
-    pub power: Option<Power>,
-    pub usable: bool,
-    pub claim: Option<ClaimName>,
-    pub updated_at: Option<DateTime<Utc>>,
-    /// The hold the bench carries while it is HELD: a ready machine that holds is shown ready and
-    /// held, never as booting again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<String>,
-    /// Why the slot's live claim waits, when it does (SPEC §4.7).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<SlotWaiting>,
-}
-
-/// Why a slot's live claim waits, as the controller's report says it (SPEC §4.7).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "for")]
-pub enum SlotWaiting {
-    /// The machine is on its way down: the claim starts it once it is off.
-    PoweringOff,
-    /// The bench holds (it is there and takes no work).
-    Held { reason: String },
-    /// Its startup runs.
-    StartupRunning,
-    /// It waits to be started (an operation of the slot is in flight first).
-    Start,
-    /// Its startup completed; its bench has not beaten since, until this deadline.
-    FirstBeat { until: DateTime<Utc> },
-    /// Its bench beats and is not usable yet, until this deadline.
-    Usable { until: DateTime<Utc> },
-    /// A ready claim whose machine is on and not usable (its Node is not Ready, say).
-    NotUsable,
-}
-
-impl SlotStatus {
-    pub fn phase(&self) -> Option<Report> {
-        self.history.phase()
-    }
-}
+pub use crate::domain::slot::{SlotStatus, SlotWaiting};
+pub use crate::domain::timeline::{Entry, Event};
 
 /// A group's last scaling call, as the requests record it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

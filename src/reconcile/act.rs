@@ -1,0 +1,605 @@
+//! The controller's hands (SPEC §4.5): one slot's pass is planned by [`slot::plan`], and its
+//! steps are taken here in order. The first compare-and-set the store refuses (or a write whose
+//! outcome stays unknown) stops the slot for this pass: the plan assumed it landed, so nothing
+//! after it may run, and the next pass reads the slot again. Nothing here decides what the plan
+//! could.
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use tracing::{debug, info, warn};
+
+use crate::config::{Group, Slot};
+use crate::domain::claim::{Claim, OperationKind, Reason};
+use crate::domain::name::{BenchName, Reason as HoldReason};
+use crate::domain::operation::{OpEnd, SlotOp};
+use crate::domain::slot::{self, CORDON_PREFIX, Done, Here, Recorded, Start, Step, View, Write};
+use crate::domain::state::Bench;
+use crate::lifecycle::{Request, Runner};
+use crate::store::claims::{ClaimStoreError, Created, Entry, Event, SlotStatus};
+use crate::store::operations::Unclaimed;
+
+use super::metrics::{self, KindLabel, MoveLabels, OperationLabels};
+use super::{Controller, Nodes};
+
+/// What a pass sees of one slot.
+pub(super) struct Seen<'a> {
+    pub bench: Option<&'a Bench>,
+    /// The controller cannot see the machines: no power action.
+    pub blind: bool,
+    /// A claim of this slot cannot be read: no power action on the slot.
+    pub unreadable: bool,
+    /// The slot's operation record as the store holds it.
+    pub op: Option<SlotOp>,
+}
+
+/// What one slot's pass did.
+#[derive(Default)]
+pub(super) struct SlotOutcome {
+    pub writes: usize,
+    pub started: bool,
+    pub stopped: bool,
+    pub status: Option<SlotStatus>,
+    /// The slot's claims as the store holds them after the steps that landed.
+    pub claims: Vec<Claim>,
+}
+
+/// How a claim write ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    Yes,
+    /// Refused: another writer won, or the fence.
+    No,
+    /// The reply was lost: the server may have applied it.
+    Unknown,
+}
+
+/// One slot being acted on: where its steps are taken from, and what they did so far.
+struct Acting<'a> {
+    group: &'a Group,
+    slot: &'a Slot,
+    now: DateTime<Utc>,
+    out: SlotOutcome,
+}
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
+    /// One slot: observe → plan → act → report.
+    pub(super) async fn slot_pass(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        claims: Vec<Claim>,
+        seen: Seen<'_>,
+        now: DateTime<Utc>,
+    ) -> SlotOutcome {
+        let key = (group.name.clone(), slot.name.clone());
+        let holder = self.holder();
+        let uncertain = self.uncertain.remove(&slot.name);
+        let view = View {
+            group: &group.name,
+            slot: &slot.name,
+            timings: &group.timings,
+            startup_timeout: group.startup.timeout,
+            shutdown_timeout: group.shutdown.timeout,
+            readiness_taints: &group.readiness_taints,
+            binding: self.binding(slot),
+            bench: seen.bench,
+            blind: seen.blind,
+            unreadable: seen.unreadable,
+            adopting: self.adopting,
+            acting: self.token.is_some() == self.lease.is_some(),
+            claims: claims.clone(),
+            stored_op: seen.op,
+            remembered_op: self.ops.get(&key).cloned(),
+            here: Here {
+                running: self.running.get(&slot.name).copied(),
+                finished: self.finished.get(&slot.name).cloned(),
+                uncertain,
+            },
+            report_slack: self.faults.report_slack,
+            holder: &holder,
+            status: self.statuses.get(&key).cloned().unwrap_or_default(),
+        };
+        let plan = slot::plan(view, now);
+        if let Some(op) = plan.op {
+            self.ops.insert(key.clone(), op);
+        }
+        if let Some(u) = plan.uncertain {
+            self.uncertain.insert(slot.name.clone(), u);
+        }
+        let mut a = Acting {
+            group,
+            slot,
+            now,
+            out: SlotOutcome {
+                claims,
+                ..SlotOutcome::default()
+            },
+        };
+        for step in plan.steps {
+            if !self.act(&mut a, step).await {
+                return a.out;
+            }
+        }
+        if let Some(power) = plan.power {
+            self.last_power.insert(key, power);
+        }
+        a.out.status = plan.status;
+        a.out
+    }
+
+    /// Takes one step. Returns false when the slot stops here.
+    async fn act(&mut self, a: &mut Acting<'_>, step: Step) -> bool {
+        let slot = &a.slot.name;
+        match step {
+            Step::RestoreOp(op) => {
+                match self.store.restore_operation(&a.group.name, slot, &op).await {
+                    Ok(true) => {
+                        warn!(slot = %slot, operation = op.kind.as_str(), started_at = %op.started_at, "the store did not hold the slot's last operation; put back from what this controller knows");
+                        a.out.writes += 1;
+                    }
+                    Ok(false) => {}
+                    Err(e) => self.write_failed(slot, "putting back the operation record", e),
+                }
+                true
+            }
+            Step::Write(w) => self.claim_write(a, *w).await,
+            Step::Collect(c) => {
+                let c = *c;
+                let ttl = a.group.timings.ttl_after_finished;
+                match self.store.delete(&c, None, ttl).await {
+                    Ok(true) => {
+                        debug!(claim = %c.name, "terminal claim collected");
+                        a.out.claims.retain(|x| x.name != c.name);
+                        a.out.writes += 1;
+                        true
+                    }
+                    Ok(false) => false,
+                    Err(e) => {
+                        self.write_failed(slot, "collecting a claim", e);
+                        false
+                    }
+                }
+            }
+            Step::RunRecorded(recorded) => {
+                let Recorded { op, claim } = *recorded;
+                warn!(slot = %slot, operation = op.kind.as_str(), "the write that recorded the operation did land: running it now");
+                self.spawn(a, claim.as_ref(), op.kind, op.started_at);
+                true
+            }
+            Step::Ended(done) => {
+                self.count_operation(slot, &done);
+                true
+            }
+            Step::EndHere { started_at, end } => {
+                if let Err(e) = self
+                    .store
+                    .end_operation(&a.group.name, slot, started_at, &end)
+                    .await
+                {
+                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
+                }
+                self.remember_end(a, started_at, &end);
+                true
+            }
+            Step::EndUnreported { started_at, end } => {
+                match self
+                    .store
+                    .end_operation(&a.group.name, slot, started_at, &end)
+                    .await
+                {
+                    Ok(true) => {
+                        self.remember_end(a, started_at, &end);
+                        true
+                    }
+                    // Reported meanwhile: the next pass reads it.
+                    Ok(false) => false,
+                    Err(e) => {
+                        warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
+                        false
+                    }
+                }
+            }
+            Step::Settled => {
+                self.finished.remove(slot);
+                a.out.writes += 1;
+                true
+            }
+            Step::ObserveOff { started_at } => {
+                match self
+                    .store
+                    .observe_off(&a.group.name, slot, started_at, a.now)
+                    .await
+                {
+                    Ok(_) => {
+                        let key = (a.group.name.clone(), slot.clone());
+                        if let Some(o) = self
+                            .ops
+                            .get_mut(&key)
+                            .filter(|o| o.started_at == started_at)
+                        {
+                            o.off_at = Some(a.now);
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        self.write_failed(slot, "recording the machine off", e);
+                        false
+                    }
+                }
+            }
+            Step::Uncordon => {
+                if let Err(e) = self.presence.release(slot).await {
+                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "uncordon failed");
+                }
+                true
+            }
+            Step::Cordon { why } => {
+                if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
+                    && let Err(e) = self.presence.request_hold(slot, &reason, None).await
+                {
+                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "cordon failed");
+                }
+                true
+            }
+            Step::Adopt(c) => self.adopt(a, *c).await,
+            Step::Record(start) => {
+                let Start { old, next, op } = *start;
+                self.record(a, &old, &next, op).await
+            }
+            Step::RecordUnclaimed(op) => self.record_unclaimed(a, op).await,
+            Step::Spawn {
+                kind,
+                claim,
+                started_at,
+            } => {
+                self.spawn(a, claim.as_deref(), kind, started_at);
+                true
+            }
+            Step::Note(what) => {
+                debug!(slot = %slot, "{what}");
+                true
+            }
+        }
+    }
+
+    /// A claim write of the plan, with what it means beyond the claim.
+    async fn claim_write(&mut self, a: &mut Acting<'_>, w: Write) -> bool {
+        let extra = (w.operation, w.duration_ms, w.detail.clone());
+        if self
+            .write_checked(&w.old, &w.next, w.event, a.now, Some(extra), None)
+            .await
+            != Written::Yes
+        {
+            return false;
+        }
+        let slot = &a.slot.name;
+        replace(&mut a.out.claims, &w.next);
+        a.out.writes += 1;
+        if w.then.settles {
+            self.finished.remove(slot);
+        }
+        if w.then.restores {
+            warn!(slot = %slot, claim = %w.old.name, attempt = w.old.attempt, "the claim lost the write that recorded its startup; restored, not fired again");
+        }
+        if let Some(reason) = w.then.warns {
+            if reason == Reason::ShutdownAttemptLimitReached {
+                warn!(slot = %slot, claim = %w.old.name, "shutdown attempts spent; paused");
+            }
+            self.count_warning(reason);
+        }
+        true
+    }
+
+    /// Adoption (SPEC §5.3): anything but a claim created stops the slot, so an adoption that
+    /// failed never falls through to the law, which would power the machine off.
+    async fn adopt(&mut self, a: &mut Acting<'_>, c: Claim) -> bool {
+        let slot = &a.slot.name;
+        let created = match self.store.seed(&a.group.name, slot).await {
+            Ok(seed) => self.store.create(&c, &seed).await,
+            Err(e) => Err(e),
+        };
+        match created {
+            Ok(Created::Created) => {
+                warn!(slot = %slot, claim = %c.name, "machine found on after the store lost its claims: adopted");
+                self.metrics
+                    .moves
+                    .get_or_create(&MoveLabels {
+                        to: "ready".into(),
+                        reason: "Adopted".into(),
+                    })
+                    .inc();
+                a.out.writes += 1;
+                a.out.claims.push(c);
+                true
+            }
+            Ok(other) => {
+                debug!(slot = %slot, ?other, "adoption not written this pass; no power action");
+                false
+            }
+            Err(e) => {
+                if matches!(e, ClaimStoreError::Fenced { .. }) {
+                    self.deposed
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                warn!(slot = %slot, error = crate::store::connect::chain(&e), "adoption failed; no power action");
+                false
+            }
+        }
+    }
+
+    /// Records an operation's start on its claim and as the slot's operation record, in one
+    /// write that must land before the operation runs. A write whose reply was lost (the server
+    /// may have applied it) is read back before deciding (SPEC §5.4): applied, the operation
+    /// runs; not applied, it does not; still unknown, the next pass runs it if the store shows it
+    /// recorded.
+    async fn record(&mut self, a: &mut Acting<'_>, c: &Claim, next: &Claim, op: SlotOp) -> bool {
+        let slot = &a.slot.name;
+        let event = match op.kind {
+            OperationKind::Startup => Event::Booting,
+            OperationKind::Shutdown => Event::Shutdown,
+        };
+        let extra = Some((Some(op.kind), None, None));
+        let written = match self
+            .write_checked(c, next, event, a.now, extra, Some(&op))
+            .await
+        {
+            Written::Yes => true,
+            Written::No => false,
+            Written::Unknown => match self.store.read_claim(&c.group, &c.name).await {
+                Ok(stored) => stored.is_some_and(|s| {
+                    s.version == next.version
+                        && s.running_operation().map(|o| o.started_at) == Some(op.started_at)
+                }),
+                Err(e) => {
+                    warn!(slot = %slot, claim = %c.name, error = crate::store::connect::chain(&e), "cannot read back an operation's record; the next pass decides");
+                    self.uncertain.insert(
+                        slot.clone(),
+                        Recorded {
+                            op: op.clone(),
+                            claim: Some(next.clone()),
+                        },
+                    );
+                    false
+                }
+            },
+        };
+        if !written {
+            return false;
+        }
+        match op.kind {
+            OperationKind::Startup => {
+                info!(slot = %slot, claim = %c.name, attempt = c.attempt, "starting machine")
+            }
+            OperationKind::Shutdown => {
+                info!(slot = %slot, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down")
+            }
+        }
+        self.ops.insert((a.group.name.clone(), slot.clone()), op);
+        replace(&mut a.out.claims, next);
+        true
+    }
+
+    /// Records the shutdown of a machine no claim wants (fenced, and atomic with the check that
+    /// no claim took the slot since this pass read it) before it runs, like every operation.
+    async fn record_unclaimed(&mut self, a: &mut Acting<'_>, op: SlotOp) -> bool {
+        let slot = &a.slot.name;
+        match self.store.record_unclaimed(&a.group.name, slot, &op).await {
+            Ok(Unclaimed::Recorded) => {
+                info!(slot = %slot, attempt = op.streak, "shutting down a machine no claim wants");
+                self.ops.insert((a.group.name.clone(), slot.clone()), op);
+                true
+            }
+            Ok(Unclaimed::Claimed(holder)) => {
+                info!(slot = %slot, claim = holder, "a claim took the slot since this pass read it; no shutdown");
+                false
+            }
+            Err(e @ ClaimStoreError::Fenced { .. }) => {
+                self.write_failed(slot, "recording the shutdown", e);
+                false
+            }
+            Err(e) => {
+                // The reply was lost: the next pass runs it if the store shows it.
+                self.uncertain.insert(
+                    slot.clone(),
+                    Recorded {
+                        op: op.clone(),
+                        claim: None,
+                    },
+                );
+                self.write_failed(slot, "recording the shutdown (not fired)", e);
+                false
+            }
+        }
+    }
+
+    /// Runs an operation in its wrapper; its outcome comes back through `done_rx`.
+    fn spawn(
+        &mut self,
+        a: &mut Acting<'_>,
+        c: Option<&Claim>,
+        kind: OperationKind,
+        started_at: DateTime<Utc>,
+    ) {
+        let (group, slot) = (a.group, a.slot);
+        let op = match kind {
+            OperationKind::Startup => {
+                a.out.started = true;
+                &group.startup
+            }
+            OperationKind::Shutdown => {
+                a.out.stopped = true;
+                &group.shutdown
+            }
+        };
+        let request = Request {
+            kind,
+            slot: slot.name.clone(),
+            group: group.name.clone(),
+            claim: c.map(|c| c.name.clone()),
+            attempt: c.map_or(0, |c| c.attempt),
+            provider_id: slot.provider_id.clone(),
+            command: op.command.clone(),
+            env: op.env.clone(),
+            dir: op.dir.clone(),
+            timeout: op.timeout,
+            controller: self.holder(),
+            started_at,
+        };
+        self.running.insert(slot.name.clone(), kind);
+        let (runner, done, slot_name) =
+            (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
+        let claim = request.claim.clone();
+        self.tasks.spawn(async move {
+            let report = runner.run(request).await;
+            let _ = done.send((
+                slot_name,
+                Done {
+                    kind,
+                    claim,
+                    started_at: Some(started_at),
+                    outcome: report.outcome,
+                    duration: report.duration,
+                    tail: report.tail,
+                },
+            ));
+        });
+    }
+
+    /// An operation's end, counted, and said when it served no claim (a claim's write says it
+    /// otherwise).
+    fn count_operation(&self, slot: &BenchName, done: &Done) {
+        let outcome = done.outcome;
+        let labels = OperationLabels {
+            operation: done.kind.as_str().to_owned(),
+            outcome: format!("{outcome:?}").to_lowercase(),
+        };
+        self.metrics.operations.get_or_create(&labels).inc();
+        self.metrics
+            .operation_seconds
+            .get_or_create(&KindLabel {
+                operation: done.kind.as_str().to_owned(),
+            })
+            .observe(done.duration.as_secs_f64());
+        let ms = u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX);
+        match &done.claim {
+            None => {
+                info!(slot = %slot, operation = done.kind.as_str(), outcome = ?outcome, output = done.tail, "operation ended")
+            }
+            Some(claim) => {
+                info!(slot = %slot, claim = %claim, operation = done.kind.as_str(), outcome = ?outcome, duration_ms = ms, "operation ended")
+            }
+        }
+    }
+
+    /// The controller's memory of the slot's operation takes its outcome.
+    fn remember_end(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) {
+        let key = (a.group.name.clone(), a.slot.name.clone());
+        if let Some(o) = self
+            .ops
+            .get_mut(&key)
+            .filter(|o| o.started_at == started_at && o.end.is_none())
+        {
+            o.end = Some(end.clone());
+        }
+    }
+
+    /// One claim write through the store's compare-and-set, with its timeline entry and metric.
+    pub(super) async fn write(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        event: Event,
+        now: DateTime<Utc>,
+        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
+    ) -> bool {
+        self.write_checked(old, next, event, now, extra, None).await == Written::Yes
+    }
+
+    /// `write`, also recording `op` as the slot's operation record in the same step, and telling
+    /// a refusal from a write whose reply was lost (the server may have applied it).
+    async fn write_checked(
+        &self,
+        old: &Claim,
+        next: &Claim,
+        event: Event,
+        now: DateTime<Utc>,
+        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
+        op: Option<&SlotOp>,
+    ) -> Written {
+        let mut entry = Entry::of(next, event, now);
+        if let Some((operation, duration_ms, detail)) = extra {
+            entry.operation = operation;
+            entry.duration_ms = duration_ms;
+            entry.detail = detail;
+        }
+        match self
+            .store
+            .write_recording(old, next, Some(&entry), op)
+            .await
+        {
+            Ok(true) => {
+                if next.phase != old.phase {
+                    let labels = MoveLabels {
+                        to: next.phase.as_str().to_owned(),
+                        reason: next.reason.map_or("", |r| r.as_str()).to_owned(),
+                    };
+                    self.metrics.moves.get_or_create(&labels).inc();
+                    info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
+                }
+                Written::Yes
+            }
+            Ok(false) => {
+                debug!(claim = %old.name, "claim changed under this pass; read again next pass");
+                Written::No
+            }
+            Err(ClaimStoreError::Fenced { group }) => {
+                warn!(claim = %old.name, %group, "write refused: a newer leader holds the fence");
+                self.deposed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Written::No
+            }
+            Err(e) => {
+                warn!(claim = %old.name, error = crate::store::connect::chain(&e), "claim write failed; it may have been applied");
+                Written::Unknown
+            }
+        }
+    }
+
+    fn count_warning(&self, reason: Reason) {
+        self.metrics
+            .warnings
+            .get_or_create(&metrics::ReasonLabel {
+                reason: reason.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// The lease holder id of this controller, for the operations it fires.
+    fn holder(&self) -> String {
+        self.lease
+            .as_ref()
+            .map(|l| l.id().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// A controller write that failed: a fence refusal deposes this controller at once.
+    fn write_failed(&self, slot: &BenchName, what: &str, e: ClaimStoreError) {
+        if matches!(e, ClaimStoreError::Fenced { .. }) {
+            self.deposed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        warn!(slot = %slot, error = crate::store::connect::chain(&e), "{what} failed");
+    }
+}
+
+/// Replaces a claim in `claims` with what a write made of it.
+fn replace(claims: &mut [Claim], next: &Claim) {
+    if let Some(i) = claims.iter().position(|c| c.name == next.name) {
+        claims[i] = next.clone();
+    }
+}
