@@ -21,6 +21,7 @@ use serde::{Deserialize, Deserializer};
 use crate::domain::claim::Timings;
 use crate::domain::name::{BenchName, GroupName, InvalidName};
 use crate::domain::node::Taint;
+pub use crate::units::{InvalidQuantity, Quantity};
 
 /// The readiness taint a group gets when it names none: the node is not usable until Cilium's
 /// agent is up on it.
@@ -43,12 +44,6 @@ pub const RESERVED_ENV: [&str; 7] = [
     "FLEET_PROVIDER_ID",
     "FLEET_OPERATION",
     "FLEET_CONTROLLER",
-];
-
-/// The suffixes a quantity may carry: binary (Ki..Ei), then decimal (n..E). Two-letter suffixes
-/// come first so that `Mi` is not read as `M` followed by junk.
-const QUANTITY_SUFFIXES: [&str; 15] = [
-    "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E",
 ];
 
 /// A validated configuration.
@@ -148,49 +143,6 @@ pub struct PowerDraw {
     pub watts: f64,
     /// Finite, zero or more.
     pub price_per_kwh: f64,
-}
-
-/// A Kubernetes quantity, checked loosely: a decimal number, optionally followed by one suffix.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Quantity(String);
-
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid quantity {0:?}: write a decimal number optionally followed by one of the suffixes \
-     Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E (like 16, 500m or 64Gi)"
-)]
-pub struct InvalidQuantity(pub String);
-
-impl Quantity {
-    pub fn parse(text: &str) -> Result<Self, InvalidQuantity> {
-        let number = QUANTITY_SUFFIXES
-            .iter()
-            .find_map(|suffix| text.strip_suffix(suffix))
-            .unwrap_or(text);
-        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
-        if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
-            return Err(InvalidQuantity(text.to_owned()));
-        }
-        Ok(Self(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Quantity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::str::FromStr for Quantity {
-    type Err = InvalidQuantity;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::parse(s)
-    }
 }
 
 /// Checks an environment variable name an operation may set: `[A-Za-z_][A-Za-z0-9_]*`, not
@@ -570,7 +522,7 @@ struct RawSlot {
 /// A duration in the humantime form (`30s`, `12m10s`, `1h`), read from a string. A YAML plain
 /// scalar such as `30` reads as the text "30" and is refused later with the form that is valid.
 fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Checked<Duration>>, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.map(|text| crate::cli::args::duration(&text)))
+    Ok(Option::<String>::deserialize(d)?.map(|text| crate::units::duration(&text)))
 }
 
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Checked<u32>, D::Error> {
@@ -1267,27 +1219,6 @@ fn template(raw: &RawTemplate, place: &str, problems: &mut Problems) -> Option<T
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantities_are_decimal_numbers_with_an_optional_suffix() {
-        for good in [
-            "16", "0", "110", "64Gi", "500m", "1.5", "0.5Gi", ".5", "1.", "8Ki", "2Ei", "3n", "4u",
-            "5k", "6M", "7G", "8T", "9P", "10E", "1Mi", "1Ti", "1Pi",
-        ] {
-            assert_eq!(
-                Quantity::parse(good).map(|q| q.as_str().to_owned()),
-                Ok(good.to_owned()),
-                "{good}"
-            );
-        }
-        for bad in [
-            "", "Gi", ".", "64GB", "64gi", "-1", "+1", "1e3", "1.2.3", "16 ", " 16", "1K", "one",
-            "1GiB", "Mi5", "1..", "m",
-        ] {
-            let err = Quantity::parse(bad).expect_err(bad).to_string();
-            assert!(err.contains("like 16, 500m or 64Gi"), "{bad:?}: {err}");
-        }
-    }
 
     #[test]
     fn env_names_are_shell_names_outside_the_fleet_prefix() {

@@ -20,3 +20,4 @@ pub mod provider;
 pub mod reconcile;
 pub mod store;
 pub mod testing;
+pub mod units;
