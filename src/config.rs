@@ -819,7 +819,7 @@ fn group(
     // is still allowed to run, and to report, by then would be abandoned alive.
     for (op, name) in [(&startup, "startup"), (&shutdown, "shutdown")] {
         if let Some(op) = op
-            && op.timeout + crate::lifecycle::REPORT_SLACK >= timings.stuck_threshold
+            && op.timeout + crate::domain::operation::REPORT_SLACK >= timings.stuck_threshold
         {
             problems.push(
                 format!("{place}.{name}.timeout"),
