@@ -21,9 +21,6 @@ mod model;
 mod raw;
 mod validate;
 
-#[cfg(test)]
-mod tests;
-
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -103,3 +100,6 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         problems,
     })
 }
+
+#[cfg(test)]
+mod tests;
