@@ -2,14 +2,23 @@
 //!
 //! Machines ("benches") write their own heartbeat key in Redis, each write with its own TTL and
 //! an optional hold. The pure `domain::state` module decides UP, HELD or DOWN from the key and
-//! its TTL alone; load rides beside it and never has a say. The module map follows the layers of
-//! SPEC §1: dependencies point downward only.
+//! its TTL alone; load rides beside it and never has a say.
 //!
-//! - [`domain`]: pure decisions. No I/O, no clock, no environment, no async; `now` is a parameter.
-//! - [`store`]: Redis. One module names every key; every store call is one round trip.
-//! - [`agent`]: the heartbeat agent that a bench runs.
-//! - [`cli`]: one file per verb; rows are built from domain values.
-//! - [`testing`]: a private `redis-server` for tests, benchmarks and the local stack.
+//! The module map follows the layers of SPEC §1, from the top down; the number is the layer. A
+//! module imports only modules of a lower layer, never one of its own or a higher one
+//! (`tests/hygiene.rs` reads the imports and holds this).
+//!
+//! - [`cli`] (7): the `fleet` command line, one file per verb; rows are built from domain values.
+//! - [`agent`] (6): the heartbeat agent that a bench runs.
+//! - [`provider`] (6): cluster-autoscaler's `externalgrpc` provider; its wire types stay inside.
+//! - [`reconcile`] (5): the lifecycle controller, one pass over every slot; requests and metrics.
+//! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their wrapper.
+//! - [`testing`] (4): a private `redis-server` for tests, benchmarks and the local stack.
+//! - [`store`] (3): Redis. One module names every key; every store call is one round trip.
+//! - [`config`] (2): the configuration file of `fleet serve` (groups, slots) and its validation.
+//! - [`domain`] (1): pure decisions. No I/O, no clock, no environment, no async; `now` is a
+//!   parameter.
+//! - [`units`] (0): durations and quantities read from text, for the configuration and the flags.
 
 pub mod agent;
 pub mod cli;
@@ -20,3 +29,4 @@ pub mod provider;
 pub mod reconcile;
 pub mod store;
 pub mod testing;
+pub mod units;

@@ -1,28 +1,13 @@
 //! Parsers for flag values. Each error says what is valid; clap prints it and exits 2.
+//!
+//! The units themselves (the humantime form of a duration) are read by [`crate::units`]; here
+//! each flag gets its range.
 
 use std::time::Duration;
 
 use crate::store::keys::Keys;
 use crate::store::presence::MAX_TTL;
-
-/// A duration like `30s`, `1500ms`, `12m10s` or `1h`; `0` alone is zero.
-pub fn duration(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.trim().starts_with('-') {
-        return Err(format!(
-            "invalid duration {text:?}: a duration is not negative; use a number with a unit, \
-             like 30s, 1500ms, 12m10s or 1h (units: ms, s, m, h, d)"
-        ));
-    }
-    humantime::parse_duration(text.trim()).map_err(|_| {
-        format!(
-            "invalid duration {text:?}: use a number with a unit, like 30s, 1500ms, 12m10s or \
-             1h (units: ms, s, m, h, d)"
-        )
-    })
-}
+use crate::units::duration;
 
 /// A duration within `[min, max]`: every duration flag has a documented range (SPEC §2.6), so no
 /// value can overflow the arithmetic fleet does with it (`3 × --interval`, an instant plus a
@@ -127,20 +112,6 @@ pub fn cores(text: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_in_the_humantime_form() {
-        assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(duration("1500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(duration("12m10s"), Ok(Duration::from_secs(730)));
-        assert_eq!(duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(duration("0"), Ok(Duration::ZERO));
-        assert_eq!(duration("0s"), Ok(Duration::ZERO));
-        for bad in ["", "30", "ten seconds", "-5s", "1x", "s"] {
-            let err = duration(bad).unwrap_err();
-            assert!(err.contains("like 30s"), "{bad:?}: {err}");
-        }
-    }
 
     // Issue 10 #8: values past any range panicked (`3 × interval` overflowed) or never led.
     #[test]

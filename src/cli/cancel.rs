@@ -8,8 +8,7 @@ use crate::domain::history::ScaleAction;
 use crate::domain::name::ClaimName;
 use crate::reconcile::requests::{self, Cancelled};
 
-use super::claim::request_error;
-use super::{Ctx, Error};
+use super::{Ctx, Error, request_error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use crate::domain::claim::{Claim, Phase};
 use crate::domain::name::BenchName;
-use crate::reconcile::requests::{self, RequestError};
+use crate::reconcile::requests;
 use crate::store::claims::ClaimStore;
 
 use super::output::{human_ms, relative};
-use super::{Ctx, Error};
+use super::{Ctx, Error, request_error};
 
 /// How often `--wait` looks at the claim.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
@@ -27,20 +27,6 @@ pub struct Args {
     /// step: its phase, how long it took, its deadline.
     #[arg(long)]
     pub wait: bool,
-}
-
-/// Maps a request's failure: a refusal the user can act on is exit 2, the store failing exit 1.
-/// A slot that spent its attempts is exit 1: the world failed there, not the request.
-pub fn request_error(e: RequestError) -> Error {
-    match e {
-        RequestError::Store(_) | RequestError::Spent { .. } => Error::Runtime(e.into()),
-        RequestError::SlotTaken { .. }
-        | RequestError::NoSuchClaim(_)
-        | RequestError::Ended { .. }
-        | RequestError::Raced(_)
-        | RequestError::NotMarkable(..)
-        | RequestError::PoweringOff { .. } => Error::Usage(e.into()),
-    }
 }
 
 impl Args {

@@ -36,6 +36,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use crate::reconcile::requests::RequestError;
 use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
 use crate::store::presence::{Presence, PresenceError};
@@ -253,6 +254,20 @@ impl From<PresenceError> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Runtime(anyhow::Error::new(e).context("writing the output"))
+    }
+}
+
+/// Maps a request's failure: a refusal the user can act on is exit 2, the store failing exit 1.
+/// A slot that spent its attempts is exit 1: the world failed there, not the request.
+pub fn request_error(e: RequestError) -> Error {
+    match e {
+        RequestError::Store(_) | RequestError::Spent { .. } => Error::Runtime(e.into()),
+        RequestError::SlotTaken { .. }
+        | RequestError::NoSuchClaim(_)
+        | RequestError::Ended { .. }
+        | RequestError::Raced(_)
+        | RequestError::NotMarkable(..)
+        | RequestError::PoweringOff { .. } => Error::Usage(e.into()),
     }
 }
 

@@ -6,8 +6,7 @@ use std::io::Write;
 use crate::domain::name::BenchName;
 use crate::reconcile::requests::{self, StreakReset};
 
-use super::claim::request_error;
-use super::{Ctx, Error};
+use super::{Ctx, Error, request_error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

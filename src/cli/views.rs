@@ -333,7 +333,7 @@ pub async fn find_claim(
     let store = ClaimStore::new(conn, ctx.keys.clone());
     let c = crate::reconcile::requests::find_claim(&store, &catalog.group_names(), name)
         .await
-        .map_err(super::claim::request_error)?;
+        .map_err(super::request_error)?;
     let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
     Ok((store, catalog, c, now))
 }

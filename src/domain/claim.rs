@@ -11,8 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::law::Power;
 use super::name::{BenchName, ClaimName, GroupName};
+use super::power::Power;
 
 /// A claim's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

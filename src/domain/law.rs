@@ -9,27 +9,9 @@ use serde::Serialize;
 
 use super::claim::{Claim, Phase};
 use super::fsm::{Event, NodeState, step};
-use super::state::State;
-
-/// The machine's observed power. Here the observation is the bench's presence: UP or HELD is a
-/// machine that is on, DOWN one that is off (SPEC §3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Power {
-    On,
-    Off,
-}
-
-impl Power {
-    pub const ALL: [Power; 2] = [Power::On, Power::Off];
-
-    pub fn of(presence: State) -> Power {
-        match presence {
-            State::Up | State::Held => Power::On,
-            State::Down => Power::Off,
-        }
-    }
-}
+/// The machine's observed power, a column of the law; it lives in [`super::power`] so that
+/// `claim` can use it without a cycle.
+pub use super::power::Power;
 
 /// The live-claim column of the law.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -456,14 +438,6 @@ mod tests {
         for c in [C::Pending, C::Booting, C::Ready] {
             assert!(c.is_live() && c.wants_machine());
         }
-    }
-
-    #[test]
-    fn presence_is_the_observed_power() {
-        assert_eq!(
-            State::ALL.map(Power::of),
-            [Power::On, Power::On, Power::Off]
-        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! Nothing here does I/O, reads a clock or the environment, or is async. The caller passes `now`
 //! and logs the decisions these functions return.
 //!
+//! - [`name`]: bench, group and claim names and hold reasons, validated once (SPEC §2.1).
 //! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).
+//! - [`power`]: the machine's observed power, on or off, from its presence (SPEC §3.1).
 //! - [`law`]: the input law, the triple to the report, the state and what fires (SPEC §3.1).
 //! - [`claim`]: claim phases, legal moves, deadlines, attempts, machine-gone (SPEC §3.2–§3.8).
 //! - [`fsm`]: the node state machine (SPEC §3.4).
@@ -21,6 +23,7 @@ pub mod law;
 pub mod name;
 pub mod node;
 pub mod operation;
+pub mod power;
 pub mod sight;
 pub mod slot;
 pub mod state;

@@ -15,6 +15,12 @@ use chrono::{DateTime, Utc};
 use super::claim::{Claim, OperationKind, OperationOutcome, Timings, add};
 use super::name::ClaimName;
 
+/// How much longer than an operation's own timeout the controller waits for the wrapper's
+/// report: the wrapper kills the command at the timeout, then has this long to drain its output
+/// and report the outcome to the store (it retries a store it cannot reach within it). An
+/// operation's timeout plus this slack stays below `stuck_threshold` (SPEC §3.5, §4.2).
+pub const REPORT_SLACK: Duration = Duration::from_secs(30);
+
 /// The last operation fired on a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotOp {

@@ -29,9 +29,8 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 pub const TAIL_BYTES: usize = 2048;
 
 /// How much longer than an operation's own timeout the controller waits for the wrapper's
-/// report: the wrapper kills the command at the timeout, then has this long to drain its output
-/// and report the outcome to the store (it retries a store it cannot reach within it).
-pub const REPORT_SLACK: Duration = Duration::from_secs(30);
+/// report; defined in the domain, where the configuration's check reads it too.
+pub use crate::domain::operation::REPORT_SLACK;
 
 /// The verb of the `fleet` binary that is the operation wrapper.
 pub const WRAPPER_VERB: &str = "operation";

@@ -18,7 +18,7 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
-use super::operations::Operations;
+use super::operation_record::Operations;
 use super::script::{eval, script};
 
 const CREATE: &str = script!("claim_create.lua");
@@ -664,7 +664,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                     claims,
                     unreadable,
                     unreadable_slots,
-                    operations: super::operations::decode(ops),
+                    operations: super::operation_record::decode(ops),
                 })
             })
             .collect()

@@ -8,6 +8,7 @@ pub mod connect;
 pub mod counting;
 pub mod keys;
 pub mod lease;
+pub mod operation_record;
 pub mod operations;
 pub mod presence;
 pub mod script;

@@ -1,5 +1,5 @@
-//! The slots' operation records in the claim store (SPEC §4.3, §5.4): how `domain::operation`'s
-//! `SlotOp` lies in Redis, and the writes that keep it.
+//! The slots' operation records in the claim store (SPEC §4.3, §5.4): the writes that keep
+//! them (how a record lies in Redis and is read back is in `operation_record`).
 //!
 //! A group's records are one hash (`{P:G}:ops`): per slot the start of the last operation fired
 //! on it (written in the same script as the claim write that records the operation, or by the
@@ -7,53 +7,21 @@
 //! wrapper or the controller that ran it) and, for a shutdown, when the machine was observed off
 //! after it. Every call is one round trip.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
-use serde::{Deserialize, Serialize};
 
-use crate::domain::claim::{Claim, OperationKind, OperationOutcome};
+use crate::domain::claim::Claim;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::{OpEnd, SlotOp};
 
 use super::claims::{ClaimStore, ClaimStoreError, json};
+pub use super::operation_record::Operations;
+use super::operation_record::{WireEnd, WireStart, ms};
 use super::script::{eval, script};
 
 const UNCLAIMED: &str = script!("op_unclaimed.lua");
 const END: &str = script!("op_end.lua");
 const OBSERVE: &str = script!("op_observe.lua");
-
-/// The start of an operation as stored (field `<slot>`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct WireStart {
-    kind: OperationKind,
-    claim: Option<ClaimName>,
-    attempt: u32,
-    /// Milliseconds of the server's clock: the record's identity, compared by the scripts.
-    started_at: i64,
-    timeout_ms: u64,
-    controller: String,
-    #[serde(default)]
-    streak: u32,
-}
-
-/// How an operation ended, as stored (field `<slot>:end`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct WireEnd {
-    started_at: i64,
-    outcome: OperationOutcome,
-    /// Set by the script from the server's clock.
-    #[serde(default)]
-    finished_at: i64,
-    duration_ms: u64,
-    tail: String,
-}
-
-fn ms(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
 
 fn start_json(op: &SlotOp) -> Result<String, ClaimStoreError> {
     json(
@@ -81,82 +49,6 @@ fn end_json(started_at: DateTime<Utc>, end: &OpEnd) -> Result<String, ClaimStore
             tail: end.tail.clone(),
         },
     )
-}
-
-/// A group's operation records as read: by slot, and the slots whose record cannot be read (the
-/// controller takes no power action on those).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Operations {
-    pub by_slot: HashMap<BenchName, SlotOp>,
-    pub unreadable: Vec<BenchName>,
-}
-
-/// Decodes a group's operation-record hash (its `HGETALL`, as field and value pairs).
-pub(crate) fn decode(pairs: Vec<(String, String)>) -> Operations {
-    let mut starts: HashMap<String, String> = HashMap::new();
-    let mut ends: HashMap<String, String> = HashMap::new();
-    let mut offs: HashMap<String, String> = HashMap::new();
-    for (field, value) in pairs {
-        match field.split_once(':') {
-            None => {
-                starts.insert(field, value);
-            }
-            Some((slot, "end")) => {
-                ends.insert(slot.to_owned(), value);
-            }
-            Some((slot, "off")) => {
-                offs.insert(slot.to_owned(), value);
-            }
-            // A field fleet does not write: not a record.
-            Some(_) => {}
-        }
-    }
-    let mut out = Operations::default();
-    for (slot, raw) in starts {
-        let Ok(slot) = BenchName::parse(&slot) else {
-            continue;
-        };
-        let Ok(start) = serde_json::from_str::<WireStart>(&raw) else {
-            out.unreadable.push(slot);
-            continue;
-        };
-        let Some(started_at) = DateTime::from_timestamp_millis(start.started_at) else {
-            out.unreadable.push(slot);
-            continue;
-        };
-        let end = ends
-            .get(slot.as_str())
-            .and_then(|raw| serde_json::from_str::<WireEnd>(raw).ok())
-            .filter(|e| e.started_at == start.started_at)
-            .and_then(|e| {
-                Some(OpEnd {
-                    outcome: e.outcome,
-                    finished_at: DateTime::from_timestamp_millis(e.finished_at)?,
-                    duration_ms: e.duration_ms,
-                    tail: e.tail,
-                })
-            });
-        let off_at = offs
-            .get(slot.as_str())
-            .and_then(|raw| raw.parse::<i64>().ok())
-            .and_then(DateTime::from_timestamp_millis);
-        out.by_slot.insert(
-            slot,
-            SlotOp {
-                kind: start.kind,
-                claim: start.claim,
-                attempt: start.attempt,
-                started_at,
-                timeout: Duration::from_millis(start.timeout_ms),
-                controller: start.controller,
-                streak: start.streak,
-                end,
-                off_at,
-            },
-        );
-    }
-    out.unreadable.sort();
-    out
 }
 
 /// How recording a shutdown of a machine no claim wants ended.
@@ -328,7 +220,11 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::super::operation_record::decode;
     use super::*;
+    use crate::domain::claim::{OperationKind, OperationOutcome};
 
     fn op() -> SlotOp {
         SlotOp {

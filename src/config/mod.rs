@@ -1,0 +1,105 @@
+//! The configuration file of `fleet serve`: the groups fleet powers machines on and off for, and
+//! the slots (one machine each) that belong to them.
+//!
+//! Reading is two steps. serde reads the YAML into raw structs that refuse unknown keys (a typo
+//! must not silently become a default); then `validate` turns them into typed values and collects
+//! every problem with its place, so an operator fixes the file in one go rather than one error per
+//! restart. The file's field names are pinned: operators' files must stay valid, so a field may be
+//! added (optional) but never renamed or removed.
+//!
+//! This module reads one file and decides nothing: it runs no operation, reads no environment, and
+//! touches neither Redis nor Kubernetes. It never panics on any input.
+//!
+//! - `model`: the validated configuration the rest of fleet uses (`Config`, `Group`, `Slot`,
+//!   `Operation`, `Template`) and the questions asked of it.
+//! - `raw`: the file's schema as serde reads it.
+//! - `validate`: raw to typed, every problem collected with its place.
+//! - `example`: a valid file that documents the format.
+
+mod example;
+mod model;
+mod raw;
+mod validate;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use crate::units::{InvalidQuantity, Quantity};
+pub use example::example;
+pub use model::{
+    AutoscalingOptions, Config, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation,
+    PowerDraw, RESERVED_ENV, RESERVED_ENV_PREFIX, Slot, Template, check_env_name,
+    default_provider_id,
+};
+pub use validate::Problem;
+
+use raw::RawConfig;
+use validate::validate;
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The I/O error is said in the message, once (a field named `source` would repeat it).
+    #[error(
+        "cannot read the configuration file {}: {error}; give a readable YAML file with --config (FLEET_CONFIG)",
+        path.display()
+    )]
+    Read { path: PathBuf, error: io::Error },
+    #[error(
+        "{}: the configuration is not YAML of the expected shape: {message}",
+        path.display()
+    )]
+    Parse { path: PathBuf, message: String },
+    #[error("{}", render_problems(path, problems))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<Problem>,
+    },
+}
+
+fn render_problems(path: &Path, problems: &[Problem]) -> String {
+    let path = path.display();
+    let count = match problems.len() {
+        1 => "1 problem".to_owned(),
+        n => format!("{n} problems"),
+    };
+    let mut out = format!("{path}: invalid configuration, {count}:");
+    for problem in problems {
+        out.push_str(&format!("\n{path}: {problem}"));
+    }
+    out
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: format!(
+            "the file is not UTF-8 text (invalid byte at offset {}); a configuration file is \
+             UTF-8 YAML",
+            e.utf8_error().valid_up_to()
+        ),
+    })?;
+    parse(&text, path)
+}
+
+/// Parses and validates configuration text; `path` is used only in messages.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        // The one-line form ("... at line 3, column 5"): the snippet form names `<input>`, not
+        // the file, and spreads one error over several log lines.
+        message: e.without_snippet().to_string(),
+    })?;
+    validate(raw).map_err(|problems| ConfigError::Invalid {
+        path: path.to_owned(),
+        problems,
+    })
+}
+
+#[cfg(test)]
+mod tests;

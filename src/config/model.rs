@@ -1,0 +1,217 @@
+//! The configuration as the rest of fleet sees it: the groups, their operations, timings and
+//! templates, and the slots (SPEC §4.1). Every value here has been validated; what the file may
+//! say and how it is checked are in `raw` and `validate`.
+//!
+//! Pure data and the questions fleet asks of it: no I/O.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::domain::claim::Timings;
+use crate::domain::name::{BenchName, GroupName};
+use crate::domain::node::Taint;
+use crate::units::Quantity;
+
+/// The readiness taint a group gets when it names none: the node is not usable until Cilium's
+/// agent is up on it.
+pub const DEFAULT_READINESS_TAINT: &str = "node.cilium.io/agent-not-ready:NoExecute";
+
+/// The longest duration the file accepts. No timing of fleet is meant to be longer than a year;
+/// the cap also keeps sums such as the attempt budget and the deadlines far from overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// The prefix of the environment variables fleet sets for an operation itself.
+pub const RESERVED_ENV_PREFIX: &str = "FLEET_";
+
+/// The variables fleet sets for every operation; the file may not set them, nor any other name
+/// with the same prefix (a later fleet may set more).
+pub const RESERVED_ENV: [&str; 7] = [
+    "FLEET_SLOT",
+    "FLEET_GROUP",
+    "FLEET_CLAIM",
+    "FLEET_ATTEMPT",
+    "FLEET_PROVIDER_ID",
+    "FLEET_OPERATION",
+    "FLEET_CONTROLLER",
+];
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub groups: BTreeMap<GroupName, Group>,
+    pub slots: BTreeMap<BenchName, Slot>,
+}
+
+/// A group of slots that scale together (a cluster-autoscaler node group).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub name: GroupName,
+    pub min_size: u32,
+    /// At most the number of slots the group has.
+    pub max_size: u32,
+    /// cluster-autoscaler's own scale-up deadline for the group; floors the claim deadline.
+    pub max_node_provision_time: Option<Duration>,
+    /// A node carrying one of these is not usable yet (SPEC §3.1).
+    pub readiness_taints: Vec<Taint>,
+    pub startup: Operation,
+    pub shutdown: Operation,
+    /// Every unset field takes `Timings::default()`, except `machine_gone_grace`, which takes the
+    /// attempt budget of these timings (one boot window).
+    pub timings: Timings,
+    /// What a node of this group looks like before one exists (for scale-up from zero).
+    pub template: Option<Template>,
+    /// Opt-in for the group's autoscaling options over gRPC (NodeGroupGetOptions): `None`
+    /// answers UNIMPLEMENTED so cluster-autoscaler's flags rule.
+    pub autoscaling_options: Option<AutoscalingOptions>,
+}
+
+/// The options a group overrides when cluster-autoscaler asks for them; every unset one echoes
+/// cluster-autoscaler's own default. The group's `max_node_provision_time` is the provision
+/// time it sets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutoscalingOptions {
+    /// From 0 to 1.
+    pub scale_down_utilization_threshold: Option<f64>,
+    /// From 0 to 1.
+    pub scale_down_gpu_utilization_threshold: Option<f64>,
+    pub scale_down_unneeded_time: Option<Duration>,
+    pub scale_down_unready_time: Option<Duration>,
+    /// Only cluster-autoscaler versions that read field 11 use it (SPEC §6.3).
+    pub max_node_startup_time: Option<Duration>,
+    pub zero_or_max_node_scaling: Option<bool>,
+    pub ignore_daemonsets_utilization: Option<bool>,
+}
+
+/// A command fleet runs to power a slot's machine on (startup) or off (shutdown).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operation {
+    /// The program and its arguments: never empty, the program never empty.
+    pub command: Vec<String>,
+    /// Extra environment; never a name starting with `FLEET_`.
+    pub env: BTreeMap<String, String>,
+    /// The working directory; fleet's own when unset.
+    pub dir: Option<PathBuf>,
+    /// The group's `job_timeout` when unset.
+    pub timeout: Duration,
+}
+
+/// One machine's place in a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub name: BenchName,
+    pub group: GroupName,
+    /// `fleet://<name>` when unset; unique across the file.
+    pub provider_id: String,
+    /// The Kubernetes Node the machine registers as, when it joins a cluster; an RFC 1123
+    /// subdomain, unique across the file.
+    pub kubernetes_node: Option<String>,
+}
+
+/// The node a group's machines become, described before any exists.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Template {
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Resource name (`cpu`, `memory`, `nvidia.com/gpu`) to quantity.
+    pub capacity: BTreeMap<String, Quantity>,
+    pub gpu: Option<Gpu>,
+    pub power: Option<PowerDraw>,
+}
+
+/// Which node label names the GPU type, and the types the group offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub label: String,
+    pub types: Vec<String>,
+}
+
+/// What a machine of the group draws and what its energy costs, for pricing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PowerDraw {
+    /// Finite, above zero.
+    pub watts: f64,
+    /// Finite, zero or more.
+    pub price_per_kwh: f64,
+}
+
+/// Checks an environment variable name an operation may set: `[A-Za-z_][A-Za-z0-9_]*`, not
+/// starting with `FLEET_`. The error says what is valid.
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let well_formed = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Err(format!(
+            "invalid environment variable name {name:?}: a name is a letter or '_' followed by \
+             letters, digits and '_' (like BMC_HOST)"
+        ));
+    }
+    if name.starts_with(RESERVED_ENV_PREFIX) {
+        return Err(format!(
+            "environment variable name {name:?} is reserved: fleet sets {} itself; choose a name \
+             that does not start with {RESERVED_ENV_PREFIX}",
+            RESERVED_ENV.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The provider id of a slot that names none.
+pub fn default_provider_id(slot: &BenchName) -> String {
+    format!("fleet://{slot}")
+}
+
+impl Config {
+    pub fn group(&self, name: &GroupName) -> Option<&Group> {
+        self.groups.get(name)
+    }
+
+    /// The slots of `group`, in name order.
+    pub fn slots_of(&self, group: &GroupName) -> impl Iterator<Item = &Slot> {
+        self.slots.values().filter(move |s| &s.group == group)
+    }
+
+    /// What in this valid configuration is likely a mistake, one sentence each, said at start
+    /// and on every reload (SPEC §4.1): a group with no slots can never have a machine, and a
+    /// `max_size` above a group's slots can never be reached.
+    pub fn doubts(&self) -> Vec<String> {
+        let mut doubts = Vec::new();
+        for group in self.groups.values() {
+            let slots = self.slots_of(&group.name).count();
+            if slots == 0 {
+                doubts.push(format!(
+                    "group {}: it has no slots, so it can never have a machine; add slots with `group: {}`",
+                    group.name, group.name
+                ));
+            } else if group.max_size as usize > slots {
+                doubts.push(format!(
+                    "group {}: max_size {} is above its {slots} slot(s), so it can never be reached",
+                    group.name, group.max_size
+                ));
+            }
+        }
+        doubts
+    }
+
+    pub fn slot_by_provider_id(&self, id: &str) -> Option<&Slot> {
+        self.slots.values().find(|s| s.provider_id == id)
+    }
+
+    /// The slot a Kubernetes node is (cluster-autoscaler's rule): by provider ID, and by name
+    /// (the slot's Kubernetes node name, or the slot's own) only when the provider ID is empty.
+    pub fn slot_for_node(&self, provider_id: &str, name: &str) -> Option<&Slot> {
+        if !provider_id.is_empty() {
+            return self.slot_by_provider_id(provider_id);
+        }
+        if name.is_empty() {
+            return None;
+        }
+        self.slots
+            .values()
+            .find(|s| s.kubernetes_node.as_deref() == Some(name))
+            .or_else(|| BenchName::parse(name).ok().and_then(|n| self.slots.get(&n)))
+    }
+}

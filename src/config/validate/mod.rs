@@ -1,0 +1,307 @@
+//! Validation: the raw file to the typed configuration, every problem collected with its place,
+//! so an operator fixes the file in one go rather than one error per restart (SPEC §4.1).
+//!
+//! This part checks the file as a whole: that it declares groups, that group, slot, provider and
+//! Kubernetes node names are unique, and that every slot names a declared group. One group's own
+//! fields are checked in `group`. Pure: no I/O, never a panic on any input.
+
+mod group;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::domain::name::{BenchName, GroupName, InvalidName};
+
+use super::model::{Config, Group, Slot, default_provider_id};
+use super::raw::{RawConfig, RawGroup, RawSlot};
+
+/// One thing wrong with the file: where, and what is valid there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Like `groups[0] (pool-a).min_size` or `slots[2] (bench-07).group`.
+    pub place: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.message)
+    }
+}
+
+/// The problems found so far.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, place: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            place: place.into(),
+            message: message.into(),
+        });
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// `groups[0] (pool-a)`: the index finds the entry, the name tells the reader which it is. The
+/// name is shown only when valid, so a place never carries arbitrary text.
+fn entry_place(list: &str, index: usize, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{list}[{index}] ({name})"),
+        None => format!("{list}[{index}]"),
+    }
+}
+
+/// The typed configuration, or every problem the file has.
+pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<Problem>> {
+    let mut problems = Problems::default();
+    let raw_groups = raw.groups.unwrap_or_default();
+    let raw_slots = raw.slots.unwrap_or_default();
+    if raw_groups.is_empty() {
+        problems.push(
+            "groups",
+            "no groups: declare at least one group (name, min_size, max_size, startup, shutdown)",
+        );
+    }
+    let (declared, groups) = groups(&raw_groups, &mut problems);
+    let slots = slots(&raw_slots, &declared, &mut problems);
+    if problems.0.is_empty() {
+        Ok(Config { groups, slots })
+    } else {
+        Err(problems.0)
+    }
+}
+
+/// The groups by name, and the index at which each validly named group was first declared.
+///
+/// Every validly named group counts as declared, even one with other problems, so that its
+/// slots are not also reported as naming an undeclared group.
+fn groups(
+    raw_groups: &[RawGroup],
+    problems: &mut Problems,
+) -> (BTreeMap<GroupName, usize>, BTreeMap<GroupName, Group>) {
+    let mut declared: BTreeMap<GroupName, usize> = BTreeMap::new();
+    let mut groups = BTreeMap::new();
+    for (index, raw) in raw_groups.iter().enumerate() {
+        let before = problems.len();
+        let name = match GroupName::parse(&raw.name) {
+            Ok(name) => Some(name),
+            Err(e) => {
+                problems.push(
+                    format!("{}.name", entry_place("groups", index, None)),
+                    e.to_string(),
+                );
+                None
+            }
+        };
+        let place = entry_place("groups", index, name.as_ref().map(GroupName::as_str));
+        if let Some(name) = &name {
+            if let Some(first) = declared.get(name) {
+                problems.push(
+                    format!("{place}.name"),
+                    format!(
+                        "group {name} is declared twice (first at groups[{first}]); group names \
+                         are unique"
+                    ),
+                );
+            } else {
+                declared.insert(name.clone(), index);
+            }
+        }
+        let group = group::group(raw, name, &place, problems);
+        if problems.len() == before
+            && let Some(group) = group
+        {
+            groups.insert(group.name.clone(), group);
+        }
+    }
+    (declared, groups)
+}
+
+/// What the slots read so far have taken: a slot name, a provider id and a Kubernetes node
+/// belong to one slot each, and a repeat names the first.
+#[derive(Default)]
+struct Taken {
+    /// The index of the slot that has the name.
+    names: BTreeMap<BenchName, usize>,
+    /// The place of the slot that has the provider id.
+    provider_ids: BTreeMap<String, String>,
+    /// The place of the slot bound to the node.
+    nodes: BTreeMap<String, String>,
+}
+
+fn slots(
+    raw_slots: &[RawSlot],
+    declared: &BTreeMap<GroupName, usize>,
+    problems: &mut Problems,
+) -> BTreeMap<BenchName, Slot> {
+    let mut slots = BTreeMap::new();
+    let mut taken = Taken::default();
+    for (index, raw) in raw_slots.iter().enumerate() {
+        if let Some(slot) = slot(index, raw, declared, &mut taken, problems) {
+            slots.insert(slot.name.clone(), slot);
+        }
+    }
+    slots
+}
+
+/// One slot; `None` when it has a problem (in `problems`).
+fn slot(
+    index: usize,
+    raw: &RawSlot,
+    declared: &BTreeMap<GroupName, usize>,
+    taken: &mut Taken,
+    problems: &mut Problems,
+) -> Option<Slot> {
+    let before = problems.len();
+    let name = match BenchName::parse(&raw.name) {
+        Ok(name) => Some(name),
+        Err(e) => {
+            problems.push(
+                format!("{}.name", entry_place("slots", index, None)),
+                e.to_string(),
+            );
+            None
+        }
+    };
+    let place = entry_place("slots", index, name.as_ref().map(BenchName::as_str));
+    let mut duplicate = false;
+    if let Some(name) = &name {
+        if let Some(first) = taken.names.get(name) {
+            duplicate = true;
+            problems.push(
+                format!("{place}.name"),
+                format!(
+                    "slot {name} is declared twice (first at slots[{first}]); slot names are \
+                     unique"
+                ),
+            );
+        } else {
+            taken.names.insert(name.clone(), index);
+        }
+    }
+    let group = slot_group(&raw.group, declared, &place, problems);
+    let provider_id = provider_id(raw, name.as_ref(), duplicate, &place, taken, problems);
+    if let Some(node) = &raw.kubernetes_node {
+        kubernetes_node(node, &place, taken, problems);
+    }
+    if problems.len() != before {
+        return None;
+    }
+    Some(Slot {
+        name: name?,
+        group: group?,
+        provider_id: provider_id?,
+        kubernetes_node: raw.kubernetes_node.clone(),
+    })
+}
+
+/// The slot's group, which the file must declare.
+fn slot_group(
+    text: &str,
+    declared: &BTreeMap<GroupName, usize>,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<GroupName> {
+    match GroupName::parse(text) {
+        Ok(group) if declared.contains_key(&group) => Some(group),
+        Ok(group) => {
+            let known: Vec<&str> = declared.keys().map(GroupName::as_str).collect();
+            let hint = if known.is_empty() {
+                "declare it under groups".to_owned()
+            } else {
+                format!(
+                    "declare it under groups, or use one of: {}",
+                    known.join(", ")
+                )
+            };
+            problems.push(
+                format!("{place}.group"),
+                format!("group {group} is not declared; {hint}"),
+            );
+            None
+        }
+        Err(e) => {
+            problems.push(format!("{place}.group"), e.to_string());
+            None
+        }
+    }
+}
+
+/// The slot's provider id: its own, or the default of its name; unique across the file.
+fn provider_id(
+    raw: &RawSlot,
+    name: Option<&BenchName>,
+    duplicate: bool,
+    place: &str,
+    taken: &mut Taken,
+    problems: &mut Problems,
+) -> Option<String> {
+    let provider_id = match (&raw.provider_id, name) {
+        (Some(id), _) if id.trim().is_empty() => {
+            problems.push(
+                format!("{place}.provider_id"),
+                "provider_id is empty: leave it out for the default fleet://<name>, or give \
+                 a non-empty id",
+            );
+            None
+        }
+        (Some(id), _) => Some(id.clone()),
+        (None, Some(name)) => Some(default_provider_id(name)),
+        (None, None) => None,
+    };
+    // A repeated slot name already says what is wrong; its default provider id would only
+    // repeat it.
+    if let Some(id) = &provider_id
+        && !(duplicate && raw.provider_id.is_none())
+    {
+        if let Some(first) = taken.provider_ids.get(id) {
+            problems.push(
+                format!("{place}.provider_id"),
+                format!(
+                    "provider_id {id} is already used by {first}; every slot has its own \
+                     provider_id"
+                ),
+            );
+        } else {
+            taken.provider_ids.insert(id.clone(), place.to_owned());
+        }
+    }
+    provider_id
+}
+
+/// The Kubernetes node a slot is bound to: an RFC 1123 subdomain, bound to one slot only.
+fn kubernetes_node(node: &str, place: &str, taken: &mut Taken, problems: &mut Problems) {
+    match BenchName::parse(node) {
+        Ok(_) => {
+            if let Some(first) = taken.nodes.get(node) {
+                problems.push(
+                    format!("{place}.kubernetes_node"),
+                    format!(
+                        "kubernetes_node {node} is already bound to {first}; a node belongs to \
+                         one slot"
+                    ),
+                );
+            } else {
+                taken.nodes.insert(node.to_owned(), place.to_owned());
+            }
+        }
+        Err(e) => problems.push(
+            format!("{place}.kubernetes_node"),
+            format!(
+                "invalid kubernetes_node {node:?}: {}; a node name is an RFC 1123 subdomain \
+                 (lowercase letters, digits, '-' and '.', each label starting and ending with a \
+                 letter or digit, at most 253 characters)",
+                why_name(&e)
+            ),
+        ),
+    }
+}
+
+/// The reason alone of a refused name, for a message that names the field itself.
+fn why_name(e: &InvalidName) -> String {
+    e.why()
+}
