@@ -1,0 +1,252 @@
+//! The planner's state and the middle of the pass: the claim controller's judgment, fleet's
+//! cordon, the readiness gate and adoption.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    pub(super) fn new(mut v: View<'a>, now: DateTime<Utc>) -> Self {
+        let state = (!v.blind).then(|| v.bench.map_or(State::Down, |b| b.verdict(now).state));
+        let power = state.map(Power::of);
+        let usable = state.is_some_and(|s| node::usable(s, v.binding, v.readiness_taints));
+        let mut claims = std::mem::take(&mut v.claims);
+        claims.sort_by(|a, b| (a.requested_at, &a.name).cmp(&(b.requested_at, &b.name)));
+        let uncertain = v.here.uncertain.take();
+        let finished = v.here.finished.take();
+        Planner {
+            v,
+            now,
+            state,
+            power,
+            usable,
+            claims,
+            op: None,
+            initial_op: None,
+            uncertain,
+            finished,
+            steps: Vec::new(),
+        }
+    }
+
+    pub(super) fn settle(&self) -> Duration {
+        self.v.timings.job_monitor_poll_interval
+    }
+
+    pub(super) fn going_down(&self) -> bool {
+        self.op
+            .as_ref()
+            .is_some_and(|o| o.going_down(self.now, self.settle()))
+    }
+
+    /// Replaces the pass's copy of a claim with what a write made of it.
+    pub(super) fn replace(&mut self, next: &Claim) {
+        if let Some(i) = self.claims.iter().position(|c| c.name == next.name) {
+            self.claims[i] = next.clone();
+        }
+    }
+
+    pub(super) fn write(&mut self, w: Write) {
+        self.replace(&w.next);
+        self.steps.push(Step::Write(Box::new(w)));
+    }
+
+    /// The claim controller's judgment of every claim (SPEC §3.8).
+    pub(super) fn judge_claims(&mut self) {
+        let live: Vec<&Claim> = self.claims.iter().filter(|c| c.phase.is_live()).collect();
+        let losers: Vec<ClaimName> = claim::superseded(&live)
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        let t = self.v.timings;
+        let mut collected = Vec::new();
+        for c in self.claims.clone() {
+            let ctx = Context {
+                now: self.now,
+                power: self.power,
+                slot_exists: true,
+                superseded: losers.contains(&c.name),
+                timings: t,
+            };
+            let (next, event) = match claim::judge(&c, &ctx) {
+                Judgment::Keep => continue,
+                Judgment::Collect => {
+                    collected.push(c.name.clone());
+                    self.steps.push(Step::Collect(Box::new(c)));
+                    continue;
+                }
+                Judgment::Fail(reason) => {
+                    let event = if reason == Reason::Superseded {
+                        Event::Superseded
+                    } else {
+                        Event::Failed
+                    };
+                    (
+                        c.apply(Move::because(Phase::Failed, reason), self.now),
+                        event,
+                    )
+                }
+                Judgment::Complete(reason) => (
+                    c.apply(Move::because(Phase::Completed, reason), self.now),
+                    Event::Completed,
+                ),
+                Judgment::Watch(w) => (c.watched(w, self.now), Event::Observed),
+            };
+            let Ok(next) = next else { continue };
+            self.write(Write {
+                old: c,
+                next,
+                event,
+                operation: None,
+                duration_ms: None,
+                detail: None,
+                then: Then::default(),
+            });
+        }
+        self.claims.retain(|c| !collected.contains(&c.name));
+    }
+
+    /// Whether the bench carries fleet's own hold request.
+    pub(super) fn cordoned_by_fleet(&self) -> bool {
+        self.v
+            .bench
+            .and_then(|b| b.requested_hold.as_ref())
+            .is_some_and(|r| r.reason.as_str().starts_with(CORDON_PREFIX))
+    }
+
+    pub(super) fn uncordon(&mut self) {
+        if self.cordoned_by_fleet() && !self.steps.contains(&Step::Uncordon) {
+            self.steps.push(Step::Uncordon);
+        }
+    }
+
+    pub(super) fn cordon(&mut self, why: String) {
+        let carried = self
+            .v
+            .bench
+            .and_then(|b| b.requested_hold.as_ref())
+            .is_some();
+        if !carried {
+            self.steps.push(Step::Cordon { why });
+        }
+    }
+
+    /// An operation of the slot is in flight: here, finished here and not settled, or recorded.
+    pub(super) fn in_flight(&self) -> bool {
+        self.v.here.running.is_some()
+            || self.finished.is_some()
+            || self.op.as_ref().is_some_and(SlotOp::running)
+    }
+
+    /// Fleet's cordon: a claim that wants the machine lifts it, wherever a crash left it (not
+    /// while the machine is on its way down: its claim starts it once it is off); and it ends
+    /// with what set it, once the machine is observed off with nothing in flight and no live
+    /// claim, so it never outlives the claim.
+    pub(super) fn cordons(&mut self) {
+        if self.v.blind || self.going_down() || !self.v.acting {
+            return;
+        }
+        let wanted = self.claims.iter().any(Claim::wants_machine);
+        let over = self.power == Some(Power::Off)
+            && !self.in_flight()
+            && !self.claims.iter().any(|c| c.phase.is_live());
+        if wanted || over {
+            self.uncordon();
+        }
+    }
+
+    /// A shutdown of the slot is in flight or settling, or the machine has not been observed off
+    /// since the last one: a machine on its way off is not capacity, whatever it reports.
+    pub(super) fn shutting_down(&self) -> bool {
+        self.going_down()
+            || self.v.here.running == Some(OperationKind::Shutdown)
+            || self
+                .finished
+                .as_ref()
+                .is_some_and(|f| f.kind == OperationKind::Shutdown)
+            || self.claims.iter().any(|c| {
+                c.running_operation()
+                    .is_some_and(|op| op.kind == OperationKind::Shutdown)
+            })
+    }
+
+    /// The readiness gate (SPEC §4.5 step 6) of the claim in its boot window.
+    pub(super) fn readiness_gate(&mut self) {
+        if self.v.blind || self.shutting_down() {
+            return;
+        }
+        let Some(c) = self
+            .claims
+            .iter()
+            .find(|c| c.wants_machine() && c.phase.in_boot_window())
+            .cloned()
+        else {
+            return;
+        };
+        let on = self.power == Some(Power::On);
+        let now = self.now;
+        let (next, event) = match claim::readiness_gate(&c, on, self.usable, now, self.v.timings) {
+            Gate::Ready => (c.apply(Move::to(Phase::Ready), now), Event::Ready),
+            Gate::Heard => (Ok(c.heard(now)), Event::Observed),
+            Gate::Fail => (
+                c.apply(
+                    Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
+                    now,
+                ),
+                Event::Failed,
+            ),
+            Gate::Wait(_) => return,
+        };
+        let Ok(next) = next else { return };
+        let took = (now - c.requested_at)
+            .num_milliseconds()
+            .max(0)
+            .unsigned_abs();
+        self.write(Write {
+            old: c,
+            next,
+            event,
+            operation: None,
+            duration_ms: Some(took),
+            detail: None,
+            then: Then::default(),
+        });
+    }
+
+    /// Adoption (SPEC §5.3): after the store came back without its claims, a machine found on
+    /// with no claim is taken under a ready claim instead of being powered off. An adoption that
+    /// is not written stops the slot, so it never falls through to the law.
+    pub(super) fn adoption(&mut self) {
+        if !self.v.adopting
+            || self.v.blind
+            || self.v.unreadable
+            || self.going_down()
+            || self.power != Some(Power::On)
+            || !self.claims.is_empty()
+        {
+            return;
+        }
+        let name = ClaimName::for_slot(
+            self.v.slot,
+            &format!("adopted{:x}", self.now.timestamp_millis()),
+        );
+        let c = Claim::adopted(
+            name,
+            self.v.slot.clone(),
+            self.v.group.clone(),
+            self.now,
+            self.v.timings,
+        );
+        self.claims.push(c.clone());
+        self.steps.push(Step::Adopt(Box::new(c)));
+    }
+
+    pub(super) fn finish(self) -> Plan {
+        let status = self.report();
+        Plan {
+            op: self.initial_op,
+            uncertain: self.uncertain,
+            steps: self.steps,
+            power: self.power,
+            status,
+        }
+    }
+}
