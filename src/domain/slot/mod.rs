@@ -241,6 +241,40 @@ pub fn current(claims: &[Claim]) -> Option<&Claim> {
         })
 }
 
+/// The claims of a slot or group that left the configuration (SPEC §4.1): a live claim fails
+/// SlotDeleted, a terminal one is collected `ttl_after_finished` after it ended. Each claim is
+/// its own step: one refused does not hold back the others.
+pub fn departed(claims: &[&Claim], now: DateTime<Utc>, timings: &Timings) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for c in claims {
+        let ctx = Context {
+            now,
+            power: None,
+            slot_exists: false,
+            superseded: false,
+            timings,
+        };
+        match claim::judge(c, &ctx) {
+            Judgment::Fail(reason) => {
+                if let Ok(next) = c.apply(Move::because(Phase::Failed, reason), now) {
+                    steps.push(Step::Write(Box::new(Write {
+                        old: (*c).clone(),
+                        next,
+                        event: Event::Failed,
+                        operation: None,
+                        duration_ms: None,
+                        detail: None,
+                        then: Then::default(),
+                    })));
+                }
+            }
+            Judgment::Collect => steps.push(Step::Collect(Box::new((*c).clone()))),
+            Judgment::Keep | Judgment::Complete(_) | Judgment::Watch(_) => {}
+        }
+    }
+    steps
+}
+
 /// Plans one pass over a slot (SPEC §4.5): its operation record, outcomes, the claim controller,
 /// fleet's cordon, the readiness gate, adoption, the input law, and the report.
 pub fn plan(view: View<'_>, now: DateTime<Utc>) -> Plan {

@@ -529,3 +529,21 @@ fn current_is_the_newest_live_claim_else_the_last_ended() {
     let c = claim_at(3, 6);
     assert_eq!(current(&[b, c.clone()]), Some(&c));
 }
+
+#[test]
+fn the_claims_of_a_departed_slot_fail_slot_deleted_then_are_collected() {
+    let timings = Timings::default();
+    let live = claim_at(1, 0);
+    let ended = claims_of("terminal")[0].clone();
+    let steps = departed(&[&live, &ended], t(10), &timings);
+    let [Step::Write(w)] = &steps[..] else {
+        panic!("{steps:#?}")
+    };
+    assert_eq!(
+        (w.next.phase, w.next.reason, w.event),
+        (Phase::Failed, Some(Reason::SlotDeleted), Event::Failed)
+    );
+    let later = t(4) + chrono::TimeDelta::from_std(timings.ttl_after_finished).unwrap();
+    let steps = departed(&[&ended], later, &timings);
+    assert_eq!(steps, vec![Step::Collect(Box::new(ended))]);
+}

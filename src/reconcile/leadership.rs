@@ -1,0 +1,112 @@
+//! Leadership (SPEC §5.1): the lease, the fences it raises, and stepping down. One leadership
+//! signal (`Health::lead`) tells the provider whether this process leads.
+
+use std::time::Instant;
+
+use redis::aio::ConnectionLike;
+use tracing::{info, warn};
+
+use crate::domain::name::GroupName;
+use crate::lifecycle::Runner;
+use crate::store::lease::Leadership;
+
+use super::{Controller, Nodes, Sight};
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
+    /// Takes or renews the lease; on a new leadership raises every group's fence. Returns whether
+    /// this controller leads now.
+    pub async fn lead(&mut self) -> bool {
+        let Some(lease) = self.lease.clone() else {
+            return true;
+        };
+        if self
+            .deposed
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.follow("a write was refused by a newer leader's fence");
+        }
+        match lease.acquire(self.token.as_deref()).await {
+            Ok(Leadership::Leader(token)) if self.token.as_deref() == Some(token.as_str()) => true,
+            Ok(Leadership::Leader(token)) => {
+                let groups: Vec<GroupName> = self.config.borrow().groups.keys().cloned().collect();
+                self.fenced.clear();
+                if !self.raise_fences(&groups, &token).await {
+                    return false;
+                }
+                self.store = self.base_store.fenced(&token);
+                self.token = Some(token.clone());
+                // The previous leader wrote the statuses: read them again.
+                self.loaded = false;
+                self.statuses.clear();
+                self.metrics.leader.set(1);
+                self.health.following(false);
+                self.health.lead(self.token.as_deref());
+                // Said once everything that acts as the leader (the provider too) knows it.
+                info!(holder = lease.id(), token, "became the leader");
+                true
+            }
+            Ok(Leadership::Follower(holder)) => {
+                self.health.following(true);
+                // Sight returned while following: the grace runs from now, not from the first
+                // pass this controller may run much later.
+                if self.sight == Sight::Lost {
+                    self.sight = Sight::Back(Instant::now());
+                }
+                if self.token.is_some() {
+                    self.follow(&format!("the lease is held by {holder}"));
+                }
+                false
+            }
+            Err(e) => {
+                warn!(
+                    error = crate::store::connect::chain(&e),
+                    "cannot reach the lease"
+                );
+                // The store is out of reach, so presence is too: when it returns, the grace.
+                self.sight = Sight::Lost;
+                // A leader that cannot renew stops acting: its lease may lapse unseen.
+                if self.token.is_some() {
+                    self.follow("the lease could not be renewed");
+                }
+                false
+            }
+        }
+    }
+
+    /// Raises the fence of every group not raised yet in this leadership. Returns false when a
+    /// newer leader's fence is up (or Redis refused), so this controller must not act.
+    pub(super) async fn raise_fences(&mut self, groups: &[GroupName], token: &str) -> bool {
+        for group in groups {
+            if self.fenced.contains(group) {
+                continue;
+            }
+            match self.base_store.raise_fence(group, token).await {
+                Ok(true) => {
+                    self.fenced.insert(group.clone());
+                }
+                Ok(false) => {
+                    warn!(%group, token, "a newer leader's fence is up; not leading");
+                    return false;
+                }
+                Err(e) => {
+                    warn!(%group, error = crate::store::connect::chain(&e), "raising the fence failed; not leading yet");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    pub(super) fn follow(&mut self, why: &str) {
+        warn!(why, "lost leadership; no longer acting");
+        self.token = None;
+        self.health.lead(None);
+        self.store = self.base_store.clone();
+        self.metrics.leader.set(0);
+    }
+}

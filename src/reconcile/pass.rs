@@ -1,0 +1,581 @@
+//! One pass over every slot (SPEC §4.5): observe the store once, judge whether the controller
+//! can see (SPEC §5.2), then each group's slots through the planner, then the reports.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, Group};
+use crate::domain::claim::{self, Claim, OperationKind, Phase};
+use crate::domain::law::{self, Power};
+use crate::domain::name::{BenchName, GroupName};
+use crate::domain::sight;
+use crate::domain::slot::{self, Step};
+use crate::domain::state::{Bench, State};
+use crate::lifecycle::Runner;
+use crate::store::catalog::{Blindness, Catalog, ControllerStatus, STATUS_TTL};
+use crate::store::claims::{ClaimStoreError, GroupClaims, SlotStatus};
+use crate::store::lease::Generation;
+use crate::store::presence::Snapshot;
+
+use super::act::Seen;
+use super::metrics::GroupPhase;
+use super::{Controller, Nodes, PassError, PassReport, Sight};
+
+/// What a pass read of the store.
+struct Observed {
+    /// Every group that may hold claims, with its timings.
+    known: Vec<(GroupName, claim::Timings)>,
+    /// Presence; `None` when it cannot be read (blind).
+    snapshot: Option<Snapshot>,
+    read: Vec<GroupClaims>,
+    now: DateTime<Utc>,
+}
+
+/// The statuses a pass writes, by group.
+type Reports = BTreeMap<GroupName, Vec<(BenchName, SlotStatus)>>;
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
+    /// One pass over every slot.
+    pub async fn pass(&mut self) -> Result<PassReport, PassError> {
+        let started = Instant::now();
+        while let Ok((slot, done)) = self.done_rx.try_recv() {
+            self.running.remove(&slot);
+            self.finished.insert(slot, done);
+        }
+        let config = self.config.borrow().clone();
+        let Some(observed) = self.observe(&config).await? else {
+            return Ok(PassReport::default());
+        };
+        let blind = self.judge_sight(&config, &observed).await;
+        self.read_nodes(&config).await;
+        let mut report = PassReport {
+            blind,
+            ..PassReport::default()
+        };
+        let mut reports = Reports::new();
+        let Observed {
+            known,
+            snapshot,
+            read,
+            ..
+        } = observed;
+        for group_claims in read {
+            let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
+            match config.groups.get(&group_claims.group) {
+                Some(group) => {
+                    let seen = (snapshot.as_ref(), blind);
+                    self.group_pass(
+                        &config,
+                        group,
+                        group_claims,
+                        seen,
+                        now,
+                        &mut report,
+                        &mut reports,
+                    )
+                    .await;
+                }
+                None => report.writes += self.departed_group(&known, group_claims, now).await,
+            }
+        }
+        self.write_reports(reports).await?;
+        self.count_slot_phases(&config);
+        self.metrics
+            .pass_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.health.passed(blind);
+        Ok(report)
+    }
+
+    /// Reads what the pass needs, once: the groups that may hold claims (raising their fences
+    /// while leading), presence, every group's claims, and the last reports when not loaded.
+    /// `None` when this controller must not act (a fence it could not raise).
+    async fn observe(&mut self, config: &Config) -> Result<Option<Observed>, PassError> {
+        let configured: Vec<(&GroupName, &claim::Timings)> = config
+            .groups
+            .values()
+            .map(|g| (&g.name, &g.timings))
+            .collect();
+        // Every group that may hold claims: the configured ones, and those that left the
+        // configuration with claims still in the store, with the timings they last ran with
+        // (SPEC §4.1).
+        let known = self.store.known_groups(&configured).await;
+        let known = known.map_err(|e| self.lost(e))?;
+        let groups: Vec<GroupName> = known.iter().map(|(g, _)| g.clone()).collect();
+        if let Some(token) = self.token.clone()
+            && !self.raise_fences(&groups, &token).await
+        {
+            self.follow("a group's fence could not be raised");
+            return Ok(None);
+        }
+        let read_started = Instant::now();
+        let snapshot = match self.presence.read(&[]).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(
+                    error = crate::store::connect::chain(&e),
+                    "cannot read presence: blind, no power action this pass"
+                );
+                // Recorded now, not at the end of the pass: the claims read below fails too when
+                // Redis is down, and the grace must still follow the outage.
+                self.sight = Sight::Lost;
+                None
+            }
+        };
+        self.metrics
+            .presence_read_seconds
+            .observe(read_started.elapsed().as_secs_f64());
+        let read = self.store.read_groups(&groups).await;
+        let read = read.map_err(|e| self.lost(e))?;
+        if !self.loaded
+            && let Err(e) = self.load_statuses(config).await
+        {
+            return Err(self.lost(e));
+        }
+        let now = match &snapshot {
+            Some(snap) => snap.now,
+            None => read.first().map_or_else(Utc::now, |g| g.now),
+        };
+        Ok(Some(Observed {
+            known,
+            snapshot,
+            read,
+            now,
+        }))
+    }
+
+    /// A read that failed: sight is lost, and the grace follows when it returns.
+    fn lost(&mut self, e: ClaimStoreError) -> PassError {
+        self.sight = Sight::Lost;
+        PassError::Claims(e)
+    }
+
+    /// Whether the controller may act this pass (SPEC §5.2, §5.3): blind while presence cannot
+    /// be read, for the grace after sight returns, after a wipe, and when many wanted machines
+    /// vanish at once. Publishes the controller's status for the views. Returns blind.
+    async fn judge_sight(&mut self, config: &Config, o: &Observed) -> bool {
+        let now = o.now;
+        let wiped = self.generation(config, now).await;
+        let now_ms = now.timestamp_millis();
+        self.adopting = wiped.is_some_and(|w| w.adopting(now_ms));
+        if let Some(until) = wiped.and_then(|w| w.blind_until(now_ms)) {
+            self.blind_for(
+                until,
+                "the store came back empty (or this is its first start): machines found on will be adopted",
+            );
+        }
+        // Sight lost, then back: blind for the grace, so benches that beat through the outage
+        // are heard again before anything is judged off.
+        if o.snapshot.is_some() {
+            let seen = match self.sight {
+                Sight::Clear => sight::Sight::Clear,
+                Sight::Lost => sight::Sight::Lost,
+                Sight::Back(at) => sight::Sight::Back { ago: at.elapsed() },
+            };
+            let left = sight::grace_left(seen, self.faults.blind_grace);
+            if !left.is_zero() {
+                self.blind_for(
+                    sight::grace_end(now, left),
+                    "Redis could not be read: benches are heard again before anything is judged",
+                );
+                warn!(grace = ?left, "presence readable again: blind for the grace");
+            }
+            self.sight = Sight::Clear;
+        }
+        if let Some(snap) = &o.snapshot
+            && let Some(v) = self.mass_vanishing(config, snap, &o.read)
+        {
+            warn!(
+                vanished = v.vanished,
+                on = v.on,
+                "many wanted machines vanished in one pass: blind for the grace, no power action"
+            );
+            self.blind_for(
+                sight::grace_end(now, self.faults.blind_grace),
+                &format!(
+                    "{} machines that claims want vanished in one pass: more likely a fault of \
+                     the observation than of the machines",
+                    v.vanished
+                ),
+            );
+        }
+        let verdict = sight::verdict(o.snapshot.is_some(), self.blind_until.take(), now);
+        self.blind_until = verdict.window;
+        self.metrics.blind.set(i64::from(verdict.blind));
+        self.publish_status(verdict.blindness, now).await;
+        verdict.blind
+    }
+
+    /// The store's generation marker (SPEC §5.3): a store that came back without its data is
+    /// blind for the grace, then adopts; the wipe record is in the store, so a leader that takes
+    /// over during the grace keeps it. The catalog the views read is published again when a
+    /// wipe took it.
+    async fn generation(&mut self, config: &Config, now: DateTime<Utc>) -> Option<sight::Wipe> {
+        let lease = self.lease.clone()?;
+        let fresh = format!("{}-{}", lease.id(), now.timestamp_micros());
+        let adopt_window = self.faults.blind_grace.max(Duration::from_secs(60));
+        let Generation {
+            marker,
+            wiped,
+            catalog,
+        } = match lease
+            .generation(&fresh, self.faults.blind_grace, adopt_window)
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                warn!(
+                    error = crate::store::connect::chain(&e),
+                    "cannot read the generation marker"
+                );
+                return None;
+            }
+        };
+        if !catalog {
+            let mut conn = self.base_store.conn();
+            match Catalog::of(config)
+                .publish(&mut conn, self.presence.keys())
+                .await
+            {
+                Ok(()) => info!("the catalog was missing from the store; published it again"),
+                Err(e) => warn!(
+                    error = crate::store::connect::chain(&e),
+                    "publishing the catalog again failed"
+                ),
+            }
+        }
+        if self.generation.as_deref() != Some(marker.as_str()) {
+            if marker == fresh {
+                warn!(
+                    generation = marker,
+                    "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
+                );
+            }
+            self.loaded = false;
+            self.statuses.clear();
+            self.generation = Some(marker);
+        }
+        wiped.map(|(blind_until_ms, adopt_until_ms)| sight::Wipe {
+            blind_until_ms,
+            adopt_until_ms,
+        })
+    }
+
+    /// The slots' Kubernetes Nodes, once per pass, when they are observed.
+    async fn read_nodes(&mut self, config: &Config) {
+        if !self.nodes.observed() {
+            return;
+        }
+        let names: Vec<String> = config
+            .slots
+            .values()
+            .filter_map(|s| s.kubernetes_node.clone())
+            .collect();
+        self.node_views = match self.nodes.read(&names).await {
+            Ok(views) => Some(views),
+            Err(e) => {
+                warn!(
+                    error = e,
+                    "cannot read the Kubernetes Nodes; bound slots are not usable this pass"
+                );
+                None
+            }
+        };
+    }
+
+    /// A configured group: its claims of slots that left it end, then each slot's pass. A claim
+    /// or operation record that cannot be read may be its slot's live one: no power action on
+    /// that slot, or on the whole group when the claim does not even say its slot.
+    #[allow(clippy::too_many_arguments)]
+    async fn group_pass(
+        &mut self,
+        config: &Config,
+        group: &Group,
+        read: GroupClaims,
+        (snapshot, blind): (Option<&Snapshot>, bool),
+        now: DateTime<Utc>,
+        report: &mut PassReport,
+        reports: &mut Reports,
+    ) {
+        for (name, why) in &read.unreadable {
+            warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");
+        }
+        let unknown_unreadable = read.unreadable_slots.iter().any(Option::is_none);
+        let mut unreadable: HashSet<String> =
+            read.unreadable_slots.iter().flatten().cloned().collect();
+        for slot in &read.operations.unreadable {
+            warn!(group = %group.name, %slot, "the slot's operation record is unreadable; no power action on it");
+            unreadable.insert(slot.to_string());
+        }
+        let mut ops = read.operations.by_slot;
+        let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
+        for c in read.claims {
+            by_slot.entry(c.slot.clone()).or_default().push(c);
+        }
+        // Claims of slots that left the group (removed, or moved to another group).
+        let orphans: Vec<&Claim> = by_slot
+            .iter()
+            .filter(|(s, _)| {
+                config
+                    .slots
+                    .get(*s)
+                    .is_none_or(|slot| slot.group != group.name)
+            })
+            .flat_map(|(_, claims)| claims.iter())
+            .collect();
+        let steps = slot::departed(&orphans, now, &group.timings);
+        report.writes += self.departed(&group.name, &group.timings, steps, now).await;
+        let mut phases: HashMap<&'static str, i64> = HashMap::new();
+        for slot in config.slots_of(&group.name) {
+            if self.deposed.load(Ordering::Relaxed) {
+                break;
+            }
+            let seen = Seen {
+                bench: snapshot.and_then(|s| bench_of(s, &slot.name)),
+                blind,
+                unreadable: unknown_unreadable || unreadable.contains(slot.name.as_str()),
+                op: ops.remove(&slot.name),
+            };
+            let claims = by_slot.remove(&slot.name).unwrap_or_default();
+            let outcome = self.slot_pass(group, slot, claims, seen, now).await;
+            report.slots += 1;
+            report.writes += outcome.writes;
+            if outcome.started {
+                report.started.push(slot.name.clone());
+            }
+            if outcome.stopped {
+                report.stopped.push(slot.name.clone());
+            }
+            for c in &outcome.claims {
+                *phases.entry(c.phase.as_str()).or_default() += 1;
+            }
+            if let Some(status) = outcome.status {
+                let group_reports = reports.entry(group.name.clone()).or_default();
+                group_reports.push((slot.name.clone(), status));
+            }
+        }
+        for phase in Phase::ALL {
+            let labels = GroupPhase {
+                group: group.name.to_string(),
+                phase: phase.as_str().to_owned(),
+            };
+            let n = phases.get(phase.as_str()).copied().unwrap_or(0);
+            self.metrics.claims.get_or_create(&labels).set(n);
+        }
+    }
+
+    /// A group that left the configuration (removed, or renamed: a removal plus an addition):
+    /// its claims end SlotDeleted and are collected after the TTL; the group is forgotten once it
+    /// holds none (SPEC §4.1). Its machines are no group's to power: a slot that moved to another
+    /// group is that group's. Returns the writes made.
+    async fn departed_group(
+        &mut self,
+        known: &[(GroupName, claim::Timings)],
+        read: GroupClaims,
+        now: DateTime<Utc>,
+    ) -> usize {
+        let gone = &read.group;
+        let timings = known
+            .iter()
+            .find(|(g, _)| g == gone)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        let claims: Vec<&Claim> = read.claims.iter().collect();
+        let steps = slot::departed(&claims, now, &timings);
+        let writes = self.departed(gone, &timings, steps, now).await;
+        if read.claims.is_empty() && read.unreadable.is_empty() {
+            match self.store.forget_group(gone, &timings).await {
+                Ok(true) => {
+                    info!(group = %gone, "a group that left the configuration holds no claim any more; forgotten")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(group = %gone, error = crate::store::connect::chain(&e), "forgetting a removed group failed")
+                }
+            }
+        }
+        writes
+    }
+
+    /// Takes the steps for claims whose slot left the configuration, each on its own. Returns the
+    /// writes made.
+    async fn departed(
+        &self,
+        group: &GroupName,
+        timings: &claim::Timings,
+        steps: Vec<Step>,
+        now: DateTime<Utc>,
+    ) -> usize {
+        let mut writes = 0;
+        for step in steps {
+            match step {
+                Step::Write(w) if self.write(&w.old, &w.next, w.event, now, None).await => {
+                    writes += 1;
+                    info!(%group, slot = %w.old.slot, claim = %w.old.name, "the slot left the configuration; claim failed SlotDeleted");
+                }
+                Step::Collect(c)
+                    if self
+                        .store
+                        .delete(&c, None, timings.ttl_after_finished)
+                        .await
+                        .unwrap_or(false) =>
+                {
+                    writes += 1;
+                    debug!(%group, claim = %c.name, "claim of a slot that left the configuration collected");
+                }
+                _ => {}
+            }
+        }
+        writes
+    }
+
+    /// Writes the slots' reports, one round trip per group; this controller is their one writer.
+    async fn write_reports(&mut self, reports: Reports) -> Result<(), PassError> {
+        for (group, statuses) in reports {
+            if let Err(e) = self.store.write_slots(&group, &statuses).await {
+                if matches!(e, ClaimStoreError::Fenced { .. }) {
+                    self.deposed.store(true, Ordering::Relaxed);
+                }
+                return Err(PassError::Report(e));
+            }
+            for (slot, status) in statuses {
+                self.statuses.insert((group.clone(), slot), status);
+            }
+        }
+        Ok(())
+    }
+
+    /// The mass-vanishing rule (SPEC §5.2, [`sight::mass_vanishing`]) over this pass's
+    /// observation: "was on" is this controller's own observation at its last pass, never the
+    /// report it publishes; "powering off" is a shutdown in flight or not yet seen to take effect.
+    fn mass_vanishing(
+        &self,
+        config: &Config,
+        snap: &Snapshot,
+        read: &[GroupClaims],
+    ) -> Option<sight::Vanished> {
+        let wanted: HashSet<(&GroupName, &BenchName)> = read
+            .iter()
+            .flat_map(|g| g.claims.iter())
+            .filter(|c| c.wants_machine())
+            .map(|c| (&c.group, &c.slot))
+            .collect();
+        let powering_off: HashSet<(&GroupName, &BenchName)> = read
+            .iter()
+            .flat_map(|g| {
+                let settle = config
+                    .group(&g.group)
+                    .map_or(Duration::ZERO, |g| g.timings.job_monitor_poll_interval);
+                g.operations
+                    .by_slot
+                    .iter()
+                    .filter(move |(_, op)| {
+                        op.kind == OperationKind::Shutdown
+                            && (op.running() || op.going_down(snap.now, settle))
+                    })
+                    .map(move |(slot, _)| (&g.group, slot))
+            })
+            .collect();
+        let seen = config.slots.values().map(|slot| {
+            let key = (&slot.group, &slot.name);
+            let last = self
+                .last_power
+                .get(&(slot.group.clone(), slot.name.clone()));
+            sight::Seen {
+                was_on: last == Some(&Power::On),
+                wanted: wanted.contains(&key),
+                powering_off: powering_off.contains(&key),
+                now_off: bench_of(snap, &slot.name)
+                    .is_none_or(|b| b.verdict(snap.now).state == State::Down),
+            }
+        });
+        sight::mass_vanishing(seen, self.faults.vanish_min, self.faults.vanish_ratio)
+    }
+
+    /// Blind until `until` at least, for `why` (the latest end, and its reason, win).
+    fn blind_for(&mut self, until: DateTime<Utc>, why: &str) {
+        self.blind_until = sight::later(self.blind_until.take(), until, why);
+    }
+
+    /// Publishes the controller's status for the views when it changed, and well inside its TTL
+    /// otherwise (SPEC §4.7). A report: nothing reads it to decide.
+    async fn publish_status(&mut self, blind: Option<Blindness>, now: DateTime<Utc>) {
+        let holder = self
+            .lease
+            .as_ref()
+            .map_or_else(|| "fleet serve".to_owned(), |l| l.id().to_owned());
+        let fresh = self.published.as_ref().is_some_and(|(s, at)| {
+            s.holder == holder && s.blind == blind && at.elapsed() < STATUS_TTL / 3
+        });
+        if fresh {
+            return;
+        }
+        let status = ControllerStatus {
+            holder,
+            updated_at: now,
+            blind,
+        };
+        let mut conn = self.base_store.conn();
+        match status.publish(&mut conn, self.presence.keys()).await {
+            Ok(()) => self.published = Some((status, Instant::now())),
+            Err(e) => debug!(
+                error = crate::store::connect::chain(&e),
+                "publishing the controller's status failed"
+            ),
+        }
+    }
+
+    async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {
+        for group in config.groups.keys() {
+            let slots: Vec<BenchName> = config.slots_of(group).map(|s| s.name.clone()).collect();
+            let read = self.store.read_slots(group, &slots).await?;
+            for (slot, (status, _)) in slots.into_iter().zip(read) {
+                if let Some(status) = status {
+                    self.statuses.insert((group.clone(), slot), status);
+                }
+            }
+        }
+        self.loaded = true;
+        Ok(())
+    }
+
+    fn count_slot_phases(&self, config: &Config) {
+        let mut counts: HashMap<(GroupName, &'static str), i64> = HashMap::new();
+        for ((group, _), status) in &self.statuses {
+            if let Some(phase) = status.phase() {
+                *counts.entry((group.clone(), phase.as_str())).or_default() += 1;
+            }
+        }
+        for group in config.groups.keys() {
+            for phase in law::Report::ALL {
+                let labels = GroupPhase {
+                    group: group.to_string(),
+                    phase: phase.as_str().to_owned(),
+                };
+                let n = counts
+                    .get(&(group.clone(), phase.as_str()))
+                    .copied()
+                    .unwrap_or(0);
+                self.metrics.slots.get_or_create(&labels).set(n);
+            }
+        }
+    }
+}
+
+fn bench_of<'a>(snapshot: &'a Snapshot, slot: &BenchName) -> Option<&'a Bench> {
+    snapshot
+        .benches
+        .binary_search_by(|b| b.name.cmp(slot))
+        .ok()
+        .map(|i| &snapshot.benches[i])
+}
