@@ -119,11 +119,12 @@ pub async fn run(request: &Request) -> Report {
         Ok(status) => Some(status),
         Err(_) => {
             if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                // SAFETY: killpg only sends a signal to the process group this command leads; a
-                // stale id at worst fails with ESRCH.
-                unsafe {
-                    libc::killpg(pid, libc::SIGKILL);
-                }
+                // The command's whole process group: what it left behind goes with it. A stale
+                // id at worst fails with ESRCH.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
             let _ = child.wait().await;
             None

@@ -233,11 +233,11 @@ impl Runner for Exec {
             ),
             Err(_) => {
                 if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // SAFETY: killpg only signals the wrapper's own process group; a stale id at
-                    // worst fails with ESRCH.
-                    unsafe {
-                        libc::killpg(pid, libc::SIGKILL);
-                    }
+                    // The wrapper's own process group; a stale id at worst fails with ESRCH.
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
                 }
                 Report {
                     outcome: OperationOutcome::TimedOut,

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
 use super::operation_record::Operations;
-use super::script::{eval, script};
+use super::script::{eval, script, server_time};
 
 const CREATE: &str = script!("claim_create.lua");
 const WRITE: &str = script!("claim_write.lua");
@@ -867,8 +867,3 @@ fn settled(code: i64, why: &str, group: &GroupName) -> Result<bool, ClaimStoreEr
     Ok(code == 1)
 }
 
-fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
-    let secs: i64 = secs.parse().ok()?;
-    let micros: i64 = micros.parse().ok()?;
-    DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
-}

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use serde::Deserialize;
 
@@ -21,7 +21,7 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::{Bench, HoldRequest, Key, Reading};
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{eval, script, server_time};
 
 /// The longest TTL one beat may promise. A long promise hides a crash for its whole length
 /// (reference §1.7), and a month is already far past the longest planned sleep.
@@ -690,11 +690,6 @@ pub fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
     Some(HoldRequest { reason, until })
 }
 
-fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
-    let secs: i64 = secs.parse().ok()?;
-    let micros: i64 = micros.parse().ok()?;
-    DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
-}
 
 #[cfg(test)]
 mod tests {

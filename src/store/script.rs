@@ -1,9 +1,20 @@
-//! Running fleet's Lua scripts: each one is sent whole with `EVAL`, after a shared prelude.
+//! Running fleet's Lua scripts: each one is sent whole with `EVAL`, after a shared prelude; and
+//! reading the server's clock from a `TIME` reply.
 //!
 //! EVAL rather than EVALSHA: every call is then exactly one round trip, with no NOSCRIPT retry
 //! after a Redis restart; the server still caches the compiled script by its hash, and the
 //! scripts are small next to what they carry. The prelude (`lua/prelude.lua`) makes a command
 //! that meets a key of a foreign type fail naming the key (SPEC §2.7).
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+/// The server's clock from a `TIME` reply (seconds and microseconds, as text): the one clock
+/// fleet judges by.
+pub(crate) fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
+    let secs: i64 = secs.parse().ok()?;
+    let micros: i64 = micros.parse().ok()?;
+    DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
+}
 
 /// A script of `src/store/lua/`, with the prelude before it.
 macro_rules! script {
