@@ -69,6 +69,7 @@ struct Case {
     adopting: bool,
     stored_op: Option<SlotOp>,
     here: Here,
+    status: SlotStatus,
 }
 
 impl Case {
@@ -84,6 +85,7 @@ impl Case {
             adopting: false,
             stored_op: operation::merge(ops.iter()),
             here: Here::default(),
+            status: SlotStatus::default(),
         }
     }
 
@@ -109,7 +111,7 @@ impl Case {
                 here: self.here.clone(),
                 report_slack: Duration::from_secs(30),
                 holder: "me",
-                status: SlotStatus::default(),
+                status: self.status.clone(),
             },
             now,
         )
@@ -546,4 +548,29 @@ fn the_claims_of_a_departed_slot_fail_slot_deleted_then_are_collected() {
     let later = t(4) + chrono::TimeDelta::from_std(timings.ttl_after_finished).unwrap();
     let steps = departed(&[&ended], later, &timings);
     assert_eq!(steps, vec![Step::Collect(Box::new(ended))]);
+}
+
+// The report is never an input: the last report only continues itself (its history ring); no
+// step is planned from it. Every claim column and presence, planned after an empty report and
+// after one that says the opposite of everything, plans the same steps.
+#[test]
+fn no_step_is_planned_from_the_last_report() {
+    let liar = SlotStatus {
+        history: History::default(),
+        power: Some(Power::On),
+        usable: true,
+        claim: Some(ClaimName::parse("bench-01-9").unwrap()),
+        updated_at: Some(t(9)),
+        held: Some("held".to_owned()),
+        waiting: Some(SlotWaiting::NotUsable),
+    };
+    for kind in ["none", "pending", "booting", "ready", "marked", "terminal"] {
+        for seen in [Seen::Down, Seen::Up, Seen::Held] {
+            let case = Case::new(seen, claims_of(kind));
+            let honest = case.plan(t(10));
+            let mut lied_to = case;
+            lied_to.status = liar.clone();
+            assert_eq!(lied_to.plan(t(10)).steps, honest.steps, "{kind} {seen:?}");
+        }
+    }
 }
