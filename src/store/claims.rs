@@ -866,4 +866,3 @@ fn settled(code: i64, why: &str, group: &GroupName) -> Result<bool, ClaimStoreEr
     }
     Ok(code == 1)
 }
-

@@ -690,7 +690,6 @@ pub fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
     Some(HoldRequest { reason, until })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
