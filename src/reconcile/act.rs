@@ -15,10 +15,11 @@ use crate::domain::operation::{OpEnd, SlotOp};
 use crate::domain::slot::{self, CORDON_PREFIX, Done, Here, Recorded, Start, Step, View, Write};
 use crate::domain::state::Bench;
 use crate::lifecycle::{Request, Runner};
-use crate::store::claims::{ClaimStoreError, Created, Entry, Event, SlotStatus};
+use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
-use super::metrics::{self, KindLabel, MoveLabels, OperationLabels};
+use super::metrics::MoveLabels;
+use super::write::Written;
 use super::{Controller, Nodes};
 
 /// What a pass sees of one slot.
@@ -41,16 +42,6 @@ pub(super) struct SlotOutcome {
     pub status: Option<SlotStatus>,
     /// The slot's claims as the store holds them after the steps that landed.
     pub claims: Vec<Claim>,
-}
-
-/// How a claim write ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Written {
-    Yes,
-    /// Refused: another writer won, or the fence.
-    No,
-    /// The reply was lost: the server may have applied it.
-    Unknown,
 }
 
 /// One slot being acted on: where its steps are taken from, and what they did so far.
@@ -134,116 +125,50 @@ where
 
     /// Takes one step. Returns false when the slot stops here.
     async fn act(&mut self, a: &mut Acting<'_>, step: Step) -> bool {
-        let slot = &a.slot.name;
         match step {
             Step::RestoreOp(op) => {
-                match self.store.restore_operation(&a.group.name, slot, &op).await {
-                    Ok(true) => {
-                        warn!(slot = %slot, operation = op.kind.as_str(), started_at = %op.started_at, "the store did not hold the slot's last operation; put back from what this controller knows");
-                        a.out.writes += 1;
-                    }
-                    Ok(false) => {}
-                    Err(e) => self.write_failed(slot, "putting back the operation record", e),
-                }
+                self.restore_op(a, &op).await;
                 true
             }
             Step::Write(w) => self.claim_write(a, *w).await,
-            Step::Collect(c) => {
-                let c = *c;
-                let ttl = a.group.timings.ttl_after_finished;
-                match self.store.delete(&c, None, ttl).await {
-                    Ok(true) => {
-                        debug!(claim = %c.name, "terminal claim collected");
-                        a.out.claims.retain(|x| x.name != c.name);
-                        a.out.writes += 1;
-                        true
-                    }
-                    Ok(false) => false,
-                    Err(e) => {
-                        self.write_failed(slot, "collecting a claim", e);
-                        false
-                    }
-                }
-            }
+            Step::Collect(c) => self.collect(a, &c).await,
             Step::RunRecorded(recorded) => {
                 let Recorded { op, claim } = *recorded;
-                warn!(slot = %slot, operation = op.kind.as_str(), "the write that recorded the operation did land: running it now");
+                warn!(slot = %a.slot.name, operation = op.kind.as_str(), "the write that recorded the operation did land: running it now");
                 self.spawn(a, claim.as_ref(), op.kind, op.started_at);
                 true
             }
             Step::Ended(done) => {
-                self.count_operation(slot, &done);
+                self.count_operation(&a.slot.name, &done);
                 true
             }
+            // This process's own operation: its wrapper may have written the outcome first.
             Step::EndHere { started_at, end } => {
-                if let Err(e) = self
-                    .store
-                    .end_operation(&a.group.name, slot, started_at, &end)
-                    .await
-                {
-                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
-                }
+                self.end_op(a, started_at, &end).await;
                 self.remember_end(a, started_at, &end);
                 true
             }
             Step::EndUnreported { started_at, end } => {
-                match self
-                    .store
-                    .end_operation(&a.group.name, slot, started_at, &end)
-                    .await
-                {
-                    Ok(true) => {
-                        self.remember_end(a, started_at, &end);
-                        true
-                    }
-                    // Reported meanwhile: the next pass reads it.
-                    Ok(false) => false,
-                    Err(e) => {
-                        warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
-                        false
-                    }
+                let ended = self.end_op(a, started_at, &end).await;
+                if ended {
+                    self.remember_end(a, started_at, &end);
                 }
+                ended
             }
             Step::Settled => {
-                self.finished.remove(slot);
+                self.finished.remove(&a.slot.name);
                 a.out.writes += 1;
                 true
             }
-            Step::ObserveOff { started_at } => {
-                match self
-                    .store
-                    .observe_off(&a.group.name, slot, started_at, a.now)
-                    .await
-                {
-                    Ok(_) => {
-                        let key = (a.group.name.clone(), slot.clone());
-                        if let Some(o) = self
-                            .ops
-                            .get_mut(&key)
-                            .filter(|o| o.started_at == started_at)
-                        {
-                            o.off_at = Some(a.now);
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        self.write_failed(slot, "recording the machine off", e);
-                        false
-                    }
-                }
-            }
+            Step::ObserveOff { started_at } => self.observe_off(a, started_at).await,
             Step::Uncordon => {
-                if let Err(e) = self.presence.release(slot).await {
-                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "uncordon failed");
+                if let Err(e) = self.presence.release(&a.slot.name).await {
+                    warn!(slot = %a.slot.name, error = crate::store::connect::chain(&e), "uncordon failed");
                 }
                 true
             }
             Step::Cordon { why } => {
-                if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
-                    && let Err(e) = self.presence.request_hold(slot, &reason, None).await
-                {
-                    warn!(slot = %slot, error = crate::store::connect::chain(&e), "cordon failed");
-                }
+                self.cordon(&a.slot.name, &why).await;
                 true
             }
             Step::Adopt(c) => self.adopt(a, *c).await,
@@ -261,9 +186,92 @@ where
                 true
             }
             Step::Note(what) => {
-                debug!(slot = %slot, "{what}");
+                debug!(slot = %a.slot.name, "{what}");
                 true
             }
+        }
+    }
+
+    /// Puts back an operation record the store lost (best effort).
+    async fn restore_op(&mut self, a: &mut Acting<'_>, op: &SlotOp) {
+        let slot = &a.slot.name;
+        match self.store.restore_operation(&a.group.name, slot, op).await {
+            Ok(true) => {
+                warn!(slot = %slot, operation = op.kind.as_str(), started_at = %op.started_at, "the store did not hold the slot's last operation; put back from what this controller knows");
+                a.out.writes += 1;
+            }
+            Ok(false) => {}
+            Err(e) => self.write_failed(slot, "putting back the operation record", e),
+        }
+    }
+
+    /// Deletes a terminal claim; anything but a deletion stops the slot.
+    async fn collect(&mut self, a: &mut Acting<'_>, c: &Claim) -> bool {
+        let ttl = a.group.timings.ttl_after_finished;
+        match self.store.delete(c, None, ttl).await {
+            Ok(true) => {
+                debug!(claim = %c.name, "terminal claim collected");
+                a.out.claims.retain(|x| x.name != c.name);
+                a.out.writes += 1;
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                self.write_failed(&a.slot.name, "collecting a claim", e);
+                false
+            }
+        }
+    }
+
+    /// An operation's outcome on the slot's record. Returns whether it was recorded (it is not
+    /// when the record already has one, or is another operation's).
+    async fn end_op(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) -> bool {
+        let slot = &a.slot.name;
+        match self
+            .store
+            .end_operation(&a.group.name, slot, started_at, end)
+            .await
+        {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
+                false
+            }
+        }
+    }
+
+    /// The machine observed off after a shutdown: no longer on its way down.
+    async fn observe_off(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>) -> bool {
+        let slot = &a.slot.name;
+        match self
+            .store
+            .observe_off(&a.group.name, slot, started_at, a.now)
+            .await
+        {
+            Ok(_) => {
+                let key = (a.group.name.clone(), slot.clone());
+                if let Some(o) = self
+                    .ops
+                    .get_mut(&key)
+                    .filter(|o| o.started_at == started_at)
+                {
+                    o.off_at = Some(a.now);
+                }
+                true
+            }
+            Err(e) => {
+                self.write_failed(slot, "recording the machine off", e);
+                false
+            }
+        }
+    }
+
+    /// Cordon: ask the bench to hold, so it is not usable while it drains.
+    async fn cordon(&self, slot: &BenchName, why: &str) {
+        if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
+            && let Err(e) = self.presence.request_hold(slot, &reason, None).await
+        {
+            warn!(slot = %slot, error = crate::store::connect::chain(&e), "cordon failed");
         }
     }
 
@@ -470,32 +478,6 @@ where
         });
     }
 
-    /// An operation's end, counted, and said when it served no claim (a claim's write says it
-    /// otherwise).
-    fn count_operation(&self, slot: &BenchName, done: &Done) {
-        let outcome = done.outcome;
-        let labels = OperationLabels {
-            operation: done.kind.as_str().to_owned(),
-            outcome: format!("{outcome:?}").to_lowercase(),
-        };
-        self.metrics.operations.get_or_create(&labels).inc();
-        self.metrics
-            .operation_seconds
-            .get_or_create(&KindLabel {
-                operation: done.kind.as_str().to_owned(),
-            })
-            .observe(done.duration.as_secs_f64());
-        let ms = u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX);
-        match &done.claim {
-            None => {
-                info!(slot = %slot, operation = done.kind.as_str(), outcome = ?outcome, output = done.tail, "operation ended")
-            }
-            Some(claim) => {
-                info!(slot = %slot, claim = %claim, operation = done.kind.as_str(), outcome = ?outcome, duration_ms = ms, "operation ended")
-            }
-        }
-    }
-
     /// The controller's memory of the slot's operation takes its outcome.
     fn remember_end(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) {
         let key = (a.group.name.clone(), a.slot.name.clone());
@@ -506,94 +488,6 @@ where
         {
             o.end = Some(end.clone());
         }
-    }
-
-    /// One claim write through the store's compare-and-set, with its timeline entry and metric.
-    pub(super) async fn write(
-        &self,
-        old: &Claim,
-        next: &Claim,
-        event: Event,
-        now: DateTime<Utc>,
-        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
-    ) -> bool {
-        self.write_checked(old, next, event, now, extra, None).await == Written::Yes
-    }
-
-    /// `write`, also recording `op` as the slot's operation record in the same step, and telling
-    /// a refusal from a write whose reply was lost (the server may have applied it).
-    async fn write_checked(
-        &self,
-        old: &Claim,
-        next: &Claim,
-        event: Event,
-        now: DateTime<Utc>,
-        extra: Option<(Option<OperationKind>, Option<u64>, Option<String>)>,
-        op: Option<&SlotOp>,
-    ) -> Written {
-        let mut entry = Entry::of(next, event, now);
-        if let Some((operation, duration_ms, detail)) = extra {
-            entry.operation = operation;
-            entry.duration_ms = duration_ms;
-            entry.detail = detail;
-        }
-        match self
-            .store
-            .write_recording(old, next, Some(&entry), op)
-            .await
-        {
-            Ok(true) => {
-                if next.phase != old.phase {
-                    let labels = MoveLabels {
-                        to: next.phase.as_str().to_owned(),
-                        reason: next.reason.map_or("", |r| r.as_str()).to_owned(),
-                    };
-                    self.metrics.moves.get_or_create(&labels).inc();
-                    info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
-                }
-                Written::Yes
-            }
-            Ok(false) => {
-                debug!(claim = %old.name, "claim changed under this pass; read again next pass");
-                Written::No
-            }
-            Err(ClaimStoreError::Fenced { group }) => {
-                warn!(claim = %old.name, %group, "write refused: a newer leader holds the fence");
-                self.deposed
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Written::No
-            }
-            Err(e) => {
-                warn!(claim = %old.name, error = crate::store::connect::chain(&e), "claim write failed; it may have been applied");
-                Written::Unknown
-            }
-        }
-    }
-
-    fn count_warning(&self, reason: Reason) {
-        self.metrics
-            .warnings
-            .get_or_create(&metrics::ReasonLabel {
-                reason: reason.as_str().to_owned(),
-            })
-            .inc();
-    }
-
-    /// The lease holder id of this controller, for the operations it fires.
-    fn holder(&self) -> String {
-        self.lease
-            .as_ref()
-            .map(|l| l.id().to_owned())
-            .unwrap_or_default()
-    }
-
-    /// A controller write that failed: a fence refusal deposes this controller at once.
-    fn write_failed(&self, slot: &BenchName, what: &str, e: ClaimStoreError) {
-        if matches!(e, ClaimStoreError::Fenced { .. }) {
-            self.deposed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        warn!(slot = %slot, error = crate::store::connect::chain(&e), "{what} failed");
     }
 }
 

@@ -8,6 +8,7 @@
 //! - `act`: one slot: `domain::slot::plan` decides the steps, and they are taken in order; the
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
 //!   again. Every operation is recorded on its claim before it runs.
+//! - `write`: claim writes through the compare-and-set, with their timeline entries and metrics.
 //! - [`metrics`], [`requests`]: what the controller exports, and the requests that make claims.
 
 mod act;
@@ -15,6 +16,7 @@ mod leadership;
 pub mod metrics;
 mod pass;
 pub mod requests;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
