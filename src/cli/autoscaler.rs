@@ -127,45 +127,18 @@ impl Args {
                 "decrease by 0 changes nothing: give how many pending requests to take back, like 2",
             ));
         }
-        let target = Target {
-            addr: self.grpc_addr.clone(),
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            ca: self.tls_ca.clone(),
-            timeout: self.grpc_timeout,
-        };
-        let mut client = Client::connect(&target).await.map_err(client_error)?;
+        let mut client = Client::connect(&self.target())
+            .await
+            .map_err(client_error)?;
         let json = self.format == ViewFormat::Json;
         match &self.call {
             Call::Groups => {
                 let rows = client.groups().await.map_err(client_error)?;
-                if json {
-                    return Ok(super::output::json(out, &rows, false)?);
-                }
-                grid(
-                    out,
-                    rows.iter().map(|r| GroupLine {
-                        group: r.id.clone(),
-                        min: r.min_size,
-                        max: r.max_size,
-                        target: r.target_size,
-                    }),
-                )?;
+                write_groups(out, &rows, json)?;
             }
             Call::Nodes { group } => {
                 let rows = client.nodes(group).await.map_err(client_error)?;
-                if json {
-                    return Ok(super::output::json(out, &rows, false)?);
-                }
-                grid(
-                    out,
-                    rows.iter().map(|r| NodeLine {
-                        instance: r.id.clone(),
-                        state: r.state.to_owned(),
-                        error: r.error_class.unwrap_or("-").to_owned(),
-                        message: r.error_message.clone().unwrap_or_else(|| "-".to_owned()),
-                    }),
-                )?;
+                write_nodes(out, &rows, json)?;
             }
             Call::Increase { group, delta } => {
                 let before = client.target(group).await.map_err(client_error)?;
@@ -193,29 +166,89 @@ impl Args {
             }
             Call::Template { group } => {
                 let row = client.template(group).await.map_err(client_error)?;
-                if json {
-                    return Ok(super::output::json(out, &row, false)?);
-                }
-                writeln!(out, "name:     {}", row.name)?;
-                for (k, v) in &row.labels {
-                    writeln!(out, "label:    {k}={v}")?;
-                }
-                for t in &row.taints {
-                    writeln!(out, "taint:    {t}")?;
-                }
-                for (k, v) in &row.capacity {
-                    writeln!(out, "capacity: {k}={v}")?;
-                }
-                for c in &row.conditions {
-                    writeln!(out, "condition: {c}")?;
-                }
-                writeln!(
-                    out,
-                    "legacy field 1 carries the same bytes: {}",
-                    row.legacy_field_matches
-                )?;
+                write_template(out, &row, json)?;
             }
         }
         Ok(())
     }
+
+    /// The provider to call, as the flags name it.
+    fn target(&self) -> Target {
+        Target {
+            addr: self.grpc_addr.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            ca: self.tls_ca.clone(),
+            timeout: self.grpc_timeout,
+        }
+    }
+}
+
+/// The node groups, their bounds and target sizes.
+fn write_groups(
+    out: &mut dyn Write,
+    rows: &[crate::provider::client::GroupRow],
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        return super::output::json(out, rows, false);
+    }
+    grid(
+        out,
+        rows.iter().map(|r| GroupLine {
+            group: r.id.clone(),
+            min: r.min_size,
+            max: r.max_size,
+            target: r.target_size,
+        }),
+    )
+}
+
+/// A group's instances, their states and errors.
+fn write_nodes(
+    out: &mut dyn Write,
+    rows: &[crate::provider::client::InstanceRow],
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        return super::output::json(out, rows, false);
+    }
+    grid(
+        out,
+        rows.iter().map(|r| NodeLine {
+            instance: r.id.clone(),
+            state: r.state.to_owned(),
+            error: r.error_class.unwrap_or("-").to_owned(),
+            message: r.error_message.clone().unwrap_or_else(|| "-".to_owned()),
+        }),
+    )
+}
+
+/// The node a machine of the group becomes, a line a field.
+fn write_template(
+    out: &mut dyn Write,
+    row: &crate::provider::client::TemplateRow,
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        return super::output::json(out, row, false);
+    }
+    writeln!(out, "name:     {}", row.name)?;
+    for (k, v) in &row.labels {
+        writeln!(out, "label:    {k}={v}")?;
+    }
+    for t in &row.taints {
+        writeln!(out, "taint:    {t}")?;
+    }
+    for (k, v) in &row.capacity {
+        writeln!(out, "capacity: {k}={v}")?;
+    }
+    for c in &row.conditions {
+        writeln!(out, "condition: {c}")?;
+    }
+    writeln!(
+        out,
+        "legacy field 1 carries the same bytes: {}",
+        row.legacy_field_matches
+    )
 }

@@ -66,91 +66,132 @@ async fn follow(
 ) -> Result<(), Error> {
     let mut shown: Option<(Phase, u64)> = None;
     loop {
-        let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
-        let Some(c) = store
-            .read_claim(&made.group, &made.name)
-            .await
-            .map_err(|e| Error::Runtime(e.into()))?
-        else {
-            return Err(Error::Runtime(anyhow::anyhow!(
-                "claim {} is gone (cancelled?); see `fleet describe {}`",
-                made.name,
-                made.slot
-            )));
-        };
-        let elapsed = (now - c.requested_at)
-            .num_milliseconds()
-            .max(0)
-            .unsigned_abs();
-        let deadline = c
-            .deadline_at
-            .map(|d| format!(", deadline {}", relative(d, now)))
-            .unwrap_or_default();
+        let (now, c) = read_followed(store, made).await?;
         let progress = (c.phase, c.version);
         if shown != Some(progress) {
-            writeln!(
-                out,
-                "{}: {} after {}{}",
-                c.name,
-                c.phase,
-                human_ms(elapsed),
-                if c.phase.is_live() {
-                    deadline
-                } else {
-                    String::new()
-                }
-            )?;
+            write_progress(out, &c, now)?;
             out.flush()?;
             shown = Some(progress);
         }
         match c.phase {
             Phase::Ready => return Ok(()),
             Phase::Failed | Phase::Completed => {
-                let tail = store
-                    .timeline(&c.group, &c.name)
-                    .await
-                    .ok()
-                    .and_then(|t| {
-                        t.into_iter()
-                            .rev()
-                            .find(|e| e.operation.is_some() && e.detail.is_some())
-                    })
-                    .and_then(|e| e.detail)
-                    .unwrap_or_default();
-                if !tail.is_empty() {
-                    writeln!(out, "output of its last operation:")?;
-                    for line in tail.lines() {
-                        writeln!(out, "  {line}")?;
-                    }
-                }
-                return Err(Error::Runtime(anyhow::anyhow!(
-                    "claim {} {}: {}",
-                    c.name,
-                    c.phase,
-                    c.reason.map_or("no reason recorded", |r| r.as_str())
-                )));
+                write_last_output(store, &c, out).await?;
+                return Err(ended(&c));
             }
             Phase::Pending | Phase::Booting => {}
         }
-        if c.deadline_at
-            .is_some_and(|d| now > crate::domain::claim::add(d, PAST_DEADLINE))
-        {
-            return Err(Error::Runtime(anyhow::anyhow!(
-                "claim {} is still {} a minute past its deadline: is `fleet serve` running?",
-                c.name,
-                c.phase
-            )));
+        wait(ctx, &c, now).await?;
+    }
+}
+
+/// The store's clock and the claim as it is now; a claim that is gone ends the wait.
+async fn read_followed(
+    store: &ClaimStore<redis::aio::MultiplexedConnection>,
+    made: &Claim,
+) -> Result<(chrono::DateTime<chrono::Utc>, Claim), Error> {
+    let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
+    let Some(c) = store
+        .read_claim(&made.group, &made.name)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?
+    else {
+        return Err(Error::Runtime(anyhow::anyhow!(
+            "claim {} is gone (cancelled?); see `fleet describe {}`",
+            made.name,
+            made.slot
+        )));
+    };
+    Ok((now, c))
+}
+
+/// A step's line: the phase, how long since the claim was asked, and, while it is live, its
+/// deadline.
+fn write_progress(
+    out: &mut dyn Write,
+    c: &Claim,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::io::Result<()> {
+    let elapsed = (now - c.requested_at)
+        .num_milliseconds()
+        .max(0)
+        .unsigned_abs();
+    let deadline = c
+        .deadline_at
+        .map(|d| format!(", deadline {}", relative(d, now)))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{}: {} after {}{}",
+        c.name,
+        c.phase,
+        human_ms(elapsed),
+        if c.phase.is_live() {
+            deadline
+        } else {
+            String::new()
         }
-        tokio::select! {
-            // Interrupted before it was ready: not a success a script may build on. The claim
-            // lives on; only the wait ended.
-            _ = ctx.shutdown.cancelled() => return Err(Error::Runtime(anyhow::anyhow!(
-                "stopped waiting: claim {} is still {} (it goes on; follow it with `fleet claims --slot {}`)",
-                c.name,
-                c.phase,
-                c.slot
-            ))),
-            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+    )
+}
+
+/// The output of the ended claim's last operation that said anything: why it failed, without
+/// another command. A timeline that cannot be read shows nothing; the failure is said anyway.
+async fn write_last_output(
+    store: &ClaimStore<redis::aio::MultiplexedConnection>,
+    c: &Claim,
+    out: &mut (dyn Write + Send),
+) -> Result<(), Error> {
+    let tail = store
+        .timeline(&c.group, &c.name)
+        .await
+        .ok()
+        .and_then(|t| {
+            t.into_iter()
+                .rev()
+                .find(|e| e.operation.is_some() && e.detail.is_some())
+        })
+        .and_then(|e| e.detail)
+        .unwrap_or_default();
+    if !tail.is_empty() {
+        writeln!(out, "output of its last operation:")?;
+        for line in tail.lines() {
+            writeln!(out, "  {line}")?;
         }
+    }
+    Ok(())
+}
+
+/// A claim that ended without being ready: exit 1, with its reason.
+fn ended(c: &Claim) -> Error {
+    Error::Runtime(anyhow::anyhow!(
+        "claim {} {}: {}",
+        c.name,
+        c.phase,
+        c.reason.map_or("no reason recorded", |r| r.as_str())
+    ))
+}
+
+/// Waits for the next look, unless the claim is long past its deadline (nobody moves it) or the
+/// wait is interrupted.
+async fn wait(ctx: &Ctx, c: &Claim, now: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
+    if c.deadline_at
+        .is_some_and(|d| now > crate::domain::claim::add(d, PAST_DEADLINE))
+    {
+        return Err(Error::Runtime(anyhow::anyhow!(
+            "claim {} is still {} a minute past its deadline: is `fleet serve` running?",
+            c.name,
+            c.phase
+        )));
+    }
+    tokio::select! {
+        // Interrupted before it was ready: not a success a script may build on. The claim
+        // lives on; only the wait ended.
+        _ = ctx.shutdown.cancelled() => Err(Error::Runtime(anyhow::anyhow!(
+            "stopped waiting: claim {} is still {} (it goes on; follow it with `fleet claims --slot {}`)",
+            c.name,
+            c.phase,
+            c.slot
+        ))),
+        _ = tokio::time::sleep(FOLLOW_EVERY) => Ok(()),
     }
 }

@@ -112,39 +112,7 @@ struct TimelineLine {
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let world = World::read(ctx).await?;
-        // A slot first; else a claim still kept.
-        let slot_named = BenchName::parse(&self.target)
-            .ok()
-            .filter(|s| world.slots.iter().any(|(_, name, ..)| name == s));
-        let (slot, claim): (BenchName, Option<Claim>) = match slot_named {
-            Some(slot) => {
-                let claim = world.live_claim(&slot).cloned().or_else(|| {
-                    world
-                        .claims
-                        .iter()
-                        .filter(|c| c.slot == slot)
-                        .max_by_key(|c| (c.requested_at, c.name.clone()))
-                        .cloned()
-                });
-                (slot, claim)
-            }
-            None => {
-                let found = ClaimName::parse(&self.target)
-                    .ok()
-                    .and_then(|name| world.claims.iter().find(|c| c.name == name).cloned());
-                match found {
-                    Some(c) => (c.slot.clone(), Some(c)),
-                    None => {
-                        return Err(Error::usage(format!(
-                            "no slot {} and no claim of that name: list them with `fleet slots` \
-                             and `fleet claims` (an ended claim is kept for its group's \
-                             ttl_after_finished)",
-                            self.target
-                        )));
-                    }
-                }
-            }
-        };
+        let (slot, claim) = resolve(&world, &self.target)?;
         let Some(row) = slot_rows(&world)
             .into_iter()
             .find(|r| r.name == slot.as_str())
@@ -160,18 +128,8 @@ impl Args {
             .find(|(_, s, ..)| s == &slot)
             .cloned()
             .expect("the row came from this slot");
-        let timeline = match &claim {
-            Some(c) => world
-                .store
-                .timeline(&c.group, &c.name)
-                .await
-                .map_err(|e| Error::Runtime(e.into()))?,
-            None => Vec::new(),
-        };
+        let timeline = read_timeline(&world, claim.as_ref()).await?;
         let history = status.map(|s| s.history).unwrap_or_default();
-        let deadline = claim
-            .as_ref()
-            .and_then(|c| explain_deadline(c, &group, &world));
         let d = Description {
             slot: row,
             recent_transitions: history
@@ -184,7 +142,9 @@ impl Args {
                 .collect(),
             activations: history.recent_activations().map(|t| rfc3339(*t)).collect(),
             claim: claim.as_ref().map(|c| claim_row(c, &world)),
-            deadline,
+            deadline: claim
+                .as_ref()
+                .and_then(|c| explain_deadline(c, &group, &world)),
             timeline: timeline.iter().map(EntryRow::from).collect(),
         };
         if self.format.is_json() {
@@ -192,129 +152,223 @@ impl Args {
         }
         super::views::notice(out, &world, false)?;
         let now = world.now;
-        let s = &d.slot;
-        writeln!(out, "Slot:        {} (group {})", s.name, s.group)?;
-        writeln!(
-            out,
-            "Phase:       {}{} (previously {}), since {}",
-            opt(s.phase),
-            s.held
-                .as_ref()
-                .map(|h| format!(", held ({h})"))
-                .unwrap_or_default(),
-            opt(s.previous_phase),
-            moment(s.since, now)
-        )?;
-        writeln!(
-            out,
-            "Power:       {}, usable: {}",
-            s.power,
-            if s.usable { "yes" } else { "no" }
-        )?;
-        if let Some(waiting) = &s.waiting_local {
-            writeln!(out, "Waiting for: {waiting}")?;
-        }
-        let last_boot = history.recent_activations().last().copied();
-        writeln!(
-            out,
-            "Boots:       {} in 24h, {} in all{}",
-            s.activations_24h,
-            s.activations_total,
-            last_boot
-                .map(|t| format!("; the last {}", moment(Some(t), now)))
-                .unwrap_or_default()
-        )?;
-        match &claim {
-            Some(c) => {
-                writeln!(
-                    out,
-                    "{}  {} {}, attempt {}{}{}",
-                    if c.phase.is_live() {
-                        "Live claim:"
-                    } else {
-                        "Claim:     "
-                    },
-                    c.name,
-                    c.phase,
-                    c.attempt,
-                    c.reason.map(|r| format!(", {r}")).unwrap_or_default(),
-                    c.call
-                        .map(|call| format!(", made by {}", call.as_str()))
-                        .unwrap_or_default()
-                )?;
-                writeln!(out, "Requested:   {}", moment(Some(c.requested_at), now))?;
-                if let Some(text) = &d.deadline {
-                    writeln!(out, "Deadline:    {text}")?;
-                }
-                if let Some(at) = c.finished_at {
-                    writeln!(out, "Finished:    {}", moment(Some(at), now))?;
-                }
-            }
-            None => writeln!(out, "Claim:       -")?,
-        }
-        if let Some(l) = &s.last_claim
-            && claim.as_ref().is_none_or(|c| c.name != l.name)
-        {
-            writeln!(
-                out,
-                "Last claim:  {} {} attempt {}{} (collected; its digest stays)",
-                l.name,
-                l.phase,
-                l.attempt,
-                l.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
-            )?;
-        }
-        writeln!(out, "\nHistory:")?;
-        grid(
-            out,
-            history.recent_transitions().map(|t| HistoryLine {
-                at: moment(Some(t.at), now),
-                from: opt(t.from),
-                to: t.to.to_string(),
-            }),
-        )?;
+        write_slot(out, &d.slot, &history, now)?;
+        write_claim(out, claim.as_ref(), d.deadline.as_deref(), now)?;
+        write_last_claim(out, &d.slot, claim.as_ref())?;
+        write_history(out, &history, now)?;
         if !timeline.is_empty() {
-            writeln!(
-                out,
-                "\nTimeline of {}:",
-                claim.as_ref().map_or("", |c| c.name.as_str())
-            )?;
-            grid(
-                out,
-                timeline.iter().map(|e| TimelineLine {
-                    at: clock(e.at),
-                    event: format!("{:?}", e.event).to_lowercase()
-                        + &e.operation
-                            .map(|op| format!(" ({})", op.as_str()))
-                            .unwrap_or_default(),
-                    phase: e.phase.to_string(),
-                    reason: e.reason.map_or("-".into(), |r| r.to_string()),
-                    took: e.duration_ms.map_or("-".into(), human_ms),
-                    detail: e
-                        .detail
-                        .as_deref()
-                        .map(|d| d.lines().last().unwrap_or_default().to_owned())
-                        .unwrap_or_default(),
-                }),
-            )?;
-            // The output of the last operation that said anything: why it failed, readable here.
-            if let Some(e) = timeline
-                .iter()
-                .rev()
-                .find(|e| e.operation.is_some() && e.detail.is_some())
-            {
-                writeln!(
-                    out,
-                    "\nOutput of the {} ({}):",
-                    e.operation.map_or("operation", |op| op.as_str()),
-                    relative(e.at, now)
-                )?;
-                for line in e.detail.as_deref().unwrap_or_default().lines() {
-                    writeln!(out, "  {line}")?;
-                }
-            }
+            write_timeline(out, claim.as_ref(), &timeline, now)?;
         }
         Ok(())
+    }
+}
+
+/// Finds what the target names: a slot first, with its live claim, else its last claim still
+/// kept; else a claim still kept, with its slot.
+fn resolve(world: &World, target: &str) -> Result<(BenchName, Option<Claim>), Error> {
+    let slot_named = BenchName::parse(target)
+        .ok()
+        .filter(|s| world.slots.iter().any(|(_, name, ..)| name == s));
+    if let Some(slot) = slot_named {
+        let claim = world.live_claim(&slot).cloned().or_else(|| {
+            world
+                .claims
+                .iter()
+                .filter(|c| c.slot == slot)
+                .max_by_key(|c| (c.requested_at, c.name.clone()))
+                .cloned()
+        });
+        return Ok((slot, claim));
+    }
+    let found = ClaimName::parse(target)
+        .ok()
+        .and_then(|name| world.claims.iter().find(|c| c.name == name).cloned());
+    match found {
+        Some(c) => Ok((c.slot.clone(), Some(c))),
+        None => Err(Error::usage(format!(
+            "no slot {target} and no claim of that name: list them with `fleet slots` \
+             and `fleet claims` (an ended claim is kept for its group's \
+             ttl_after_finished)"
+        ))),
+    }
+}
+
+/// The claim's timeline, in one read; none without a claim.
+async fn read_timeline(world: &World, claim: Option<&Claim>) -> Result<Vec<Entry>, Error> {
+    match claim {
+        Some(c) => world
+            .store
+            .timeline(&c.group, &c.name)
+            .await
+            .map_err(|e| Error::Runtime(e.into())),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The slot's own lines: name, phase, power, what it waits for and its boots.
+fn write_slot(
+    out: &mut dyn Write,
+    s: &SlotRow,
+    history: &crate::domain::history::History,
+    now: DateTime<Utc>,
+) -> std::io::Result<()> {
+    writeln!(out, "Slot:        {} (group {})", s.name, s.group)?;
+    writeln!(
+        out,
+        "Phase:       {}{} (previously {}), since {}",
+        opt(s.phase),
+        s.held
+            .as_ref()
+            .map(|h| format!(", held ({h})"))
+            .unwrap_or_default(),
+        opt(s.previous_phase),
+        moment(s.since, now)
+    )?;
+    writeln!(
+        out,
+        "Power:       {}, usable: {}",
+        s.power,
+        if s.usable { "yes" } else { "no" }
+    )?;
+    if let Some(waiting) = &s.waiting_local {
+        writeln!(out, "Waiting for: {waiting}")?;
+    }
+    let last_boot = history.recent_activations().last().copied();
+    writeln!(
+        out,
+        "Boots:       {} in 24h, {} in all{}",
+        s.activations_24h,
+        s.activations_total,
+        last_boot
+            .map(|t| format!("; the last {}", moment(Some(t), now)))
+            .unwrap_or_default()
+    )
+}
+
+/// The claim's lines: its phase and attempt, who made it, when it was asked, its deadline and
+/// when it finished; `-` without one.
+fn write_claim(
+    out: &mut dyn Write,
+    claim: Option<&Claim>,
+    deadline: Option<&str>,
+    now: DateTime<Utc>,
+) -> std::io::Result<()> {
+    let Some(c) = claim else {
+        return writeln!(out, "Claim:       -");
+    };
+    writeln!(
+        out,
+        "{}  {} {}, attempt {}{}{}",
+        if c.phase.is_live() {
+            "Live claim:"
+        } else {
+            "Claim:     "
+        },
+        c.name,
+        c.phase,
+        c.attempt,
+        c.reason.map(|r| format!(", {r}")).unwrap_or_default(),
+        c.call
+            .map(|call| format!(", made by {}", call.as_str()))
+            .unwrap_or_default()
+    )?;
+    writeln!(out, "Requested:   {}", moment(Some(c.requested_at), now))?;
+    if let Some(text) = deadline {
+        writeln!(out, "Deadline:    {text}")?;
+    }
+    if let Some(at) = c.finished_at {
+        writeln!(out, "Finished:    {}", moment(Some(at), now))?;
+    }
+    Ok(())
+}
+
+/// The digest of the slot's last claim, when that claim is collected and so not shown above.
+fn write_last_claim(
+    out: &mut dyn Write,
+    s: &SlotRow,
+    claim: Option<&Claim>,
+) -> std::io::Result<()> {
+    if let Some(l) = &s.last_claim
+        && claim.is_none_or(|c| c.name != l.name)
+    {
+        writeln!(
+            out,
+            "Last claim:  {} {} attempt {}{} (collected; its digest stays)",
+            l.name,
+            l.phase,
+            l.attempt,
+            l.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
+        )?;
+    }
+    Ok(())
+}
+
+/// The slot's recent transitions, as a table.
+fn write_history(
+    out: &mut dyn Write,
+    history: &crate::domain::history::History,
+    now: DateTime<Utc>,
+) -> std::io::Result<()> {
+    writeln!(out, "\nHistory:")?;
+    grid(
+        out,
+        history.recent_transitions().map(|t| HistoryLine {
+            at: moment(Some(t.at), now),
+            from: opt(t.from),
+            to: t.to.to_string(),
+        }),
+    )
+}
+
+/// The claim's timeline as a table, each detail cut to its last line, then the whole output of
+/// the last operation that said anything: why it failed, readable here (SPEC §4.7).
+fn write_timeline(
+    out: &mut dyn Write,
+    claim: Option<&Claim>,
+    timeline: &[Entry],
+    now: DateTime<Utc>,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "\nTimeline of {}:",
+        claim.map_or("", |c| c.name.as_str())
+    )?;
+    grid(out, timeline.iter().map(TimelineLine::from))?;
+    if let Some(e) = timeline
+        .iter()
+        .rev()
+        .find(|e| e.operation.is_some() && e.detail.is_some())
+    {
+        writeln!(
+            out,
+            "\nOutput of the {} ({}):",
+            e.operation.map_or("operation", |op| op.as_str()),
+            relative(e.at, now)
+        )?;
+        for line in e.detail.as_deref().unwrap_or_default().lines() {
+            writeln!(out, "  {line}")?;
+        }
+    }
+    Ok(())
+}
+
+impl From<&Entry> for TimelineLine {
+    fn from(e: &Entry) -> Self {
+        TimelineLine {
+            at: clock(e.at),
+            event: format!("{:?}", e.event).to_lowercase()
+                + &e.operation
+                    .map(|op| format!(" ({})", op.as_str()))
+                    .unwrap_or_default(),
+            phase: e.phase.to_string(),
+            reason: e.reason.map_or("-".into(), |r| r.to_string()),
+            took: e.duration_ms.map_or("-".into(), human_ms),
+            detail: e
+                .detail
+                .as_deref()
+                .map(|d| d.lines().last().unwrap_or_default().to_owned())
+                .unwrap_or_default(),
+        }
     }
 }
 

@@ -133,49 +133,19 @@ fn config_error(e: ConfigError) -> Error {
     Error::Usage(e.into())
 }
 
+/// What `fleet serve` listens on, bound before anything is published so a port in use fails
+/// the start.
+struct Listeners {
+    grpc: tokio::net::TcpListener,
+    metrics: tokio::net::TcpListener,
+}
+
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        if self.lease <= self.interval {
-            return Err(Error::usage(format!(
-                "--lease {} must be longer than --interval {}: the leader renews its lease once a \
-                 pass, so a lease no longer than a pass lapses between renewals; use at least \
-                 --lease {}",
-                humantime::format_duration(self.lease),
-                humantime::format_duration(self.interval),
-                humantime::format_duration(self.interval * 2)
-            )));
-        }
+        self.check_lease()?;
         let config = config::load(&self.config).map_err(config_error)?;
-        let tls_files = TlsFiles {
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            client_ca: self.tls_client_ca.clone(),
-        };
-        let tls = tls_files.load().map_err(|e| match e {
-            TlsError::Read { .. } => Error::Runtime(e.into()),
-            _ => Error::Usage(e.into()),
-        })?;
-        let transport = match (&tls, &self.tls_client_ca) {
-            (None, _) => "plaintext",
-            (Some(_), None) => "TLS",
-            (Some(_), Some(_)) => "mutual TLS",
-        };
-        let grpc = tokio::net::TcpListener::bind(self.grpc_addr)
-            .await
-            .map_err(|e| {
-                Error::Runtime(anyhow::Error::new(e).context(format!(
-                    "listening on {} for cluster-autoscaler (--grpc-addr)",
-                    self.grpc_addr
-                )))
-            })?;
-        let listener = tokio::net::TcpListener::bind(self.metrics_addr)
-            .await
-            .map_err(|e| {
-                Error::Runtime(
-                    anyhow::Error::new(e)
-                        .context(format!("listening on {} for metrics", self.metrics_addr)),
-                )
-            })?;
+        let (tls, transport) = self.tls()?;
+        let listeners = self.bind().await?;
         warn_about(&config);
         let conn = ctx.endpoint.manager().await?;
         let mut publisher = conn.clone();
@@ -184,23 +154,14 @@ impl Args {
             .publish(&mut publisher, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
-        info!(
-            config = %self.config.display(),
-            groups = config.groups.len(),
-            slots = config.slots.len(),
-            redis = %ctx.endpoint.redacted(),
-            metrics = %listener.local_addr().map_or(self.metrics_addr, |a| a),
-            grpc = %grpc.local_addr().map_or(self.grpc_addr, |a| a),
-            transport,
-            "fleet serve started"
-        );
+        self.log_started(ctx, &config, &listeners, transport);
         let (tx, rx) = watch::channel(Arc::new(config));
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
         tasks.spawn(metrics::serve(
-            listener,
+            listeners.metrics,
             metrics.clone(),
             health.clone(),
             self.interval * 5,
@@ -217,25 +178,102 @@ impl Args {
         let provider = Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
             .with_leadership(health.leadership())
             .with_metrics(metrics.clone());
-        let grpc_shutdown = shutdown.clone();
-        let leadership = health.leadership();
-        tasks.spawn(async move {
-            if let Err(e) = provider::server::serve(
-                grpc,
-                tls,
-                Arc::new(provider),
-                Some(leadership),
-                grpc_shutdown.clone(),
-            )
+        tasks.spawn(serve_provider(
+            listeners.grpc,
+            tls,
+            provider,
+            health.leadership(),
+            shutdown.clone(),
+        ));
+        self.control(ctx, rx, conn, (metrics, health), shutdown)
+            .await;
+        // The controller has stopped: the listeners and the reload end on the same token.
+        tasks.close();
+        tasks.wait().await;
+        info!("fleet serve stopped");
+        Ok(())
+    }
+
+    /// The leader renews its lease once a pass, so a lease no longer than a pass lapses between
+    /// renewals.
+    fn check_lease(&self) -> Result<(), Error> {
+        if self.lease > self.interval {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "--lease {} must be longer than --interval {}: the leader renews its lease once a \
+             pass, so a lease no longer than a pass lapses between renewals; use at least \
+             --lease {}",
+            humantime::format_duration(self.lease),
+            humantime::format_duration(self.interval),
+            humantime::format_duration(self.interval * 2)
+        )))
+    }
+
+    /// The provider's TLS configuration and the name of its transport. A file that cannot be
+    /// read is a runtime failure; flags that do not go together are the caller's input.
+    fn tls(&self) -> Result<(Option<tonic::transport::ServerTlsConfig>, &'static str), Error> {
+        let tls_files = TlsFiles {
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        let tls = tls_files.load().map_err(|e| match e {
+            TlsError::Read { .. } => Error::Runtime(e.into()),
+            _ => Error::Usage(e.into()),
+        })?;
+        let transport = match (&tls, &self.tls_client_ca) {
+            (None, _) => "plaintext",
+            (Some(_), None) => "TLS",
+            (Some(_), Some(_)) => "mutual TLS",
+        };
+        Ok((tls, transport))
+    }
+
+    /// Binds the provider's port, then the metrics port.
+    async fn bind(&self) -> Result<Listeners, Error> {
+        let grpc = tokio::net::TcpListener::bind(self.grpc_addr)
             .await
-            {
-                error!(
-                    error = crate::store::connect::chain(&e),
-                    "the cluster-autoscaler provider stopped; stopping fleet serve"
-                );
-                grpc_shutdown.cancel();
-            }
-        });
+            .map_err(|e| {
+                Error::Runtime(anyhow::Error::new(e).context(format!(
+                    "listening on {} for cluster-autoscaler (--grpc-addr)",
+                    self.grpc_addr
+                )))
+            })?;
+        let metrics = tokio::net::TcpListener::bind(self.metrics_addr)
+            .await
+            .map_err(|e| {
+                Error::Runtime(
+                    anyhow::Error::new(e)
+                        .context(format!("listening on {} for metrics", self.metrics_addr)),
+                )
+            })?;
+        Ok(Listeners { grpc, metrics })
+    }
+
+    fn log_started(&self, ctx: &Ctx, config: &Config, listeners: &Listeners, transport: &str) {
+        info!(
+            config = %self.config.display(),
+            groups = config.groups.len(),
+            slots = config.slots.len(),
+            redis = %ctx.endpoint.redacted(),
+            metrics = %listeners.metrics.local_addr().map_or(self.metrics_addr, |a| a),
+            grpc = %listeners.grpc.local_addr().map_or(self.grpc_addr, |a| a),
+            transport,
+            "fleet serve started"
+        );
+    }
+
+    /// Runs the controller until `shutdown`: it leads while it holds the lease, and its
+    /// operations run through this binary, reporting to the same store.
+    async fn control(
+        &self,
+        ctx: &Ctx,
+        rx: watch::Receiver<Arc<Config>>,
+        conn: redis::aio::ConnectionManager,
+        (metrics, health): (Arc<Metrics>, Arc<Health>),
+        shutdown: CancellationToken,
+    ) {
         let holder = self
             .holder
             .clone()
@@ -263,10 +301,32 @@ impl Args {
         controller
             .run_leading(self.interval, self.grace, shutdown)
             .await;
-        tasks.close();
-        tasks.wait().await;
-        info!("fleet serve stopped");
-        Ok(())
+    }
+}
+
+/// Serves cluster-autoscaler's provider until `shutdown`; a provider that stops on its own stops
+/// the whole of `fleet serve`, since the autoscaler can no longer reach it.
+async fn serve_provider(
+    grpc: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    provider: Provider<redis::aio::ConnectionManager>,
+    leadership: watch::Receiver<Option<String>>,
+    shutdown: CancellationToken,
+) {
+    if let Err(e) = provider::server::serve(
+        grpc,
+        tls,
+        Arc::new(provider),
+        Some(leadership),
+        shutdown.clone(),
+    )
+    .await
+    {
+        error!(
+            error = crate::store::connect::chain(&e),
+            "the cluster-autoscaler provider stopped; stopping fleet serve"
+        );
+        shutdown.cancel();
     }
 }
 

@@ -7,7 +7,7 @@
 //! last `TAIL_BYTES` are kept, so a command that prints gigabytes costs the wrapper a few
 //! kilobytes. Past its timeout the whole process group is killed.
 
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,33 @@ pub async fn run(request: &Request) -> Report {
             tail: "the operation has no command".to_owned(),
         };
     };
+    let mut child = match command(request, program, args).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Report {
+                outcome: OperationOutcome::Failed,
+                duration: start.elapsed(),
+                tail: format!("cannot start {program:?}: {e}"),
+            };
+        }
+    };
+    let output = Arc::new(Mutex::new(Tail::default()));
+    let mut readers = tokio::task::JoinSet::new();
+    if let Some(out) = child.stdout.take() {
+        readers.spawn(collect(out, output.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.spawn(collect(err, output.clone()));
+    }
+    let status = wait_or_kill(&mut child, request.timeout).await;
+    drain(readers).await;
+    let text = output.lock().unwrap_or_else(|e| e.into_inner()).text();
+    report(status, text, request.timeout, start.elapsed())
+}
+
+/// The command, ready to spawn: stdin closed, its output piped to the wrapper, in a process
+/// group of its own so a timeout kills everything it started.
+fn command(request: &Request, program: &str, args: &[String]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
     // The command gets fleet's own variables and the group's, never the ones the controller runs
     // with: FLEET_REDIS_URL may hold a password (SPEC §2.7).
@@ -88,89 +115,75 @@ pub async fn run(request: &Request) -> Report {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own process group, so a timeout kills everything it started.
         .process_group(0);
     if let Some(dir) = &request.dir {
         cmd.current_dir(dir);
     }
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            return Report {
-                outcome: OperationOutcome::Failed,
-                duration: start.elapsed(),
-                tail: format!("cannot start {program:?}: {e}"),
-            };
-        }
-    };
+    cmd
+}
+
+/// Waits for the command's exit status; past `timeout`, kills its whole process group (what it
+/// left behind goes with it) and reaps it, and the status is `None`.
+///
+/// The outcome is the exit status, never the end of the output: a background child may hold
+/// the pipes open long after the command itself has exited.
+async fn wait_or_kill(
+    child: &mut tokio::process::Child,
+    timeout: Duration,
+) -> Option<std::io::Result<ExitStatus>> {
     let pid = child.id();
-    let output = Arc::new(Mutex::new(Tail::default()));
-    let mut readers = tokio::task::JoinSet::new();
-    if let Some(out) = child.stdout.take() {
-        readers.spawn(collect(out, output.clone()));
-    }
-    if let Some(err) = child.stderr.take() {
-        readers.spawn(collect(err, output.clone()));
-    }
-    // The outcome is the exit status, never the end of the output: a background child may hold
-    // the pipes open long after the command itself has exited.
-    let waited = tokio::time::timeout(request.timeout, child.wait()).await;
-    let status = match waited {
+    match tokio::time::timeout(timeout, child.wait()).await {
         Ok(status) => Some(status),
         Err(_) => {
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                // The command's whole process group: what it left behind goes with it. A stale
-                // id at worst fails with ESRCH.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            super::kill_group(pid);
             let _ = child.wait().await;
             None
         }
-    };
+    }
+}
+
+/// Reads, for at most `DRAIN`, the output still in the pipes, then stops the readers.
+async fn drain(mut readers: tokio::task::JoinSet<()>) {
     let _ = tokio::time::timeout(DRAIN, async {
         while readers.join_next().await.is_some() {}
     })
     .await;
     readers.abort_all();
-    let text = output.lock().unwrap_or_else(|e| e.into_inner()).text();
-    match status {
-        Some(Ok(s)) if s.success() => Report {
-            outcome: OperationOutcome::Completed,
-            duration: start.elapsed(),
-            tail: text,
-        },
-        Some(result) => {
-            let why = match result {
-                Ok(s) => format!("[{s}]"),
-                Err(e) => format!("[waiting for it failed: {e}]"),
+}
+
+/// The outcome from the exit status (`None`: killed at its timeout), with the output's tail and
+/// the reason it failed on a line of its own.
+fn report(
+    status: Option<std::io::Result<ExitStatus>>,
+    text: String,
+    timeout: Duration,
+    duration: Duration,
+) -> Report {
+    let (outcome, why) = match status {
+        Some(Ok(s)) if s.success() => {
+            return Report {
+                outcome: OperationOutcome::Completed,
+                duration,
+                tail: text,
             };
-            Report {
-                outcome: OperationOutcome::Failed,
-                duration: start.elapsed(),
-                tail: if text.is_empty() {
-                    why
-                } else {
-                    format!("{text}\n{why}")
-                },
-            }
         }
-        None => Report {
-            outcome: OperationOutcome::TimedOut,
-            duration: start.elapsed(),
-            tail: {
-                let killed = format!(
-                    "[killed after {}]",
-                    humantime::format_duration(request.timeout)
-                );
-                if text.is_empty() {
-                    killed
-                } else {
-                    format!("{text}\n{killed}")
-                }
-            },
+        Some(Ok(s)) => (OperationOutcome::Failed, format!("[{s}]")),
+        Some(Err(e)) => (
+            OperationOutcome::Failed,
+            format!("[waiting for it failed: {e}]"),
+        ),
+        None => (
+            OperationOutcome::TimedOut,
+            format!("[killed after {}]", humantime::format_duration(timeout)),
+        ),
+    };
+    Report {
+        outcome,
+        duration,
+        tail: if text.is_empty() {
+            why
+        } else {
+            format!("{text}\n{why}")
         },
     }
 }

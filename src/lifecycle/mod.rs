@@ -168,24 +168,7 @@ impl Runner for Exec {
             Ok(b) => b,
             Err(e) => return Self::failed(format!("encoding the operation: {e}"), start.elapsed()),
         };
-        // Its own process group, and no kill on drop: the operation outlives the controller. It
-        // keeps the log settings and none of the controller's other variables (FLEET_REDIS_URL
-        // may hold a password: the job brings the wrapper what it needs).
-        let mut wrapper = tokio::process::Command::new(&self.program);
-        for (name, _) in std::env::vars_os() {
-            let text = name.to_string_lossy();
-            if text.starts_with("FLEET_") && text != "FLEET_LOG" && text != "FLEET_LOG_FORMAT" {
-                wrapper.env_remove(name);
-            }
-        }
-        let spawned = wrapper
-            .arg(WRAPPER_VERB)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .spawn();
-        let mut child = match spawned {
+        let mut child = match self.wrapper().spawn() {
             Ok(c) => c,
             Err(e) => {
                 return Self::failed(
@@ -202,21 +185,7 @@ impl Runner for Exec {
             let _ = stdin.write_all(&bytes).await;
         }
         let stdout = child.stdout.take();
-        let waited = tokio::time::timeout(bound, async {
-            // The report is the wrapper's first line, written as soon as the command ended; the
-            // wrapper then reports to the store, which this process need not wait for.
-            let mut line = Vec::new();
-            if let Some(o) = stdout {
-                let mut o = tokio::io::BufReader::new(o.take(1 << 20));
-                let _ = o.read_until(b'\n', &mut line).await;
-            }
-            match serde_json::from_slice::<Report>(&line) {
-                Ok(report) => Ok(report),
-                Err(_) => Err(child.wait().await),
-            }
-        })
-        .await;
-        match waited {
+        match tokio::time::timeout(bound, first_report(stdout, &mut child)).await {
             Ok(Ok(report)) => {
                 // Reaped when it is done reporting, so it never lingers as a zombie.
                 tokio::spawn(async move {
@@ -232,13 +201,7 @@ impl Runner for Exec {
                 start.elapsed(),
             ),
             Err(_) => {
-                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // The wrapper's own process group; a stale id at worst fails with ESRCH.
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+                kill_group(pid);
                 Report {
                     outcome: OperationOutcome::TimedOut,
                     duration: start.elapsed(),
@@ -249,5 +212,56 @@ impl Runner for Exec {
                 }
             }
         }
+    }
+}
+
+impl Exec {
+    /// The wrapper, ready to spawn: its own process group, and no kill on drop, so the operation
+    /// outlives the controller. It keeps the log settings and none of the controller's other
+    /// variables (FLEET_REDIS_URL may hold a password: the job brings the wrapper what it needs).
+    fn wrapper(&self) -> tokio::process::Command {
+        let mut wrapper = tokio::process::Command::new(&self.program);
+        for (name, _) in std::env::vars_os() {
+            let text = name.to_string_lossy();
+            if text.starts_with("FLEET_") && text != "FLEET_LOG" && text != "FLEET_LOG_FORMAT" {
+                wrapper.env_remove(name);
+            }
+        }
+        wrapper
+            .arg(WRAPPER_VERB)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        wrapper
+    }
+}
+
+/// The wrapper's report: its first line, written as soon as the command ended; the wrapper then
+/// reports to the store, which this process need not wait for. Without a report, the wrapper's
+/// exit status says why.
+async fn first_report(
+    stdout: Option<tokio::process::ChildStdout>,
+    child: &mut tokio::process::Child,
+) -> Result<Report, std::io::Result<std::process::ExitStatus>> {
+    let mut line = Vec::new();
+    if let Some(o) = stdout {
+        let mut o = tokio::io::BufReader::new(o.take(1 << 20));
+        let _ = o.read_until(b'\n', &mut line).await;
+    }
+    match serde_json::from_slice::<Report>(&line) {
+        Ok(report) => Ok(report),
+        Err(_) => Err(child.wait().await),
+    }
+}
+
+/// Kills the process group that `pid` leads, with everything in it. A stale id at worst fails
+/// with ESRCH.
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }

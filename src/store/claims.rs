@@ -5,6 +5,11 @@
 //! its slot has no live claim, and every later write is a compare-and-set on the claim's version,
 //! so two writers can never both win and a refused write writes nothing. The store does not
 //! decide: the controller passes it the claim `Claim::apply` returned.
+//!
+//! This file is the store itself (its handle, its error, the values it reads and writes) and the
+//! claims' own writes and reads. The store's other records extend `ClaimStore` in files of their
+//! own: the slots' statuses and digests in `slots`, the groups in `groups`, the operation records
+//! in `operations`.
 
 use std::time::Duration;
 
@@ -12,7 +17,7 @@ use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::claim::{Claim, LastClaim, Timings};
+use crate::domain::claim::{Claim, LastClaim};
 use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::SlotOp;
@@ -25,9 +30,7 @@ const CREATE: &str = script!("claim_create.lua");
 const WRITE: &str = script!("claim_write.lua");
 const DELETE: &str = script!("claim_delete.lua");
 const READ_GROUP: &str = script!("group_read.lua");
-const WRITE_SLOTS: &str = script!("slots_write.lua");
 const RAISE_FENCE: &str = script!("fence_raise.lua");
-const SWAP_DIGEST: &str = script!("digest_swap.lua");
 
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
@@ -136,8 +139,9 @@ pub struct GroupView {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Seed {
     pub last: Option<LastClaim>,
-    /// The digest's stored text: the create script checks it has not moved since.
-    raw: String,
+    /// The digest's stored text: the create script checks it has not moved since. Read in
+    /// `slots`, which reads the digests.
+    pub(super) raw: String,
 }
 
 /// How a create ended.
@@ -237,36 +241,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         &self.keys
     }
 
-    /// Reads a slot's last-claim digest, to seed a new claim's attempt.
-    pub async fn seed(&self, group: &GroupName, slot: &BenchName) -> Result<Seed, ClaimStoreError> {
-        let mut seeds = self.seeds(group, std::slice::from_ref(slot)).await?;
-        seeds
-            .pop()
-            .ok_or_else(|| ClaimStoreError::Reply("MGET of one key returned nothing".to_owned()))
-    }
-
-    /// Replaces the slot's digest `seed` with `next` if it has not moved since it was read;
-    /// returns whether it was replaced.
-    pub async fn swap_digest(
-        &self,
-        group: &GroupName,
-        slot: &BenchName,
-        seed: &Seed,
-        next: &LastClaim,
-    ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        let swapped: i64 = eval(SWAP_DIGEST, &[self.keys.group(group).last_claim(slot)])
-            .arg(&seed.raw)
-            .arg(json("a last-claim digest", next)?)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::WriteDigest {
-                slot: slot.clone(),
-                source,
-            })?;
-        Ok(swapped == 1)
-    }
-
     /// Creates `claim`, atomic with the check that its slot has no live claim.
     pub async fn create(&self, claim: &Claim, seed: &Seed) -> Result<Created, ClaimStoreError> {
         Ok(self
@@ -335,37 +309,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             }),
             other => Err(ClaimStoreError::Reply(format!("create returned {other}"))),
         }
-    }
-
-    /// The seeds of several slots of a group, read in one round trip.
-    pub async fn seeds(
-        &self,
-        group: &GroupName,
-        slots: &[BenchName],
-    ) -> Result<Vec<Seed>, ClaimStoreError> {
-        if slots.is_empty() {
-            return Ok(Vec::new());
-        }
-        let g = self.keys.group(group);
-        let mut conn = self.conn.clone();
-        let raws: Vec<Option<String>> = redis::cmd("MGET")
-            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-                group: group.clone(),
-                source,
-            })?;
-        Ok(raws
-            .into_iter()
-            .map(|raw| {
-                let raw = raw.unwrap_or_default();
-                Seed {
-                    last: serde_json::from_str(&raw).ok(),
-                    raw,
-                }
-            })
-            .collect())
     }
 
     /// Writes `next` over `old` if the stored claim is still at `old`'s version; returns whether
@@ -473,130 +416,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         settled(code, &why, &claim.group)
     }
 
-    /// Records `groups` (with their timings) among the groups that may hold claims and returns
-    /// them all (SPEC §4.1): the configured ones, and those that left the configuration with
-    /// claims still in the store, with the timings they last ran with (a removed group's claims
-    /// are collected on its own `ttl_after_finished`). One round trip.
-    pub async fn known_groups(
-        &self,
-        groups: &[(&GroupName, &Timings)],
-    ) -> Result<Vec<(GroupName, Timings)>, ClaimStoreError> {
-        let mut pipe = redis::pipe();
-        if !groups.is_empty() {
-            let cmd = pipe.cmd("HSET").arg(self.keys.groups());
-            for (name, timings) in groups {
-                cmd.arg(name.as_str())
-                    .arg(json("a group's timings", timings)?);
-            }
-            cmd.ignore();
-        }
-        pipe.cmd("HGETALL").arg(self.keys.groups());
-        let mut conn = self.conn.clone();
-        let (members,): (Vec<(String, String)>,) = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::Groups { source })?;
-        let mut known: Vec<(GroupName, Timings)> = members
-            .iter()
-            .filter_map(|(name, timings)| {
-                Some((
-                    GroupName::parse(name).ok()?,
-                    serde_json::from_str(timings).unwrap_or_default(),
-                ))
-            })
-            .collect();
-        known.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(known)
-    }
-
-    /// Forgets a group that left the configuration and holds no claim any more. The two keys are
-    /// in different hash slots, so this cannot be one script: it removes the group, then counts
-    /// its claims in the same pipeline (in that order), and puts the group back when a request
-    /// created one meanwhile. With requests recording their group again after they create
-    /// (`requests::claim_slots`), no claim is ever left in a forgotten group. Returns whether the
-    /// group was forgotten.
-    pub async fn forget_group(
-        &self,
-        group: &GroupName,
-        timings: &Timings,
-    ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        let (claims,): (usize,) = redis::pipe()
-            .cmd("HDEL")
-            .arg(self.keys.groups())
-            .arg(group.as_str())
-            .ignore()
-            .cmd("ZCARD")
-            .arg(self.keys.group(group).claims())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::Groups { source })?;
-        if claims == 0 {
-            return Ok(true);
-        }
-        self.known_groups(&[(group, timings)]).await?;
-        Ok(false)
-    }
-
-    /// Records the group's last scaling call (a report for `fleet groups`). One round trip.
-    pub async fn record_scale(
-        &self,
-        group: &GroupName,
-        at: DateTime<Utc>,
-        action: ScaleAction,
-        count: u32,
-    ) -> Result<(), ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("SET")
-            .arg(self.keys.group(group).last_scale())
-            .arg(json(
-                "a scaling call",
-                &LastScale {
-                    // Milliseconds, as every time fleet shows in JSON.
-                    at: crate::domain::operation::stamp(at),
-                    action,
-                    count,
-                },
-            )?)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadGroup {
-                group: group.clone(),
-                source,
-            })
-    }
-
-    /// The group's last scaling call, if any. One round trip.
-    pub async fn last_scale(
-        &self,
-        group: &GroupName,
-    ) -> Result<Option<LastScale>, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        let raw: Option<String> = redis::cmd("GET")
-            .arg(self.keys.group(group).last_scale())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadGroup {
-                group: group.clone(),
-                source,
-            })?;
-        Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
-    }
-
-    /// The group's target size: how many of its claims want a machine (live, not marked for
-    /// deletion). One round trip, independent of the group's size.
-    pub async fn target(&self, group: &GroupName) -> Result<usize, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("SCARD")
-            .arg(self.keys.group(group).wanted())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadGroup {
-                group: group.clone(),
-                source,
-            })
-    }
-
     /// Reads the claims of every group in `groups`, in one round trip.
     pub async fn read_groups(
         &self,
@@ -668,158 +487,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 })
             })
             .collect()
-    }
-
-    /// Reads the statuses and last-claim digests of a group's slots, in one round trip.
-    #[allow(clippy::type_complexity)]
-    pub async fn read_slots(
-        &self,
-        group: &GroupName,
-        slots: &[BenchName],
-    ) -> Result<Vec<(Option<SlotStatus>, Option<LastClaim>)>, ClaimStoreError> {
-        if slots.is_empty() {
-            return Ok(Vec::new());
-        }
-        let g = self.keys.group(group);
-        let mut pipe = redis::pipe();
-        pipe.cmd("MGET")
-            .arg(slots.iter().map(|s| g.slot(s)).collect::<Vec<_>>());
-        pipe.cmd("MGET")
-            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>());
-        let mut conn = self.conn.clone();
-        let (statuses, digests): (Vec<Option<String>>, Vec<Option<String>>) = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-                group: group.clone(),
-                source,
-            })?;
-        Ok(statuses
-            .into_iter()
-            .zip(digests)
-            .map(|(s, d)| {
-                (
-                    s.and_then(|s| serde_json::from_str(&s).ok()),
-                    d.and_then(|d| serde_json::from_str(&d).ok()),
-                )
-            })
-            .collect())
-    }
-
-    /// What the views show of each group beside its claims: every slot's status and last-claim
-    /// digest, and the group's last scaling call, for all `groups` in one round trip.
-    pub async fn read_views(
-        &self,
-        groups: &[(GroupName, Vec<BenchName>)],
-    ) -> Result<Vec<GroupView>, ClaimStoreError> {
-        let Some((first, _)) = groups.first() else {
-            return Ok(Vec::new());
-        };
-        let mut pipe = redis::pipe();
-        for (group, slots) in groups {
-            let g = self.keys.group(group);
-            pipe.cmd("GET").arg(g.last_scale());
-            // MGET needs a key: an empty group asks for its scale record twice instead.
-            let statuses: Vec<String> = slots.iter().map(|s| g.slot(s)).collect();
-            let digests: Vec<String> = slots.iter().map(|s| g.last_claim(s)).collect();
-            pipe.cmd("MGET").arg(if slots.is_empty() {
-                vec![g.last_scale()]
-            } else {
-                statuses
-            });
-            pipe.cmd("MGET").arg(if slots.is_empty() {
-                vec![g.last_scale()]
-            } else {
-                digests
-            });
-        }
-        let mut conn = self.conn.clone();
-        let replies: Vec<redis::Value> =
-            pipe.query_async(&mut conn)
-                .await
-                .map_err(|source| ClaimStoreError::ReadSlots {
-                    group: first.clone(),
-                    source,
-                })?;
-        let mut replies = replies.into_iter();
-        let mut views = Vec::with_capacity(groups.len());
-        for (group, slots) in groups {
-            let mut next = || -> Result<redis::Value, ClaimStoreError> {
-                replies.next().ok_or_else(|| ClaimStoreError::ReadSlots {
-                    group: group.clone(),
-                    source: redis::RedisError::from((
-                        redis::ErrorKind::Parse,
-                        "a reply is missing from the pipeline",
-                    )),
-                })
-            };
-            let parse = |v: redis::Value| -> Result<Vec<Option<String>>, ClaimStoreError> {
-                redis::from_redis_value(v).map_err(|source| ClaimStoreError::ReadSlots {
-                    group: group.clone(),
-                    source: source.into(),
-                })
-            };
-            let scale: Option<String> =
-                redis::from_redis_value(next()?).map_err(|source| ClaimStoreError::ReadSlots {
-                    group: group.clone(),
-                    source: source.into(),
-                })?;
-            let statuses = parse(next()?)?;
-            let digests = parse(next()?)?;
-            let slots = if slots.is_empty() {
-                Vec::new()
-            } else {
-                statuses
-                    .into_iter()
-                    .zip(digests)
-                    .map(|(s, d)| {
-                        (
-                            s.and_then(|s| serde_json::from_str(&s).ok()),
-                            d.and_then(|d| serde_json::from_str(&d).ok()),
-                        )
-                    })
-                    .collect()
-            };
-            views.push(GroupView {
-                slots,
-                last_scale: scale.and_then(|r| serde_json::from_str(&r).ok()),
-            });
-        }
-        Ok(views)
-    }
-
-    /// Writes slot statuses, in one round trip, fenced like every controller write.
-    pub async fn write_slots(
-        &self,
-        group: &GroupName,
-        statuses: &[(BenchName, SlotStatus)],
-    ) -> Result<(), ClaimStoreError> {
-        if statuses.is_empty() {
-            return Ok(());
-        }
-        let g = self.keys.group(group);
-        let mut keys = vec![g.fence()];
-        keys.extend(statuses.iter().map(|(slot, _)| g.slot(slot)));
-        let mut cmd = eval(WRITE_SLOTS, &keys);
-        cmd.arg(self.token());
-        for (_, status) in statuses {
-            cmd.arg(json("a slot status", status)?);
-        }
-        let mut conn = self.conn.clone();
-        let written: i64 =
-            cmd.query_async(&mut conn)
-                .await
-                .map_err(|source| ClaimStoreError::WriteSlots {
-                    group: group.clone(),
-                    source,
-                })?;
-        if written == 1 {
-            Ok(())
-        } else {
-            Err(ClaimStoreError::Fenced {
-                group: group.clone(),
-            })
-        }
     }
 
     /// The server's time: every claim time is on the store's clock.
