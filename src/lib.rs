@@ -18,5 +18,6 @@ pub mod domain;
 pub mod lifecycle;
 pub mod provider;
 pub mod reconcile;
+pub mod requests;
 pub mod store;
 pub mod testing;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::domain::claim::{Claim, Phase};
 use crate::domain::name::BenchName;
-use crate::reconcile::requests::{self, RequestError};
+use crate::requests::{self, RequestError};
 use crate::store::claims::ClaimStore;
 
 use super::output::{human_ms, relative};

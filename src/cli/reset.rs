@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::domain::name::ClaimName;
-use crate::reconcile::requests;
+use crate::requests;
 
 use super::claim::request_error;
 use super::{Ctx, Error};

@@ -28,7 +28,7 @@ use crate::domain::claim::{self, Call, Claim, LastClaim, Phase, Reason};
 use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, GroupName};
 use crate::reconcile::metrics::{CallLabels, Metrics};
-use crate::reconcile::requests::{self, RequestError};
+use crate::requests::{self, RequestError};
 use crate::store::catalog::Catalog;
 use crate::store::claims::{ClaimStore, ClaimStoreError};
 use crate::store::operations::Operations;

@@ -9,7 +9,6 @@
 //! that loses a compare-and-set stops acting on that slot; the next pass reads it again.
 
 pub mod metrics;
-pub mod requests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
