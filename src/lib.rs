@@ -20,4 +20,5 @@ pub mod provider;
 pub mod reconcile;
 pub mod requests;
 pub mod store;
+pub mod telemetry;
 pub mod testing;

@@ -5,6 +5,7 @@
 //! tonic-prost-build; no system protoc) and never leave this folder: the rest of fleet speaks
 //! domain types, and the conversions live here.
 
+mod calls;
 pub mod client;
 pub mod convert;
 pub mod server;

@@ -20,18 +20,18 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tokio::sync::watch;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use crate::config::{Config, Group};
 use crate::domain::claim::{self, Call, Claim, LastClaim, Phase, Reason};
 use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, GroupName};
-use crate::reconcile::metrics::{CallLabels, Metrics};
 use crate::requests::{self, RequestError};
 use crate::store::catalog::Catalog;
 use crate::store::claims::{ClaimStore, ClaimStoreError};
 use crate::store::operations::Operations;
+use crate::telemetry::{Method, Metrics};
 
 use super::convert;
 use super::template;
@@ -379,33 +379,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
         }
     }
 
-    /// Counts the call and its time by method and status code.
     fn observed<T>(
         &self,
-        method: &'static str,
+        method: Method,
         started: Instant,
         result: Result<Response<T>, Status>,
     ) -> Result<Response<T>, Status> {
-        let code = match &result {
-            Ok(_) => Code::Ok,
-            Err(s) => s.code(),
-        };
-        if let Some(m) = &self.metrics {
-            let labels = CallLabels {
-                method: method.to_owned(),
-                code: format!("{code:?}"),
-            };
-            m.provider_calls.get_or_create(&labels).inc();
-            m.provider_call_seconds
-                .get_or_create(&labels)
-                .observe(started.elapsed().as_secs_f64());
-        }
-        if let Err(s) = &result
-            && s.code() != Code::Unimplemented
-        {
-            warn!(method, code = ?s.code(), message = s.message(), "provider call refused");
-        }
-        result
+        super::calls::observed(self.metrics.as_deref(), method, started, result)
     }
 
     async fn do_increase(
@@ -864,7 +844,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                 .map(|g| Self::wire_group(g, max.get(&g.name).copied().unwrap_or(g.max_size)))
                 .collect(),
         });
-        self.observed("NodeGroups", started, Ok(answer))
+        self.observed(Method::NodeGroups, started, Ok(answer))
     }
 
     async fn node_group_for_node(
@@ -888,7 +868,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         let answer = Response::new(NodeGroupForNodeResponse {
             node_group: Some(group),
         });
-        self.observed("NodeGroupForNode", started, Ok(answer))
+        self.observed(Method::NodeGroupForNode, started, Ok(answer))
     }
 
     async fn pricing_node_price(
@@ -939,7 +919,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             Ok(Response::new(PricingNodePriceResponse { price }))
         })();
-        self.observed("PricingNodePrice", started, result)
+        self.observed(Method::PricingNodePrice, started, result)
     }
 
     async fn pricing_pod_price(
@@ -947,7 +927,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         _: Request<PricingPodPriceRequest>,
     ) -> Result<Response<PricingPodPriceResponse>, Status> {
         self.observed(
-            "PricingPodPrice",
+            Method::PricingPodPrice,
             Instant::now(),
             Err(Status::unimplemented(
                 "fleet prices machines (PricingNodePrice), not pods",
@@ -969,7 +949,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             .next()
             .unwrap_or_else(|| DEFAULT_GPU_LABEL.to_owned());
         self.observed(
-            "GPULabel",
+            Method::GPULabel,
             started,
             Ok(Response::new(GpuLabelResponse { label })),
         )
@@ -992,7 +972,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             .map(|t| (t, prost_types::Any::default()))
             .collect();
         self.observed(
-            "GetAvailableGPUTypes",
+            Method::GetAvailableGPUTypes,
             started,
             Ok(Response::new(GetAvailableGpuTypesResponse { gpu_types })),
         )
@@ -1003,7 +983,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         _: Request<CleanupRequest>,
     ) -> Result<Response<CleanupResponse>, Status> {
         self.observed(
-            "Cleanup",
+            Method::Cleanup,
             Instant::now(),
             Ok(Response::new(CleanupResponse {})),
         )
@@ -1016,7 +996,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
         // Every answer is read fresh from the store: nothing to refresh, and nothing slow here
         // (an error would abort cluster-autoscaler's whole loop).
         self.observed(
-            "Refresh",
+            Method::Refresh,
             Instant::now(),
             Ok(Response::new(RefreshResponse {})),
         )
@@ -1038,7 +1018,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
             ))
         }
         .await;
-        self.observed("NodeGroupTargetSize", started, result)
+        self.observed(Method::NodeGroupTargetSize, started, result)
     }
 
     async fn node_group_increase_size(
@@ -1047,7 +1027,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
     ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
         let started = Instant::now();
         let result = self.do_increase(request.into_inner()).await;
-        self.observed("NodeGroupIncreaseSize", started, result)
+        self.observed(Method::NodeGroupIncreaseSize, started, result)
     }
 
     async fn node_group_delete_nodes(
@@ -1056,7 +1036,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
     ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
         let started = Instant::now();
         let result = self.do_delete(request.into_inner()).await;
-        self.observed("NodeGroupDeleteNodes", started, result)
+        self.observed(Method::NodeGroupDeleteNodes, started, result)
     }
 
     async fn node_group_decrease_target_size(
@@ -1065,7 +1045,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
     ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
         let started = Instant::now();
         let result = self.do_decrease(request.into_inner()).await;
-        self.observed("NodeGroupDecreaseTargetSize", started, result)
+        self.observed(Method::NodeGroupDecreaseTargetSize, started, result)
     }
 
     async fn node_group_nodes(
@@ -1074,7 +1054,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
         let started = Instant::now();
         let result = self.do_nodes(request.into_inner()).await;
-        self.observed("NodeGroupNodes", started, result)
+        self.observed(Method::NodeGroupNodes, started, result)
     }
 
     async fn node_group_template_node_info(
@@ -1098,7 +1078,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                 resource_slice_bytes: Vec::new(),
             }))
         });
-        self.observed("NodeGroupTemplateNodeInfo", started, result)
+        self.observed(Method::NodeGroupTemplateNodeInfo, started, result)
     }
 
     async fn node_group_get_options(
@@ -1133,6 +1113,6 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
                 )),
             }))
         });
-        self.observed("NodeGroupGetOptions", started, result)
+        self.observed(Method::NodeGroupGetOptions, started, result)
     }
 }

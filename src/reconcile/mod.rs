@@ -8,8 +8,6 @@
 //! write first and an effect second: an operation is recorded on its claim before it runs. A pass
 //! that loses a compare-and-set stops acting on that slot; the next pass reads it again.
 
-pub mod metrics;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +36,9 @@ use crate::store::lease::{Generation, Leadership, Lease};
 use crate::store::operations::Unclaimed;
 use crate::store::presence::{Presence, Snapshot};
 
-use metrics::{GroupPhase, Health, KindLabel, Metrics, MoveLabels, OperationLabels};
+use crate::telemetry::{
+    ClaimLabels, Health, KindLabel, Metrics, MoveLabels, OperationLabels, ReasonLabel, SlotLabels,
+};
 
 /// Hold requests fleet writes as the cordon start with this, so fleet never lifts an operator's.
 pub const CORDON_PREFIX: &str = "fleet: ";
@@ -776,9 +776,9 @@ where
                 }
             }
             for phase in Phase::ALL {
-                let labels = GroupPhase {
-                    group: group.name.to_string(),
-                    phase: phase.as_str().to_owned(),
+                let labels = ClaimLabels {
+                    group: group.name.clone(),
+                    phase: phase.into(),
                 };
                 self.metrics
                     .claims
@@ -976,9 +976,9 @@ where
         }
         for group in config.groups.keys() {
             for phase in law::Report::ALL {
-                let labels = GroupPhase {
-                    group: group.to_string(),
-                    phase: phase.as_str().to_owned(),
+                let labels = SlotLabels {
+                    group: group.clone(),
+                    phase: phase.into(),
                 };
                 let n = counts
                     .get(&(group.clone(), phase.as_str()))
@@ -1231,8 +1231,8 @@ where
                     self.metrics
                         .moves
                         .get_or_create(&MoveLabels {
-                            to: "ready".into(),
-                            reason: "Adopted".into(),
+                            to: Phase::Ready.into(),
+                            reason: Some(Reason::Adopted.into()),
                         })
                         .inc();
                     out.writes += 1;
@@ -1374,8 +1374,8 @@ where
     fn count_warning(&self, reason: Reason) {
         self.metrics
             .warnings
-            .get_or_create(&metrics::ReasonLabel {
-                reason: reason.as_str().to_owned(),
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
             })
             .inc();
     }
@@ -1903,14 +1903,14 @@ where
     ) -> bool {
         let outcome = done.report.outcome;
         let labels = OperationLabels {
-            operation: done.kind.as_str().to_owned(),
-            outcome: format!("{outcome:?}").to_lowercase(),
+            operation: done.kind.into(),
+            outcome: outcome.into(),
         };
         self.metrics.operations.get_or_create(&labels).inc();
         self.metrics
             .operation_seconds
             .get_or_create(&KindLabel {
-                operation: done.kind.as_str().to_owned(),
+                operation: done.kind.into(),
             })
             .observe(done.report.duration.as_secs_f64());
         let Some(name) = &done.claim else {
@@ -2014,8 +2014,8 @@ where
             Ok(true) => {
                 if next.phase != old.phase {
                     let labels = MoveLabels {
-                        to: next.phase.as_str().to_owned(),
-                        reason: next.reason.map_or("", |r| r.as_str()).to_owned(),
+                        to: next.phase.into(),
+                        reason: next.reason.map(Into::into),
                     };
                     self.metrics.moves.get_or_create(&labels).inc();
                     info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
