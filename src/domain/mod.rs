@@ -10,6 +10,8 @@
 //! - [`node`]: the usability predicate (SPEC §3.1).
 //! - [`operation`]: the slot's operation record and the rules that read it (SPEC §4.3, §5.4).
 //! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
+//! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
+//!   plans of its changes (SPEC §6.3).
 
 pub mod claim;
 pub mod fsm;
@@ -18,4 +20,5 @@ pub mod law;
 pub mod name;
 pub mod node;
 pub mod operation;
+pub mod sizing;
 pub mod state;
