@@ -158,6 +158,7 @@ pub enum IncreaseRefused {
         delta: usize,
         busy: usize,
         spent: usize,
+        max: u32,
         /// The group's slots, when its max size is above them.
         slots_under_max: Option<usize>,
     },
@@ -185,6 +186,7 @@ pub fn pick_increase(
             delta,
             busy: room.busy,
             spent: room.spent,
+            max,
             slots_under_max: (max as usize > slots).then_some(slots),
         });
     }
