@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Metric;
 use prometheus_client::registry::Registry;
 
 pub use health::{Health, serve};
@@ -45,89 +46,102 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// `metric`, registered in `registry` under `name` with its `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("fleet");
-        let claims = Family::<ClaimLabels, Gauge>::default();
-        let slots = Family::<SlotLabels, Gauge>::default();
-        let moves = Family::<MoveLabels, Counter>::default();
-        let operations = Family::<OperationLabels, Counter>::default();
-        let operation_seconds = Family::<KindLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.05, 2.0, 14))
-        });
-        let presence_read_seconds = seconds();
-        let pass_seconds = seconds();
-        let blind = Gauge::default();
-        let leader = Gauge::default();
-        let provider_calls = Family::<CallLabels, Counter>::default();
-        let provider_call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(seconds);
-        let provider_stale_answers = Counter::default();
-        let warnings = Family::<ReasonLabel, Counter>::default();
-        let reloads = Family::<ResultLabel, Counter>::default();
-        registry.register(
+        // Long, not complex: one registration per metric, in the order /metrics lists them.
+        let mut r = Registry::with_prefix("fleet");
+        let warnings = registered(
+            &mut r,
             "claim_warnings",
             "Warnings recorded on claims, by reason",
-            warnings.clone(),
+            Family::default(),
         );
-        registry.register(
+        let reloads = registered(
+            &mut r,
             "config_reloads",
             "Configuration reloads, applied or refused",
-            reloads.clone(),
+            Family::default(),
         );
-        registry.register(
+        let provider_calls = registered(
+            &mut r,
             "provider_calls",
             "cluster-autoscaler calls by method and gRPC status code",
-            provider_calls.clone(),
+            Family::default(),
         );
-        registry.register(
+        let provider_call_seconds = registered(
+            &mut r,
             "provider_call_seconds",
             "Time to answer one cluster-autoscaler call",
-            provider_call_seconds.clone(),
+            Family::new_with_constructor(seconds as fn() -> Histogram),
         );
-        registry.register(
+        let provider_stale_answers = registered(
+            &mut r,
             "provider_stale_answers",
             "Reads answered from the last snapshot because Redis could not be read",
-            provider_stale_answers.clone(),
+            Counter::default(),
         );
-        registry.register("claims", "Claims by group and phase", claims.clone());
-        registry.register("slots", "Slots by group and reported phase", slots.clone());
-        registry.register(
+        let claims = registered(
+            &mut r,
+            "claims",
+            "Claims by group and phase",
+            Family::default(),
+        );
+        let slots = registered(
+            &mut r,
+            "slots",
+            "Slots by group and reported phase",
+            Family::default(),
+        );
+        let moves = registered(
+            &mut r,
             "claim_moves",
             "Claim moves by the phase moved to and the reason",
-            moves.clone(),
+            Family::default(),
         );
-        registry.register(
+        let operations = registered(
+            &mut r,
             "operations",
             "Lifecycle operations by kind and outcome",
-            operations.clone(),
+            Family::default(),
         );
-        registry.register(
+        let operation_seconds = registered(
+            &mut r,
             "operation_duration_seconds",
             "Lifecycle operation run time",
-            operation_seconds.clone(),
+            Family::new_with_constructor(operation_seconds as fn() -> Histogram),
         );
-        registry.register(
+        let presence_read_seconds = registered(
+            &mut r,
             "presence_read_seconds",
             "Time of one fleet presence read",
-            presence_read_seconds.clone(),
+            seconds(),
         );
-        registry.register(
+        let pass_seconds = registered(
+            &mut r,
             "pass_seconds",
             "Time of one controller pass over every slot",
-            pass_seconds.clone(),
+            seconds(),
         );
-        registry.register(
+        let blind = registered(
+            &mut r,
             "blind",
             "1 while the controller cannot see the machines",
-            blind.clone(),
+            Gauge::default(),
         );
-        registry.register(
+        let leader = registered(
+            &mut r,
             "leader",
             "1 while this process is the acting controller",
-            leader.clone(),
+            Gauge::default(),
         );
         Metrics {
-            registry,
+            registry: r,
             claims,
             slots,
             moves,
@@ -144,6 +158,10 @@ impl Default for Metrics {
             reloads,
         }
     }
+}
+
+fn operation_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
 }
 
 impl Metrics {
