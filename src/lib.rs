@@ -27,6 +27,8 @@ pub mod domain;
 pub mod lifecycle;
 pub mod provider;
 pub mod reconcile;
+pub mod requests;
 pub mod store;
+pub mod telemetry;
 pub mod testing;
 pub mod units;

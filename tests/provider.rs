@@ -17,7 +17,7 @@ use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::instance_status::InstanceState;
 use fleet::provider::wire::*;
-use fleet::reconcile::requests::{self, StreakReset};
+use fleet::requests::{self, StreakReset};
 use fleet::store::catalog::Catalog;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;

@@ -218,7 +218,7 @@ async fn race_a_claim(store: &ClaimStore<MultiplexedConnection>, slot: &BenchNam
         slots: Vec::new(),
     };
     let now = store.now().await.unwrap();
-    fleet::reconcile::requests::claim_slot(store, &catalog, slot, now)
+    fleet::requests::claim_slot(store, &catalog, slot, now)
         .await
         .is_ok()
 }

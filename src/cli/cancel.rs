@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::domain::claim::Reason;
 use crate::domain::history::ScaleAction;
 use crate::domain::name::ClaimName;
-use crate::reconcile::requests::{self, Cancelled};
+use crate::requests::{self, Cancelled};
 
 use super::{Ctx, Error, request_error};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::domain::claim::{Claim, Phase};
 use crate::domain::name::BenchName;
-use crate::reconcile::requests;
+use crate::requests;
 use crate::store::claims::ClaimStore;
 
 use super::output::{human_ms, relative};

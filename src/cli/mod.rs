@@ -36,7 +36,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::requests::RequestError;
+use crate::requests::RequestError;
 use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
 use crate::store::presence::{Presence, PresenceError};

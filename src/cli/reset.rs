@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::domain::name::ClaimName;
-use crate::reconcile::requests;
+use crate::requests;
 
 use super::{Ctx, Error, request_error};
 

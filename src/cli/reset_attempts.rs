@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use crate::domain::name::BenchName;
-use crate::reconcile::requests::{self, StreakReset};
+use crate::requests::{self, StreakReset};
 
 use super::{Ctx, Error, request_error};
 

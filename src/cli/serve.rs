@@ -19,13 +19,13 @@ use crate::config::{self, Config, ConfigError};
 use crate::lifecycle::{Exec, ReportTo};
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
-use crate::reconcile::metrics::{self, Health, Metrics};
 use crate::reconcile::{Controller, Faults};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
 use crate::store::keys::Keys;
 use crate::store::lease::Lease;
 use crate::store::presence::Presence;
+use crate::telemetry::{self, Health, Metrics, Reload, ResultLabel};
 
 use super::{Ctx, Error, args};
 
@@ -160,7 +160,7 @@ impl Args {
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
-        tasks.spawn(metrics::serve(
+        tasks.spawn(telemetry::serve(
             listeners.metrics,
             metrics.clone(),
             health.clone(),
@@ -379,13 +379,8 @@ async fn reload(
     (metrics, health): (Arc<Metrics>, Arc<Health>),
     shutdown: CancellationToken,
 ) {
-    let counted = |result: &str| {
-        metrics
-            .reloads
-            .get_or_create(&metrics::ResultLabel {
-                result: result.to_owned(),
-            })
-            .inc();
+    let counted = |result: Reload| {
+        metrics.reloads.get_or_create(&ResultLabel { result }).inc();
     };
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut seen = stamp(&path);
@@ -412,7 +407,7 @@ async fn reload(
                 info!(config = %path.display(), groups = config.groups.len(), slots = config.slots.len(), "configuration reloaded");
                 log_departures(&tx.borrow(), &config);
                 warn_about(&config);
-                counted("applied");
+                counted(Reload::applied);
                 health.reload(None);
                 let _ = tx.send(Arc::new(config));
             }
@@ -423,7 +418,7 @@ async fn reload(
                     error = why,
                     "new configuration refused; the running one is kept"
                 );
-                counted("refused");
+                counted(Reload::refused);
                 health.reload(Some(why));
             }
         }

@@ -331,7 +331,7 @@ pub async fn find_claim(
         .await
         .map_err(|e| Error::Runtime(e.into()))?;
     let store = ClaimStore::new(conn, ctx.keys.clone());
-    let c = crate::reconcile::requests::find_claim(&store, &catalog.group_names(), name)
+    let c = crate::requests::find_claim(&store, &catalog.group_names(), name)
         .await
         .map_err(super::request_error)?;
     let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;

@@ -15,6 +15,8 @@
 //! - [`slot`]: one slot's pass as a plan of steps, with its report (SPEC §4.5).
 //! - [`timeline`]: a claim's timeline entries (SPEC §4.4).
 //! - [`sight`]: blindness and its grace, mass vanishing, the windows of a wiped store (SPEC §5.2).
+//! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
+//!   plans of its changes (SPEC §6.3).
 
 pub mod claim;
 pub mod fsm;
@@ -25,6 +27,7 @@ pub mod node;
 pub mod operation;
 pub mod power;
 pub mod sight;
+pub mod sizing;
 pub mod slot;
 pub mod state;
 pub mod timeline;

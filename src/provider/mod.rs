@@ -3,13 +3,30 @@
 //!
 //! The wire types are generated from `proto/externalgrpc.proto` at build time (protox and
 //! tonic-prost-build; no system protoc) and never leave this folder: the rest of fleet speaks
-//! domain types, and the conversions live here.
+//! domain types, and the conversions live here. The sizing rules are `domain::sizing`'s; this
+//! folder reads, writes and converts.
+//!
+//! - [`service`]: the gRPC service: validate → call → convert → one mapping to a status.
+//! - [`server`]: serving it, plaintext or (mutual) TLS, and closing connections on deposition.
+//! - [`convert`]: every conversion between the wire and fleet's types.
+//! - [`template`]: a group's template as a Kubernetes Node.
+//! - [`client`]: `fleet autoscaler`, cluster-autoscaler's calls from the command line.
+//! - `validate`, `groups` (the executor over the store and the command layer), `current` (the
+//!   configuration and its catalog), `leader` (leader gating), `snapshot` (stale reads),
+//!   `error` (the one mapping to `Status`) and `calls` (counting calls) are private.
 
+mod calls;
 pub mod client;
 pub mod convert;
+mod current;
+mod error;
+mod groups;
+mod leader;
 pub mod server;
 pub mod service;
+mod snapshot;
 pub mod template;
+mod validate;
 
 /// The generated wire types, client and server of `clusterautoscaler.cloudprovider.v1.externalgrpc`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

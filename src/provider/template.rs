@@ -9,7 +9,7 @@ use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prost::Message;
 
-use crate::config::Group;
+use crate::config::{Group, Template};
 
 /// The label fleet puts on every template with the group's name.
 pub const GROUP_LABEL: &str = "fleet.dev/group";
@@ -23,54 +23,9 @@ const DEFAULT_PODS: &str = "110";
 pub fn node(group: &Group) -> Option<Node> {
     let template = group.template.as_ref()?;
     let name = format!("template-{}", group.name);
-    // Well-known labels first; the group's own labels override them.
-    let mut labels = BTreeMap::from([
-        ("kubernetes.io/os".to_owned(), OS.to_owned()),
-        ("kubernetes.io/arch".to_owned(), ARCH.to_owned()),
-        ("beta.kubernetes.io/os".to_owned(), OS.to_owned()),
-        ("beta.kubernetes.io/arch".to_owned(), ARCH.to_owned()),
-        ("kubernetes.io/hostname".to_owned(), name.clone()),
-        // The group is the machine type: one kind of machine per group.
-        (
-            "node.kubernetes.io/instance-type".to_owned(),
-            group.name.to_string(),
-        ),
-        (GROUP_LABEL.to_owned(), group.name.to_string()),
-    ]);
-    if let Some(gpu) = &template.gpu
-        && let Some(first) = gpu.types.first()
-    {
-        labels.insert(gpu.label.clone(), first.clone());
-    }
-    labels.extend(template.labels.clone());
+    let labels = labels(group, template, &name);
     let os = labels["kubernetes.io/os"].clone();
     let arch = labels["kubernetes.io/arch"].clone();
-
-    let mut resources: BTreeMap<String, Quantity> = template
-        .capacity
-        .iter()
-        .map(|(name, q)| {
-            (
-                name.clone(),
-                Quantity {
-                    string: Some(q.as_str().to_owned()),
-                },
-            )
-        })
-        .collect();
-    resources
-        .entry("pods".to_owned())
-        .or_insert_with(|| Quantity {
-            string: Some(DEFAULT_PODS.to_owned()),
-        });
-
-    let condition = |kind: &str, status: &str, reason: &str| NodeCondition {
-        r#type: Some(kind.to_owned()),
-        status: Some(status.to_owned()),
-        reason: Some(reason.to_owned()),
-        message: Some(format!("template of fleet group {}", group.name)),
-        ..NodeCondition::default()
-    };
     Some(Node {
         metadata: Some(ObjectMeta {
             name: Some(name),
@@ -91,26 +46,80 @@ pub fn node(group: &Group) -> Option<Node> {
             unschedulable: Some(false),
             ..NodeSpec::default()
         }),
-        status: Some(NodeStatus {
-            capacity: resources.clone(),
-            allocatable: resources,
-            // Healthy values, as in-tree providers set them: a template is a node at its best.
-            conditions: vec![
-                condition("Ready", "True", "KubeletReady"),
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
-                condition("NetworkUnavailable", "False", "RouteCreated"),
-            ],
-            node_info: Some(NodeSystemInfo {
-                operating_system: Some(os),
-                architecture: Some(arch),
-                ..NodeSystemInfo::default()
-            }),
-            phase: Some("Running".to_owned()),
-            ..NodeStatus::default()
-        }),
+        status: Some(status(group, template, os, arch)),
     })
+}
+
+/// The template's labels: the well-known ones first; the group's own labels override them.
+fn labels(group: &Group, template: &Template, name: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/os".to_owned(), OS.to_owned()),
+        ("kubernetes.io/arch".to_owned(), ARCH.to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), OS.to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), ARCH.to_owned()),
+        ("kubernetes.io/hostname".to_owned(), name.to_owned()),
+        // The group is the machine type: one kind of machine per group.
+        (
+            "node.kubernetes.io/instance-type".to_owned(),
+            group.name.to_string(),
+        ),
+        (GROUP_LABEL.to_owned(), group.name.to_string()),
+    ]);
+    if let Some(gpu) = &template.gpu
+        && let Some(first) = gpu.types.first()
+    {
+        labels.insert(gpu.label.clone(), first.clone());
+    }
+    labels.extend(template.labels.clone());
+    labels
+}
+
+/// The template's status: its capacity (allocatable alike, with a kubelet's pod limit unless it
+/// sets one) and healthy conditions.
+fn status(group: &Group, template: &Template, os: String, arch: String) -> NodeStatus {
+    let mut resources: BTreeMap<String, Quantity> = template
+        .capacity
+        .iter()
+        .map(|(name, q)| {
+            (
+                name.clone(),
+                Quantity {
+                    string: Some(q.as_str().to_owned()),
+                },
+            )
+        })
+        .collect();
+    resources
+        .entry("pods".to_owned())
+        .or_insert_with(|| Quantity {
+            string: Some(DEFAULT_PODS.to_owned()),
+        });
+    let condition = |kind: &str, status: &str, reason: &str| NodeCondition {
+        r#type: Some(kind.to_owned()),
+        status: Some(status.to_owned()),
+        reason: Some(reason.to_owned()),
+        message: Some(format!("template of fleet group {}", group.name)),
+        ..NodeCondition::default()
+    };
+    NodeStatus {
+        capacity: resources.clone(),
+        allocatable: resources,
+        // Healthy values, as in-tree providers set them: a template is a node at its best.
+        conditions: vec![
+            condition("Ready", "True", "KubeletReady"),
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+            condition("NetworkUnavailable", "False", "RouteCreated"),
+        ],
+        node_info: Some(NodeSystemInfo {
+            operating_system: Some(os),
+            architecture: Some(arch),
+            ..NodeSystemInfo::default()
+        }),
+        phase: Some("Running".to_owned()),
+        ..NodeStatus::default()
+    }
 }
 
 /// The template encoded as plain protobuf (no `k8s\0` envelope), or `None` without a template.

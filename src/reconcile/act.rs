@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
 
 use crate::config::{Group, Slot};
-use crate::domain::claim::{Claim, OperationKind, Reason};
+use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
 use crate::domain::name::{BenchName, Reason as HoldReason};
 use crate::domain::operation::{OpEnd, SlotOp};
 use crate::domain::slot::{self, CORDON_PREFIX, Done, Here, Recorded, Start, Step, View, Write};
@@ -18,9 +18,9 @@ use crate::lifecycle::{Request, Runner};
 use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
-use super::metrics::MoveLabels;
 use super::write::Written;
 use super::{Controller, Nodes};
+use crate::telemetry::MoveLabels;
 
 /// What a pass sees of one slot.
 pub(super) struct Seen<'a> {
@@ -317,8 +317,8 @@ where
                 self.metrics
                     .moves
                     .get_or_create(&MoveLabels {
-                        to: "ready".into(),
-                        reason: "Adopted".into(),
+                        to: Phase::Ready.into(),
+                        reason: Some(Reason::Adopted.into()),
                     })
                     .inc();
                 a.out.writes += 1;

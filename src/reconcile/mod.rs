@@ -9,13 +9,10 @@
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
 //!   again. Every operation is recorded on its claim before it runs.
 //! - `write`: claim writes through the compare-and-set, with their timeline entries and metrics.
-//! - [`metrics`], [`requests`]: what the controller exports, and the requests that make claims.
 
 mod act;
 mod leadership;
-pub mod metrics;
 mod pass;
-pub mod requests;
 mod write;
 
 use std::collections::HashMap;
@@ -43,7 +40,7 @@ use crate::store::claims::{ClaimStore, ClaimStoreError, SlotStatus};
 use crate::store::lease::Lease;
 use crate::store::presence::Presence;
 
-use metrics::{Health, Metrics};
+use crate::telemetry::{Health, Metrics};
 
 pub use crate::domain::slot::CORDON_PREFIX;
 

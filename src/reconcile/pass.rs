@@ -23,8 +23,8 @@ use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
 use super::act::Seen;
-use super::metrics::GroupPhase;
 use super::{Controller, Nodes, PassError, PassReport, Sight};
+use crate::telemetry::{ClaimLabels, SlotLabels};
 
 /// What a pass read of the store.
 struct Observed {
@@ -365,9 +365,9 @@ where
             }
         }
         for phase in Phase::ALL {
-            let labels = GroupPhase {
-                group: group.name.to_string(),
-                phase: phase.as_str().to_owned(),
+            let labels = ClaimLabels {
+                group: group.name.clone(),
+                phase: phase.into(),
             };
             let n = phases.get(phase.as_str()).copied().unwrap_or(0);
             self.metrics.claims.get_or_create(&labels).set(n);
@@ -558,9 +558,9 @@ where
         }
         for group in config.groups.keys() {
             for phase in law::Report::ALL {
-                let labels = GroupPhase {
-                    group: group.to_string(),
-                    phase: phase.as_str().to_owned(),
+                let labels = SlotLabels {
+                    group: group.clone(),
+                    phase: phase.into(),
                 };
                 let n = counts
                     .get(&(group.clone(), phase.as_str()))

@@ -12,8 +12,8 @@ use crate::domain::slot::Done;
 use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, Entry, Event};
 
-use super::metrics::{self, KindLabel, MoveLabels, OperationLabels};
 use super::{Controller, Nodes};
+use crate::telemetry::{KindLabel, MoveLabels, OperationLabels, ReasonLabel};
 
 /// How a claim write ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +68,8 @@ where
             Ok(true) => {
                 if next.phase != old.phase {
                     let labels = MoveLabels {
-                        to: next.phase.as_str().to_owned(),
-                        reason: next.reason.map_or("", |r| r.as_str()).to_owned(),
+                        to: next.phase.into(),
+                        reason: next.reason.map(Into::into),
                     };
                     self.metrics.moves.get_or_create(&labels).inc();
                     info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
@@ -96,8 +96,8 @@ where
     pub(super) fn count_warning(&self, reason: Reason) {
         self.metrics
             .warnings
-            .get_or_create(&metrics::ReasonLabel {
-                reason: reason.as_str().to_owned(),
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
             })
             .inc();
     }
@@ -124,14 +124,14 @@ where
     pub(super) fn count_operation(&self, slot: &BenchName, done: &Done) {
         let outcome = done.outcome;
         let labels = OperationLabels {
-            operation: done.kind.as_str().to_owned(),
-            outcome: format!("{outcome:?}").to_lowercase(),
+            operation: done.kind.into(),
+            outcome: outcome.into(),
         };
         self.metrics.operations.get_or_create(&labels).inc();
         self.metrics
             .operation_seconds
             .get_or_create(&KindLabel {
-                operation: done.kind.as_str().to_owned(),
+                operation: done.kind.into(),
             })
             .observe(done.duration.as_secs_f64());
         let ms = u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX);

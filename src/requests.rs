@@ -2,6 +2,10 @@
 //! `fleet reset-shutdown-attempts` and the cluster-autoscaler provider ask of the store
 //! (SPEC §4.6). Each is a claim write through the store's atomic scripts; none powers anything:
 //! the controller acts on the claims.
+//!
+//! The command layer: `cli` and `provider` call it, and it calls `store` and `domain`, so it
+//! sits below both of its callers and above the store (SPEC §1). The rules it follows are the
+//! domain's (`domain::claim`); what it adds is the store's round trips and their bounded retries.
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
@@ -204,32 +208,6 @@ pub async fn cancel<C: ConnectionLike + Clone + Send>(
     now: DateTime<Utc>,
     timeline_ttl: std::time::Duration,
 ) -> Result<Cancelled, RequestError> {
-    cancel_claim(store, c, reason, now, timeline_ttl).await
-}
-
-/// Records a scaling call for `fleet groups`, once per call whatever it counted (a DeleteNodes
-/// of four nodes is one `delete 4`). A report: a failure to write it is logged, never the
-/// request's failure.
-pub async fn scaled<C: ConnectionLike + Clone + Send>(
-    store: &ClaimStore<C>,
-    group: &GroupName,
-    now: DateTime<Utc>,
-    action: ScaleAction,
-    count: usize,
-) {
-    let count = u32::try_from(count).unwrap_or(u32::MAX);
-    if let Err(e) = store.record_scale(group, now, action, count).await {
-        tracing::debug!(%group, error = crate::store::connect::chain(&e), "recording the scaling call failed");
-    }
-}
-
-async fn cancel_claim<C: ConnectionLike + Clone + Send>(
-    store: &ClaimStore<C>,
-    c: &Claim,
-    reason: Reason,
-    now: DateTime<Utc>,
-    timeline_ttl: std::time::Duration,
-) -> Result<Cancelled, RequestError> {
     match claim::cancellation(c.phase) {
         Cancellation::Delete => {
             let mut entry = Entry::of(c, Event::Cancelled, now);
@@ -256,6 +234,22 @@ async fn cancel_claim<C: ConnectionLike + Clone + Send>(
             claim: c.name.clone(),
             phase: c.phase,
         }),
+    }
+}
+
+/// Records a scaling call for `fleet groups`, once per call whatever it counted (a DeleteNodes
+/// of four nodes is one `delete 4`). A report: a failure to write it is logged, never the
+/// request's failure.
+pub async fn scaled<C: ConnectionLike + Clone + Send>(
+    store: &ClaimStore<C>,
+    group: &GroupName,
+    now: DateTime<Utc>,
+    action: ScaleAction,
+    count: usize,
+) {
+    let count = u32::try_from(count).unwrap_or(u32::MAX);
+    if let Err(e) = store.record_scale(group, now, action, count).await {
+        tracing::debug!(%group, error = crate::store::connect::chain(&e), "recording the scaling call failed");
     }
 }
 

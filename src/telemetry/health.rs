@@ -1,0 +1,163 @@
+//! Health: what `/healthz` and `/readyz` answer from, the leadership the provider acts under,
+//! and the HTTP server of the metrics and both endpoints (SPEC §4.8).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::Metrics;
+
+/// What `/healthz` and `/readyz` answer from, and the leadership the provider acts under.
+pub struct Health {
+    last_pass: Mutex<Option<Instant>>,
+    blind: AtomicBool,
+    follower: AtomicBool,
+    /// The fencing token while this process leads, for the provider's changes.
+    leadership: tokio::sync::watch::Sender<Option<String>>,
+    /// Why the last configuration reload was refused, while the running one is kept.
+    refused_reload: Mutex<Option<String>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            last_pass: Mutex::new(None),
+            blind: AtomicBool::new(false),
+            follower: AtomicBool::new(false),
+            leadership: tokio::sync::watch::Sender::new(None),
+            refused_reload: Mutex::new(None),
+        }
+    }
+}
+
+impl Health {
+    /// Records the leadership this process acts under: its fencing token, or `None`.
+    pub fn lead(&self, token: Option<&str>) {
+        self.leadership.send_replace(token.map(ToOwned::to_owned));
+    }
+
+    /// The leadership, as the provider follows it.
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.leadership.subscribe()
+    }
+
+    pub fn passed(&self, blind: bool) {
+        *self.last_pass.lock().expect("health lock") = Some(Instant::now());
+        self.blind.store(blind, Ordering::Relaxed);
+    }
+
+    /// Records a refused configuration reload (`Some(why)`), or one applied since (`None`).
+    pub fn reload(&self, refused: Option<String>) {
+        *self
+            .refused_reload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = refused;
+    }
+
+    /// Why the last reload was refused, while the running configuration is kept.
+    pub fn refused_reload(&self) -> Option<String> {
+        self.refused_reload
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records whether this process follows (another leads).
+    pub fn following(&self, follower: bool) {
+        self.follower.store(follower, Ordering::Relaxed);
+    }
+
+    /// Ready: this process leads, a pass finished within `within`, and the controller can see.
+    /// Why not, otherwise.
+    pub fn ready(&self, within: Duration) -> Result<(), String> {
+        if self.follower.load(Ordering::Relaxed) {
+            return Err("follower: another fleet serve holds the leader lease".to_owned());
+        }
+        match *self.last_pass.lock().expect("health lock") {
+            None => Err("no controller pass has finished yet".to_owned()),
+            Some(at) if at.elapsed() > within => Err(format!(
+                "the last controller pass finished {:?} ago",
+                at.elapsed()
+            )),
+            Some(_) if self.blind.load(Ordering::Relaxed) => {
+                Err("blind: the controller cannot read the machines' presence".to_owned())
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    health: std::sync::Arc<Health>,
+    ready_within: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let body = metrics.encode();
+                async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body) }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let answer = health.ready(ready_within);
+                // A refused reload does not stop a controller (it runs the configuration it
+                // has), but an operator looking here is told.
+                let note = health
+                    .refused_reload()
+                    .map(|why| format!("warning: the last configuration reload was refused; the running one is kept: {why}\n"))
+                    .unwrap_or_default();
+                async move {
+                    match answer {
+                        Ok(()) => (StatusCode::OK, format!("ready\n{note}")),
+                        Err(why) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("not ready: {why}\n{note}"),
+                        ),
+                    }
+                }
+            }),
+        );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_a_recent_pass_that_could_see() {
+        let h = Health::default();
+        assert!(
+            h.ready(Duration::from_secs(5))
+                .unwrap_err()
+                .contains("no controller pass")
+        );
+        h.passed(true);
+        assert!(
+            h.ready(Duration::from_secs(5))
+                .unwrap_err()
+                .contains("blind")
+        );
+        h.passed(false);
+        assert_eq!(h.ready(Duration::from_secs(5)), Ok(()));
+        assert!(h.ready(Duration::ZERO).is_err());
+        h.following(true);
+        assert!(
+            h.ready(Duration::from_secs(5))
+                .unwrap_err()
+                .contains("follower")
+        );
+    }
+}

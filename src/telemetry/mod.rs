@@ -1,0 +1,302 @@
+//! Telemetry: the metrics fleet serves as Prometheus text, and the health the endpoints answer
+//! from, served on `--metrics-addr` (SPEC §4.8).
+//!
+//! Every label is bounded and typed ([`labels`]): groups come from the configuration; phases,
+//! reasons, outcomes, methods and codes are closed enums. This module decides nothing: the
+//! controller and the provider record here what they did.
+//!
+//! - [`labels`]: the label sets and their values.
+//! - [`health`]: `/healthz` and `/readyz`, the leadership the provider follows, and the server.
+
+pub mod health;
+pub mod labels;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Metric;
+use prometheus_client::registry::Registry;
+
+pub use health::{Health, serve};
+pub use labels::*;
+
+/// Every metric the controller keeps.
+pub struct Metrics {
+    registry: Registry,
+    pub claims: Family<ClaimLabels, Gauge>,
+    pub slots: Family<SlotLabels, Gauge>,
+    pub moves: Family<MoveLabels, Counter>,
+    pub operations: Family<OperationLabels, Counter>,
+    pub operation_seconds: Family<KindLabel, Histogram>,
+    pub presence_read_seconds: Histogram,
+    pub pass_seconds: Histogram,
+    pub blind: Gauge,
+    pub leader: Gauge,
+    pub provider_calls: Family<CallLabels, Counter>,
+    pub provider_call_seconds: Family<CallLabels, Histogram>,
+    pub provider_stale_answers: Counter,
+    /// Warnings recorded on claims, by reason (ShutdownJobTimeout, ShutdownAttemptLimitReached).
+    pub warnings: Family<ReasonLabel, Counter>,
+    /// Configuration reloads, by result (`applied`, `refused`).
+    pub reloads: Family<ResultLabel, Counter>,
+}
+
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// `metric`, registered in `registry` under `name` with its `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        // Long, not complex: one registration per metric, in the order /metrics lists them.
+        let mut r = Registry::with_prefix("fleet");
+        let warnings = registered(
+            &mut r,
+            "claim_warnings",
+            "Warnings recorded on claims, by reason",
+            Family::default(),
+        );
+        let reloads = registered(
+            &mut r,
+            "config_reloads",
+            "Configuration reloads, applied or refused",
+            Family::default(),
+        );
+        let provider_calls = registered(
+            &mut r,
+            "provider_calls",
+            "cluster-autoscaler calls by method and gRPC status code",
+            Family::default(),
+        );
+        let provider_call_seconds = registered(
+            &mut r,
+            "provider_call_seconds",
+            "Time to answer one cluster-autoscaler call",
+            Family::new_with_constructor(seconds as fn() -> Histogram),
+        );
+        let provider_stale_answers = registered(
+            &mut r,
+            "provider_stale_answers",
+            "Reads answered from the last snapshot because Redis could not be read",
+            Counter::default(),
+        );
+        let claims = registered(
+            &mut r,
+            "claims",
+            "Claims by group and phase",
+            Family::default(),
+        );
+        let slots = registered(
+            &mut r,
+            "slots",
+            "Slots by group and reported phase",
+            Family::default(),
+        );
+        let moves = registered(
+            &mut r,
+            "claim_moves",
+            "Claim moves by the phase moved to and the reason",
+            Family::default(),
+        );
+        let operations = registered(
+            &mut r,
+            "operations",
+            "Lifecycle operations by kind and outcome",
+            Family::default(),
+        );
+        let operation_seconds = registered(
+            &mut r,
+            "operation_duration_seconds",
+            "Lifecycle operation run time",
+            Family::new_with_constructor(operation_seconds as fn() -> Histogram),
+        );
+        let presence_read_seconds = registered(
+            &mut r,
+            "presence_read_seconds",
+            "Time of one fleet presence read",
+            seconds(),
+        );
+        let pass_seconds = registered(
+            &mut r,
+            "pass_seconds",
+            "Time of one controller pass over every slot",
+            seconds(),
+        );
+        let blind = registered(
+            &mut r,
+            "blind",
+            "1 while the controller cannot see the machines",
+            Gauge::default(),
+        );
+        let leader = registered(
+            &mut r,
+            "leader",
+            "1 while this process is the acting controller",
+            Gauge::default(),
+        );
+        Metrics {
+            registry: r,
+            claims,
+            slots,
+            moves,
+            operations,
+            operation_seconds,
+            presence_read_seconds,
+            pass_seconds,
+            blind,
+            leader,
+            provider_calls,
+            provider_call_seconds,
+            provider_stale_answers,
+            warnings,
+            reloads,
+        }
+    }
+}
+
+fn operation_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::claim::{self, OperationKind, OperationOutcome, Phase};
+    use crate::domain::law::Report;
+    use crate::domain::name::GroupName;
+
+    #[test]
+    fn metrics_encode_with_their_labels() {
+        let m = Metrics::default();
+        m.claims
+            .get_or_create(&ClaimLabels {
+                group: GroupName::parse("pool-a").unwrap(),
+                phase: Phase::Ready.into(),
+            })
+            .set(2);
+        m.moves
+            .get_or_create(&MoveLabels {
+                to: Phase::Failed.into(),
+                reason: Some(claim::Reason::MachineGone.into()),
+            })
+            .inc();
+        m.blind.set(1);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"fleet_claims{group="pool-a",phase="ready"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"fleet_claim_moves_total{to="failed",reason="MachineGone"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("fleet_blind 1"), "{text}");
+    }
+
+    /// The label text `labels` encode to, as in `name{...}`.
+    fn encoded<L>(labels: L) -> String
+    where
+        L: prometheus_client::encoding::EncodeLabelSet
+            + Clone
+            + std::hash::Hash
+            + Eq
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let mut registry = Registry::default();
+        let family = Family::<L, Counter>::default();
+        family.get_or_create(&labels).inc();
+        registry.register("m", "m", family);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let start = text.find("m_total{").expect("a labelled sample") + "m_total".len();
+        let end = start + text[start..].find('}').expect("the end of the labels") + 1;
+        text[start..end].to_owned()
+    }
+
+    // Every value of every domain enum a label is made from: the text is the domain's own name
+    // for it, byte for byte as /metrics has always shown it.
+    #[test]
+    fn every_label_value_is_the_domains_name_for_it() {
+        for phase in Phase::ALL {
+            assert_eq!(
+                encoded(MoveLabels {
+                    to: phase.into(),
+                    reason: None
+                }),
+                format!(r#"{{to="{}",reason=""}}"#, phase.as_str())
+            );
+        }
+        for report in Report::ALL {
+            assert_eq!(
+                encoded(SlotLabels {
+                    group: GroupName::parse("g").unwrap(),
+                    phase: report.into()
+                }),
+                format!(r#"{{group="g",phase="{}"}}"#, report.as_str())
+            );
+        }
+        for reason in claim::Reason::ALL {
+            assert_eq!(
+                encoded(ReasonLabel {
+                    reason: reason.into()
+                }),
+                format!(r#"{{reason="{}"}}"#, reason.as_str())
+            );
+        }
+        for kind in [OperationKind::Startup, OperationKind::Shutdown] {
+            assert_eq!(
+                encoded(KindLabel {
+                    operation: kind.into()
+                }),
+                format!(r#"{{operation="{}"}}"#, kind.as_str())
+            );
+        }
+        let outcomes = [
+            (OperationOutcome::Completed, "completed"),
+            (OperationOutcome::Failed, "failed"),
+            (OperationOutcome::TimedOut, "timedout"),
+            (OperationOutcome::Abandoned, "abandoned"),
+        ];
+        for (outcome, text) in outcomes {
+            assert_eq!(
+                encoded(OperationLabels {
+                    operation: OperationKind::Startup.into(),
+                    outcome: outcome.into()
+                }),
+                format!(r#"{{operation="startup",outcome="{text}"}}"#)
+            );
+        }
+        for (result, text) in [(Reload::applied, "applied"), (Reload::refused, "refused")] {
+            assert_eq!(
+                encoded(ResultLabel { result }),
+                format!(r#"{{result="{text}"}}"#)
+            );
+        }
+        assert_eq!(
+            encoded(CallLabels {
+                method: Method::GetAvailableGPUTypes,
+                code: Code::FailedPrecondition
+            }),
+            r#"{method="GetAvailableGPUTypes",code="FailedPrecondition"}"#
+        );
+    }
+}
