@@ -762,3 +762,116 @@ fn the_import_reader_reads_use_trees_paths_and_super() {
         "the imports read from the sample"
     );
 }
+
+// Issue 12: a long file or function is a smell a reader pays for; one over the limit says why at
+// its top, in a line that starts `Long:` (`//! Long: …` for a file, `/// Long: …` or `// Long: …`
+// above a function).
+const FILE_LINES: usize = 600;
+const FN_LINES: usize = 80;
+
+/// Whether the comment lines right above line `at` (its doc, attributes and comments) give a
+/// reason for its length.
+fn says_why_above(lines: &[&str], at: usize) -> bool {
+    lines[..at]
+        .iter()
+        .rev()
+        .map(|l| l.trim_start())
+        .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+        .any(|l| l.trim_start_matches('/').trim_start().starts_with("Long:"))
+}
+
+/// Every function in `code` (comments and literals blanked, test items removed): its name, the
+/// line of its `fn` and its length in lines, braces included.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(found) = code[from..].find("fn ") {
+        let at = from + found;
+        from = at + 3;
+        if at > 0 && ident(bytes[at - 1]) {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .trim_start()
+            .chars()
+            .take_while(|&c| c.is_alphanumeric() || c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let rest = &code[at..];
+        let Some(brace) = rest.find('{') else {
+            continue;
+        };
+        if rest.find(';').is_some_and(|semi| semi < brace) {
+            continue; // A declaration in a trait, or an `fn` type.
+        }
+        let mut depth = 0;
+        let Some(close) = rest[brace..].char_indices().find_map(|(i, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(brace + i)
+        }) else {
+            continue;
+        };
+        let line = code[..at].matches('\n').count();
+        let len = rest[..close].matches('\n').count() + 1;
+        out.push((name, line, len));
+    }
+    out
+}
+
+#[test]
+fn long_files_and_functions_say_why() {
+    let mut unexplained = Vec::new();
+    for (path, text) in sources("src") {
+        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+            continue;
+        }
+        let shown = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let length = code(&text).lines().count();
+        if length > FILE_LINES && !lines.iter().take(20).any(|l| l.starts_with("//! Long:")) {
+            unexplained.push(format!(
+                "{shown}: {length} lines without a `//! Long:` line"
+            ));
+        }
+        let blanked = without_tests(&blank_comments_and_literals(&text));
+        for (name, line, len) in functions(&blanked) {
+            if len > FN_LINES && !says_why_above(&lines, line) {
+                unexplained.push(format!(
+                    "{shown}:{}: fn {name} is {len} lines without a `Long:` comment",
+                    line + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "split these, or say why they are long:\n{}",
+        unexplained.join("\n")
+    );
+}
+
+#[test]
+fn the_function_reader_measures_bodies_and_skips_declarations() {
+    let code = "trait T {\n    fn a(&self);\n}\nfn b() {\n    let x = { 1 };\n}\nstruct S { f: fn() -> u8 }\nfn c() {}\n";
+    let found = functions(code);
+    assert_eq!(
+        found,
+        [("b".to_owned(), 3, 3), ("c".to_owned(), 7, 1)],
+        "{found:?}"
+    );
+    let lines = ["/// Long: a table.", "#[test]", "fn d() {"];
+    assert!(says_why_above(&lines, 2));
+    assert!(!says_why_above(&["/// Short.", "fn e() {"], 1));
+}

@@ -23,7 +23,7 @@ use crate::reconcile::{Controller, Faults};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
 use crate::store::keys::Keys;
-use crate::store::lease::Lease;
+use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 use crate::telemetry::{self, Health, Metrics, Reload, ResultLabel};
 
@@ -175,17 +175,19 @@ impl Args {
             (metrics.clone(), health.clone()),
             shutdown.clone(),
         ));
+        // One leadership signal: the controller announces it, the provider and its server follow.
+        let (signal, leadership) = Signal::new();
         let provider = Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
-            .with_leadership(health.leadership())
+            .with_leadership(leadership.clone())
             .with_metrics(metrics.clone());
         tasks.spawn(serve_provider(
             listeners.grpc,
             tls,
             provider,
-            health.leadership(),
+            leadership,
             shutdown.clone(),
         ));
-        self.control(ctx, rx, conn, (metrics, health), shutdown)
+        self.control(ctx, rx, conn, (metrics, health), signal, shutdown)
             .await;
         // The controller has stopped: the listeners and the reload end on the same token.
         tasks.close();
@@ -272,6 +274,7 @@ impl Args {
         rx: watch::Receiver<Arc<Config>>,
         conn: redis::aio::ConnectionManager,
         (metrics, health): (Arc<Metrics>, Arc<Health>),
+        signal: Signal,
         shutdown: CancellationToken,
     ) {
         let holder = self
@@ -293,6 +296,7 @@ impl Args {
             health,
         )
         .with_lease(lease)
+        .announcing(signal)
         .with_faults(Faults {
             blind_grace: self.blind_grace,
             vanish_ratio: self.vanish_ratio,

@@ -45,7 +45,7 @@ where
                 self.statuses.clear();
                 self.metrics.leader.set(1);
                 self.health.following(false);
-                self.health.lead(self.token.as_deref());
+                self.signal.announce(self.token.as_deref());
                 // Said once everything that acts as the leader (the provider too) knows it.
                 info!(holder = lease.id(), token, "became the leader");
                 true
@@ -105,7 +105,7 @@ where
     pub(super) fn follow(&mut self, why: &str) {
         warn!(why, "lost leadership; no longer acting");
         self.token = None;
-        self.health.lead(None);
+        self.signal.announce(None);
         self.store = self.base_store.clone();
         self.metrics.leader.set(0);
     }

@@ -37,7 +37,7 @@ use crate::domain::slot::{Done, Recorded};
 use crate::lifecycle::{REPORT_SLACK, Runner};
 use crate::store::catalog::ControllerStatus;
 use crate::store::claims::{ClaimStore, ClaimStoreError, SlotStatus};
-use crate::store::lease::Lease;
+use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 
 use crate::telemetry::{Health, Metrics};
@@ -106,6 +106,8 @@ pub struct Controller<C, R, N = NoNodes> {
     runner: Arc<R>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    /// The leadership this controller announces to the provider (SPEC §5.1).
+    signal: Signal,
     /// The slot statuses this controller wrote: it is their one writer.
     statuses: HashMap<(GroupName, BenchName), SlotStatus>,
     /// Slots whose status changed outside the report step (an unclaimed shutdown's count).
@@ -206,6 +208,7 @@ where
             runner,
             metrics,
             health,
+            signal: Signal::new().0,
             statuses: HashMap::new(),
             dirty: std::collections::HashSet::new(),
             loaded: false,
@@ -242,6 +245,7 @@ where
             runner: self.runner,
             metrics: self.metrics,
             health: self.health,
+            signal: self.signal,
             statuses: self.statuses,
             dirty: self.dirty,
             loaded: self.loaded,
@@ -286,6 +290,12 @@ where
         self
     }
 
+    /// Announces this controller's leadership through `signal`, which the provider follows.
+    pub fn announcing(mut self, signal: Signal) -> Self {
+        self.signal = signal;
+        self
+    }
+
     /// The fencing token while this controller leads.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()
@@ -323,7 +333,7 @@ where
                 );
             }
         }
-        self.health.lead(None);
+        self.signal.announce(None);
         if let (Some(lease), Some(token)) = (self.lease.clone(), self.token.clone()) {
             match lease.release(&token).await {
                 Ok(_) => info!(token, "leadership released"),

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use tokio::sync::watch;
 
 use super::keys::Keys;
 use super::script::{eval, script};
@@ -33,6 +34,37 @@ pub enum Leadership {
     Leader(String),
     /// Another process leads (`<holder> <token>`).
     Follower(String),
+}
+
+/// The leadership this process acts under, as one signal (SPEC §5.1): the controller announces
+/// its fencing token when it becomes the leader and `None` when it stops, and the provider and its
+/// gRPC server follow the receivers. Nothing else carries it, so the provider never changes a group
+/// under a leadership the controller has given up.
+#[derive(Debug)]
+pub struct Signal(watch::Sender<Option<String>>);
+
+impl Signal {
+    /// A signal that says "not leading", and the first of its receivers.
+    pub fn new() -> (Self, watch::Receiver<Option<String>>) {
+        let (tx, rx) = watch::channel(None);
+        (Signal(tx), rx)
+    }
+
+    /// Announces the leadership: the fencing token while leading, `None` otherwise.
+    pub fn announce(&self, token: Option<&str>) {
+        self.0.send_if_modified(|held| {
+            let changed = held.as_deref() != token;
+            if changed {
+                *held = token.map(ToOwned::to_owned);
+            }
+            changed
+        });
+    }
+
+    /// Another receiver, for one more follower.
+    pub fn follow(&self) -> watch::Receiver<Option<String>> {
+        self.0.subscribe()
+    }
 }
 
 /// The lease of one would-be leader.
@@ -140,5 +172,29 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
             wiped,
             catalog: catalog == 1,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Signal;
+
+    #[test]
+    fn the_signal_wakes_followers_only_when_the_leadership_changes() {
+        let (signal, mut rx) = Signal::new();
+        let mut other = signal.follow();
+        assert_eq!(*rx.borrow_and_update(), None);
+        signal.announce(Some("7"));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().as_deref(), Some("7"));
+        assert_eq!(other.borrow_and_update().as_deref(), Some("7"));
+        // A renewal announces the same token: nobody is woken.
+        signal.announce(Some("7"));
+        assert!(!rx.has_changed().unwrap());
+        signal.announce(None);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), None);
+        signal.announce(Some("8"));
+        assert_eq!(other.borrow_and_update().as_deref(), Some("8"));
     }
 }

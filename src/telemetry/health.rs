@@ -1,5 +1,4 @@
-//! Health: what `/healthz` and `/readyz` answer from, the leadership the provider acts under,
-//! and the HTTP server of the metrics and both endpoints (SPEC §4.8).
+//! Health: what `/healthz` and `/readyz` answer from, and the HTTP server of the metrics and both endpoints (SPEC §4.8).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,13 +6,11 @@ use std::time::{Duration, Instant};
 
 use super::Metrics;
 
-/// What `/healthz` and `/readyz` answer from, and the leadership the provider acts under.
+/// What `/healthz` and `/readyz` answer from.
 pub struct Health {
     last_pass: Mutex<Option<Instant>>,
     blind: AtomicBool,
     follower: AtomicBool,
-    /// The fencing token while this process leads, for the provider's changes.
-    leadership: tokio::sync::watch::Sender<Option<String>>,
     /// Why the last configuration reload was refused, while the running one is kept.
     refused_reload: Mutex<Option<String>>,
 }
@@ -24,23 +21,12 @@ impl Default for Health {
             last_pass: Mutex::new(None),
             blind: AtomicBool::new(false),
             follower: AtomicBool::new(false),
-            leadership: tokio::sync::watch::Sender::new(None),
             refused_reload: Mutex::new(None),
         }
     }
 }
 
 impl Health {
-    /// Records the leadership this process acts under: its fencing token, or `None`.
-    pub fn lead(&self, token: Option<&str>) {
-        self.leadership.send_replace(token.map(ToOwned::to_owned));
-    }
-
-    /// The leadership, as the provider follows it.
-    pub fn leadership(&self) -> tokio::sync::watch::Receiver<Option<String>> {
-        self.leadership.subscribe()
-    }
-
     pub fn passed(&self, blind: bool) {
         *self.last_pass.lock().expect("health lock") = Some(Instant::now());
         self.blind.store(blind, Ordering::Relaxed);

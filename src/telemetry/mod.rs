@@ -6,7 +6,7 @@
 //! controller and the provider record here what they did.
 //!
 //! - [`labels`]: the label sets and their values.
-//! - [`health`]: `/healthz` and `/readyz`, the leadership the provider follows, and the server.
+//! - [`health`]: `/healthz` and `/readyz`, and the server.
 
 pub mod health;
 pub mod labels;
@@ -53,8 +53,8 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 }
 
 impl Default for Metrics {
+    // Long: not complex, one registration per metric, in the order /metrics lists them.
     fn default() -> Self {
-        // Long, not complex: one registration per metric, in the order /metrics lists them.
         let mut r = Registry::with_prefix("fleet");
         let warnings = registered(
             &mut r,
