@@ -11,8 +11,11 @@
 //! - [`cli`] (7): the `fleet` command line, one file per verb; rows are built from domain values.
 //! - [`agent`] (6): the heartbeat agent that a bench runs.
 //! - [`provider`] (6): cluster-autoscaler's `externalgrpc` provider; its wire types stay inside.
-//! - [`reconcile`] (5): the lifecycle controller, one pass over every slot; requests and metrics.
+//! - [`reconcile`] (5): the lifecycle controller: the loop, leadership, one pass, the executor
+//!   of `domain::slot`'s plans.
+//! - [`requests`] (4): the command layer that makes and ends claims, for `cli` and `provider`.
 //! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their wrapper.
+//! - [`telemetry`] (4): the metrics with their typed labels, health, and their HTTP server.
 //! - [`testing`] (4): a private `redis-server` for tests, benchmarks and the local stack.
 //! - [`store`] (3): Redis. One module names every key; every store call is one round trip.
 //! - [`config`] (2): the configuration file of `fleet serve` (groups, slots) and its validation.
