@@ -12,9 +12,9 @@ use crate::config::{Group, Slot};
 use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
 use crate::domain::name::{BenchName, Reason as HoldReason};
 use crate::domain::operation::{OpEnd, SlotOp};
-use crate::domain::slot::{self, CORDON_PREFIX, Done, Here, Recorded, Start, Step, View, Write};
+use crate::domain::slot::{self, CORDON_PREFIX, Here, Recorded, Start, Step, View, Write};
 use crate::domain::state::Bench;
-use crate::lifecycle::{Request, Runner};
+use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
@@ -135,7 +135,7 @@ where
             Step::RunRecorded(recorded) => {
                 let Recorded { op, claim } = *recorded;
                 warn!(slot = %a.slot.name, operation = op.kind.as_str(), "the write that recorded the operation did land: running it now");
-                self.spawn(a, claim.as_ref(), op.kind, op.started_at);
+                self.fire(a, claim.as_ref(), op.kind, op.started_at);
                 true
             }
             Step::Ended(done) => {
@@ -182,7 +182,7 @@ where
                 claim,
                 started_at,
             } => {
-                self.spawn(a, claim.as_deref(), kind, started_at);
+                self.fire(a, claim.as_deref(), kind, started_at);
                 true
             }
             Step::Note(what) => {
@@ -425,57 +425,19 @@ where
         }
     }
 
-    /// Runs an operation in its wrapper; its outcome comes back through `done_rx`.
-    fn spawn(
+    /// Runs the slot's operation, noting what the pass did.
+    fn fire(
         &mut self,
         a: &mut Acting<'_>,
         c: Option<&Claim>,
         kind: OperationKind,
         started_at: DateTime<Utc>,
     ) {
-        let (group, slot) = (a.group, a.slot);
-        let op = match kind {
-            OperationKind::Startup => {
-                a.out.started = true;
-                &group.startup
-            }
-            OperationKind::Shutdown => {
-                a.out.stopped = true;
-                &group.shutdown
-            }
-        };
-        let request = Request {
-            kind,
-            slot: slot.name.clone(),
-            group: group.name.clone(),
-            claim: c.map(|c| c.name.clone()),
-            attempt: c.map_or(0, |c| c.attempt),
-            provider_id: slot.provider_id.clone(),
-            command: op.command.clone(),
-            env: op.env.clone(),
-            dir: op.dir.clone(),
-            timeout: op.timeout,
-            controller: self.holder(),
-            started_at,
-        };
-        self.running.insert(slot.name.clone(), kind);
-        let (runner, done, slot_name) =
-            (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
-        let claim = request.claim.clone();
-        self.tasks.spawn(async move {
-            let report = runner.run(request).await;
-            let _ = done.send((
-                slot_name,
-                Done {
-                    kind,
-                    claim,
-                    started_at: Some(started_at),
-                    outcome: report.outcome,
-                    duration: report.duration,
-                    tail: report.tail,
-                },
-            ));
-        });
+        match kind {
+            OperationKind::Startup => a.out.started = true,
+            OperationKind::Shutdown => a.out.stopped = true,
+        }
+        self.spawn(a.group, a.slot, c, kind, started_at);
     }
 
     /// The controller's memory of the slot's operation takes its outcome.

@@ -9,11 +9,17 @@
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
 //!   again. Every operation is recorded on its claim before it runs.
 //! - `write`: claim writes through the compare-and-set, with their timeline entries and metrics.
+//! - `operations`: spawning an operation in its wrapper, taking its outcome, the shutdown wait.
+//! - `nodes`: the Nodes port, where the Kubernetes client plugs in.
 
 mod act;
 mod leadership;
+mod nodes;
+mod operations;
 mod pass;
 mod write;
+
+pub use nodes::{NoNodes, Nodes};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,11 +32,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::config::{Config, Slot};
+use crate::config::Config;
 use crate::domain::claim::OperationKind;
 use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
-use crate::domain::node::{Binding, NodeView};
+use crate::domain::node::NodeView;
 use crate::domain::operation::SlotOp;
 use crate::domain::slot::{Done, Recorded};
 
@@ -61,34 +67,6 @@ pub struct PassReport {
     pub writes: usize,
     pub started: Vec<BenchName>,
     pub stopped: Vec<BenchName>,
-}
-
-/// The Kubernetes Nodes of the slots bound to one (SPEC §3.1 usability). The Kubernetes client
-/// plugs in here; everything above it is tested through the same trait.
-pub trait Nodes: Send + Sync + 'static {
-    /// Reads the named Nodes once per pass; a Node that does not exist is absent from the map.
-    fn read(
-        &self,
-        names: &[String],
-    ) -> impl std::future::Future<Output = Result<HashMap<String, NodeView>, String>> + Send;
-
-    /// Whether Nodes are observed at all. Without Kubernetes a bound slot is judged by its bench
-    /// alone.
-    fn observed(&self) -> bool;
-}
-
-/// No Kubernetes: usability is the bench's presence alone.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoNodes;
-
-impl Nodes for NoNodes {
-    async fn read(&self, _names: &[String]) -> Result<HashMap<String, NodeView>, String> {
-        Ok(HashMap::new())
-    }
-
-    fn observed(&self) -> bool {
-        false
-    }
 }
 
 /// The controller.
@@ -352,46 +330,5 @@ where
     /// only one and always acts; with one, it acts while it leads (`run_leading`).
     pub async fn run(self, interval: Duration, grace: Duration, shutdown: CancellationToken) {
         self.run_leading(interval, grace, shutdown).await;
-    }
-
-    async fn finish(&mut self, grace: Duration) {
-        self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            let running: Vec<String> = self
-                .running
-                .iter()
-                .map(|(slot, kind)| format!("{slot} ({})", kind.as_str()))
-                .collect();
-            warn!(
-                ?running,
-                "operations still running at shutdown; they are recorded on their claims"
-            );
-        }
-    }
-
-    /// Whether an operation is running for `slot` in this process.
-    pub fn running(&self, slot: &BenchName) -> bool {
-        self.running.contains_key(slot)
-    }
-
-    /// Waits for the next operation to end (for callers that drive passes themselves).
-    pub async fn operation_ended(&mut self) -> Option<BenchName> {
-        let (slot, done) = self.done_rx.recv().await?;
-        self.running.remove(&slot);
-        self.finished.insert(slot.clone(), done);
-        Some(slot)
-    }
-
-    /// How a slot is bound to Kubernetes this pass.
-    fn binding(&self, slot: &Slot) -> Binding<'_> {
-        match (&slot.kubernetes_node, self.nodes.observed()) {
-            (Some(name), true) => {
-                Binding::Bound(self.node_views.as_ref().and_then(|v| v.get(name)))
-            }
-            (Some(_), false) | (None, _) => Binding::Unbound,
-        }
     }
 }

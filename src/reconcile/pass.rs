@@ -48,10 +48,7 @@ where
     /// One pass over every slot.
     pub async fn pass(&mut self) -> Result<PassReport, PassError> {
         let started = Instant::now();
-        while let Ok((slot, done)) = self.done_rx.try_recv() {
-            self.running.remove(&slot);
-            self.finished.insert(slot, done);
-        }
+        self.take_ended();
         let config = self.config.borrow().clone();
         let Some(observed) = self.observe(&config).await? else {
             return Ok(PassReport::default());

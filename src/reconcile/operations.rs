@@ -1,0 +1,112 @@
+//! Operations (SPEC §4.2): each runs in its wrapper process as a task of this controller; its
+//! outcome comes back through a channel and the next pass (or `operation_ended`) takes it. What
+//! an outcome means for its claim is the planner's (`domain::slot`).
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use tracing::warn;
+
+use std::time::Duration;
+
+use crate::config::{Group, Slot};
+use crate::domain::claim::{Claim, OperationKind};
+use crate::domain::name::BenchName;
+use crate::domain::slot::Done;
+use crate::lifecycle::{Request, Runner};
+
+use super::{Controller, Nodes};
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
+    /// Runs an operation in its wrapper; its outcome comes back through `done_rx`, and the next
+    /// pass takes it (`take_ended`).
+    pub(super) fn spawn(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        c: Option<&Claim>,
+        kind: OperationKind,
+        started_at: DateTime<Utc>,
+    ) {
+        let op = match kind {
+            OperationKind::Startup => &group.startup,
+            OperationKind::Shutdown => &group.shutdown,
+        };
+        let request = Request {
+            kind,
+            slot: slot.name.clone(),
+            group: group.name.clone(),
+            claim: c.map(|c| c.name.clone()),
+            attempt: c.map_or(0, |c| c.attempt),
+            provider_id: slot.provider_id.clone(),
+            command: op.command.clone(),
+            env: op.env.clone(),
+            dir: op.dir.clone(),
+            timeout: op.timeout,
+            controller: self.holder(),
+            started_at,
+        };
+        self.running.insert(slot.name.clone(), kind);
+        let (runner, done, slot_name) =
+            (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
+        let claim = request.claim.clone();
+        self.tasks.spawn(async move {
+            let report = runner.run(request).await;
+            let _ = done.send((
+                slot_name,
+                Done {
+                    kind,
+                    claim,
+                    started_at: Some(started_at),
+                    outcome: report.outcome,
+                    duration: report.duration,
+                    tail: report.tail,
+                },
+            ));
+        });
+    }
+
+    /// Takes the outcomes of the operations that ended since the last pass.
+    pub(super) fn take_ended(&mut self) {
+        while let Ok((slot, done)) = self.done_rx.try_recv() {
+            self.running.remove(&slot);
+            self.finished.insert(slot, done);
+        }
+    }
+
+    /// Stops taking operations and waits up to `grace` for those in flight.
+    pub(super) async fn finish(&mut self, grace: Duration) {
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            let running: Vec<String> = self
+                .running
+                .iter()
+                .map(|(slot, kind)| format!("{slot} ({})", kind.as_str()))
+                .collect();
+            warn!(
+                ?running,
+                "operations still running at shutdown; they are recorded on their claims"
+            );
+        }
+    }
+
+    /// Whether an operation is running for `slot` in this process.
+    pub fn running(&self, slot: &BenchName) -> bool {
+        self.running.contains_key(slot)
+    }
+
+    /// Waits for the next operation to end (for callers that drive passes themselves).
+    pub async fn operation_ended(&mut self) -> Option<BenchName> {
+        let (slot, done) = self.done_rx.recv().await?;
+        self.running.remove(&slot);
+        self.finished.insert(slot.clone(), done);
+        Some(slot)
+    }
+}
