@@ -909,3 +909,63 @@ fn a_machine_that_reboots_while_it_provisions_keeps_the_whole_budget() {
     );
     assert_eq!(readiness_gate(&c, false, false, t(220), &tm), Gate::Fail);
 }
+
+#[test]
+fn a_call_is_named_as_the_store_spells_it() {
+    for (call, name) in [
+        (Call::IncreaseSize, "IncreaseSize"),
+        (Call::Claim, "Claim"),
+        (Call::Adoption, "Adoption"),
+    ] {
+        assert_eq!(call.as_str(), name);
+        let stored = serde_json::to_string(&call).unwrap();
+        assert_eq!(stored, format!("\"{name}\""), "the digest keeps {name} so");
+    }
+}
+
+// The store's compare-and-set keys on the version: every change of a claim raises it by exactly
+// one, whatever it changes, so two writers of one version can never both land.
+#[test]
+fn every_change_raises_the_version_by_one() {
+    let t0 = Timings::default();
+    let started = claim().start_operation(OperationKind::Startup, mins(5), t(1));
+    let finished = started
+        .finish_operation(OperationOutcome::Completed, t(2))
+        .unwrap();
+    let booting = claim().apply(Move::to(Phase::Booting), t(1)).unwrap();
+    let marked = booting.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    let watched = claim()
+        .apply(Move::to(Phase::Ready), t(1))
+        .unwrap()
+        .watched(Watch::MarkObservedOff, t(2))
+        .unwrap();
+    let base = claim().version;
+    let ready = claim().apply(Move::to(Phase::Ready), t(1)).unwrap();
+    let changes = [
+        (base, started.version, "start_operation"),
+        (started.version, finished.version, "finish_operation"),
+        (base, claim().heard(t(1)).version, "heard"),
+        (base, claim().warn(Reason::ShutdownJobTimeout).version, "warn"),
+        (base, ready.version, "apply"),
+        (booting.version, marked.version, "mark_for_deletion"),
+        (ready.version, watched.version, "watched"),
+        (base, claim().record_shutdown_attempt(t(1), &t0).version, "record_shutdown_attempt"),
+        (base, claim().reset_shutdown_attempts().version, "reset_shutdown_attempts"),
+    ];
+    for (before, after, what) in changes {
+        assert_eq!(after, before + 1, "{what} raises the version by one");
+    }
+    // A claim at a later version: still one, not a product or a difference.
+    let mut later = claim();
+    later.version = 7;
+    assert_eq!(later.heard(t(1)).version, 8);
+    let later = later.start_operation(OperationKind::Shutdown, mins(1), t(1));
+    assert_eq!(later.version, 8);
+    assert_eq!(
+        later
+            .finish_operation(OperationOutcome::Failed, t(2))
+            .unwrap()
+            .version,
+        9
+    );
+}
