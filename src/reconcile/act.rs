@@ -69,7 +69,7 @@ where
     ) -> SlotOutcome {
         let key = (group.name.clone(), slot.name.clone());
         let holder = self.holder();
-        let uncertain = self.uncertain.remove(&slot.name);
+        let uncertain = self.memory.uncertain.remove(&slot.name);
         let view = View {
             group: &group.name,
             slot: &slot.name,
@@ -81,26 +81,26 @@ where
             bench: seen.bench,
             blind: seen.blind,
             unreadable: seen.unreadable,
-            adopting: self.adopting,
-            acting: self.token.is_some() == self.lease.is_some(),
+            adopting: self.seeing.adopting,
+            acting: self.leading.token.is_some() == self.leading.lease.is_some(),
             claims: claims.clone(),
             stored_op: seen.op,
-            remembered_op: self.ops.get(&key).cloned(),
+            remembered_op: self.memory.ops.get(&key).cloned(),
             here: Here {
-                running: self.running.get(&slot.name).copied(),
-                finished: self.finished.get(&slot.name).cloned(),
+                running: self.flight.running.get(&slot.name).copied(),
+                finished: self.flight.finished.get(&slot.name).cloned(),
                 uncertain,
             },
             report_slack: self.faults.report_slack,
             holder: &holder,
-            status: self.statuses.get(&key).cloned().unwrap_or_default(),
+            status: self.memory.statuses.get(&key).cloned().unwrap_or_default(),
         };
         let plan = slot::plan(view, now);
         if let Some(op) = plan.op {
-            self.ops.insert(key.clone(), op);
+            self.memory.ops.insert(key.clone(), op);
         }
         if let Some(u) = plan.uncertain {
-            self.uncertain.insert(slot.name.clone(), u);
+            self.memory.uncertain.insert(slot.name.clone(), u);
         }
         let mut a = Acting {
             group,
@@ -117,7 +117,7 @@ where
             }
         }
         if let Some(power) = plan.power {
-            self.last_power.insert(key, power);
+            self.memory.last_power.insert(key, power);
         }
         a.out.status = plan.status;
         a.out
@@ -156,7 +156,7 @@ where
                 ended
             }
             Step::Settled => {
-                self.finished.remove(&a.slot.name);
+                self.flight.finished.remove(&a.slot.name);
                 a.out.writes += 1;
                 true
             }
@@ -251,6 +251,7 @@ where
             Ok(_) => {
                 let key = (a.group.name.clone(), slot.clone());
                 if let Some(o) = self
+                    .memory
                     .ops
                     .get_mut(&key)
                     .filter(|o| o.started_at == started_at)
@@ -289,7 +290,7 @@ where
         replace(&mut a.out.claims, &w.next);
         a.out.writes += 1;
         if w.then.settles {
-            self.finished.remove(slot);
+            self.flight.finished.remove(slot);
         }
         if w.then.restores {
             warn!(slot = %slot, claim = %w.old.name, attempt = w.old.attempt, "the claim lost the write that recorded its startup; restored, not fired again");
@@ -331,7 +332,8 @@ where
             }
             Err(e) => {
                 if matches!(e, ClaimStoreError::Fenced { .. }) {
-                    self.deposed
+                    self.leading
+                        .deposed
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 warn!(slot = %slot, error = crate::store::connect::chain(&e), "adoption failed; no power action");
@@ -365,7 +367,7 @@ where
                 }),
                 Err(e) => {
                     warn!(slot = %slot, claim = %c.name, error = crate::store::connect::chain(&e), "cannot read back an operation's record; the next pass decides");
-                    self.uncertain.insert(
+                    self.memory.uncertain.insert(
                         slot.clone(),
                         Recorded {
                             op: op.clone(),
@@ -387,7 +389,9 @@ where
                 info!(slot = %slot, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down")
             }
         }
-        self.ops.insert((a.group.name.clone(), slot.clone()), op);
+        self.memory
+            .ops
+            .insert((a.group.name.clone(), slot.clone()), op);
         replace(&mut a.out.claims, next);
         true
     }
@@ -399,7 +403,9 @@ where
         match self.store.record_unclaimed(&a.group.name, slot, &op).await {
             Ok(Unclaimed::Recorded) => {
                 info!(slot = %slot, attempt = op.streak, "shutting down a machine no claim wants");
-                self.ops.insert((a.group.name.clone(), slot.clone()), op);
+                self.memory
+                    .ops
+                    .insert((a.group.name.clone(), slot.clone()), op);
                 true
             }
             Ok(Unclaimed::Claimed(holder)) => {
@@ -412,7 +418,7 @@ where
             }
             Err(e) => {
                 // The reply was lost: the next pass runs it if the store shows it.
-                self.uncertain.insert(
+                self.memory.uncertain.insert(
                     slot.clone(),
                     Recorded {
                         op: op.clone(),
@@ -444,6 +450,7 @@ where
     fn remember_end(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) {
         let key = (a.group.name.clone(), a.slot.name.clone());
         if let Some(o) = self
+            .memory
             .ops
             .get_mut(&key)
             .filter(|o| o.started_at == started_at && o.end.is_none())

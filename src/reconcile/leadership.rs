@@ -8,9 +8,40 @@ use tracing::{info, warn};
 
 use crate::domain::name::GroupName;
 use crate::lifecycle::Runner;
-use crate::store::lease::Leadership;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+
+use crate::store::lease::{Leadership, Lease, Signal};
 
 use super::{Controller, Nodes, Sight};
+
+/// This controller's leadership: the lease it competes for, the fencing token while it leads,
+/// the fences it raised, and the signal the provider follows.
+pub(super) struct Leading<C> {
+    /// The lease, when this controller competes for leadership (`run_leading`).
+    pub lease: Option<Lease<C>>,
+    /// The fencing token of this controller's leadership, while it leads.
+    pub token: Option<String>,
+    /// Set when a write was refused by a newer leader's fence: stop acting at once.
+    pub deposed: AtomicBool,
+    /// The groups whose fence this leadership has raised (a group added on reload is raised on
+    /// the next pass).
+    pub fenced: HashSet<GroupName>,
+    /// The leadership this controller announces to the provider (SPEC §5.1).
+    pub signal: Signal,
+}
+
+impl<C> Leading<C> {
+    pub fn new() -> Self {
+        Leading {
+            lease: None,
+            token: None,
+            deposed: AtomicBool::new(false),
+            fenced: HashSet::new(),
+            signal: Signal::new().0,
+        }
+    }
+}
 
 impl<C, R, N> Controller<C, R, N>
 where
@@ -21,31 +52,36 @@ where
     /// Takes or renews the lease; on a new leadership raises every group's fence. Returns whether
     /// this controller leads now.
     pub async fn lead(&mut self) -> bool {
-        let Some(lease) = self.lease.clone() else {
+        let Some(lease) = self.leading.lease.clone() else {
             return true;
         };
         if self
+            .leading
             .deposed
             .swap(false, std::sync::atomic::Ordering::Relaxed)
         {
             self.follow("a write was refused by a newer leader's fence");
         }
-        match lease.acquire(self.token.as_deref()).await {
-            Ok(Leadership::Leader(token)) if self.token.as_deref() == Some(token.as_str()) => true,
+        match lease.acquire(self.leading.token.as_deref()).await {
+            Ok(Leadership::Leader(token))
+                if self.leading.token.as_deref() == Some(token.as_str()) =>
+            {
+                true
+            }
             Ok(Leadership::Leader(token)) => {
                 let groups: Vec<GroupName> = self.config.borrow().groups.keys().cloned().collect();
-                self.fenced.clear();
+                self.leading.fenced.clear();
                 if !self.raise_fences(&groups, &token).await {
                     return false;
                 }
                 self.store = self.base_store.fenced(&token);
-                self.token = Some(token.clone());
+                self.leading.token = Some(token.clone());
                 // The previous leader wrote the statuses: read them again.
-                self.loaded = false;
-                self.statuses.clear();
+                self.memory.loaded = false;
+                self.memory.statuses.clear();
                 self.metrics.leader.set(1);
                 self.health.following(false);
-                self.signal.announce(self.token.as_deref());
+                self.leading.signal.announce(self.leading.token.as_deref());
                 // Said once everything that acts as the leader (the provider too) knows it.
                 info!(holder = lease.id(), token, "became the leader");
                 true
@@ -54,10 +90,10 @@ where
                 self.health.following(true);
                 // Sight returned while following: the grace runs from now, not from the first
                 // pass this controller may run much later.
-                if self.sight == Sight::Lost {
-                    self.sight = Sight::Back(Instant::now());
+                if self.seeing.sight == Sight::Lost {
+                    self.seeing.sight = Sight::Back(Instant::now());
                 }
-                if self.token.is_some() {
+                if self.leading.token.is_some() {
                     self.follow(&format!("the lease is held by {holder}"));
                 }
                 false
@@ -68,9 +104,9 @@ where
                     "cannot reach the lease"
                 );
                 // The store is out of reach, so presence is too: when it returns, the grace.
-                self.sight = Sight::Lost;
+                self.seeing.sight = Sight::Lost;
                 // A leader that cannot renew stops acting: its lease may lapse unseen.
-                if self.token.is_some() {
+                if self.leading.token.is_some() {
                     self.follow("the lease could not be renewed");
                 }
                 false
@@ -82,12 +118,12 @@ where
     /// newer leader's fence is up (or Redis refused), so this controller must not act.
     pub(super) async fn raise_fences(&mut self, groups: &[GroupName], token: &str) -> bool {
         for group in groups {
-            if self.fenced.contains(group) {
+            if self.leading.fenced.contains(group) {
                 continue;
             }
             match self.base_store.raise_fence(group, token).await {
                 Ok(true) => {
-                    self.fenced.insert(group.clone());
+                    self.leading.fenced.insert(group.clone());
                 }
                 Ok(false) => {
                     warn!(%group, token, "a newer leader's fence is up; not leading");
@@ -104,8 +140,8 @@ where
 
     pub(super) fn follow(&mut self, why: &str) {
         warn!(why, "lost leadership; no longer acting");
-        self.token = None;
-        self.signal.announce(None);
+        self.leading.token = None;
+        self.leading.signal.announce(None);
         self.store = self.base_store.clone();
         self.metrics.leader.set(0);
     }

@@ -19,7 +19,9 @@ mod operations;
 mod pass;
 mod write;
 
+use leadership::Leading;
 pub use nodes::{NoNodes, Nodes};
+use operations::Flight;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,18 +29,16 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::domain::claim::OperationKind;
 use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::NodeView;
 use crate::domain::operation::SlotOp;
-use crate::domain::slot::{Done, Recorded};
+use crate::domain::slot::Recorded;
 
 use crate::lifecycle::{REPORT_SLACK, Runner};
 use crate::store::catalog::ControllerStatus;
@@ -84,40 +84,26 @@ pub struct Controller<C, R, N = NoNodes> {
     runner: Arc<R>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    /// The leadership this controller announces to the provider (SPEC §5.1).
-    signal: Signal,
+    /// What this controller remembers across passes: its own record, never its reports.
+    memory: Memory,
+    /// The operations this process runs, and their outcomes not yet taken.
+    flight: Flight,
+    faults: Faults,
+    /// The lease, the token and the fences of this controller's leadership.
+    leading: Leading<C>,
+    /// What this controller knows of its own sight (SPEC §5.2).
+    seeing: Seeing,
+}
+
+/// What a controller remembers across passes (SPEC §4.5): its own record, apart from the status
+/// it publishes, which is never read back as an input.
+#[derive(Default)]
+struct Memory {
     /// The slot statuses this controller wrote: it is their one writer.
     statuses: HashMap<(GroupName, BenchName), SlotStatus>,
-    /// Slots whose status changed outside the report step (an unclaimed shutdown's count).
-    dirty: std::collections::HashSet<(GroupName, BenchName)>,
+    /// Whether `statuses` holds what the store holds (read again after a new leadership or a
+    /// new generation).
     loaded: bool,
-    running: HashMap<BenchName, OperationKind>,
-    finished: HashMap<BenchName, Done>,
-    done_tx: mpsc::UnboundedSender<(BenchName, Done)>,
-    done_rx: mpsc::UnboundedReceiver<(BenchName, Done)>,
-    tasks: TaskTracker,
-    faults: Faults,
-    /// The lease, when this controller competes for leadership (`run_leading`).
-    lease: Option<Lease<C>>,
-    /// The fencing token of this controller's leadership, while it leads.
-    token: Option<String>,
-    /// Set when a write was refused by a newer leader's fence: stop acting at once.
-    deposed: std::sync::atomic::AtomicBool,
-    /// The store's generation marker as this controller last saw it.
-    generation: Option<String>,
-    /// Blind until this server time, and why: after sight returned, the store came back empty,
-    /// or many wanted machines vanished at once.
-    blind_until: Option<(DateTime<Utc>, String)>,
-    /// The status last published for the views, and when (renewed well inside its TTL).
-    published: Option<(ControllerStatus, Instant)>,
-    /// Whether this controller has lost sight of the store since its last pass that read it.
-    sight: Sight,
-    /// The groups whose fence this leadership has raised (a group added on reload is raised on
-    /// the next pass).
-    fenced: std::collections::HashSet<GroupName>,
-    /// The store came back without its claims: after the blind grace, machines found on with no
-    /// claim are adopted rather than powered off.
-    adopting: bool,
     /// This controller's memory of each slot's last operation (SPEC §5.4): it outlives a store
     /// that lost its last writes.
     ops: HashMap<(GroupName, BenchName), SlotOp>,
@@ -125,6 +111,34 @@ pub struct Controller<C, R, N = NoNodes> {
     uncertain: HashMap<BenchName, Recorded>,
     /// Each slot's power as this controller last observed it (for the mass-vanishing rule).
     last_power: HashMap<(GroupName, BenchName), Power>,
+}
+
+/// What a controller knows of its own sight, across passes (SPEC §5.2, §5.3).
+struct Seeing {
+    /// Whether this controller has lost sight of the store since its last pass that read it.
+    sight: Sight,
+    /// Blind until this server time, and why: after sight returned, the store came back empty,
+    /// or many wanted machines vanished at once.
+    blind_until: Option<(DateTime<Utc>, String)>,
+    /// The store's generation marker as this controller last saw it.
+    generation: Option<String>,
+    /// The store came back without its claims: after the blind grace, machines found on with no
+    /// claim are adopted rather than powered off.
+    adopting: bool,
+    /// The status last published for the views, and when (renewed well inside its TTL).
+    published: Option<(ControllerStatus, Instant)>,
+}
+
+impl Default for Seeing {
+    fn default() -> Self {
+        Seeing {
+            sight: Sight::Clear,
+            blind_until: None,
+            generation: None,
+            adopting: false,
+            published: None,
+        }
+    }
 }
 
 /// Whether the controller could see the store, for the grace after an outage (SPEC §5.2).
@@ -175,7 +189,6 @@ where
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> Self {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
         Controller {
             nodes: NoNodes,
             node_views: None,
@@ -186,28 +199,11 @@ where
             runner,
             metrics,
             health,
-            signal: Signal::new().0,
-            statuses: HashMap::new(),
-            dirty: std::collections::HashSet::new(),
-            loaded: false,
-            running: HashMap::new(),
-            finished: HashMap::new(),
-            done_tx,
-            done_rx,
-            tasks: TaskTracker::new(),
+            flight: Flight::new(),
+            memory: Memory::default(),
+            seeing: Seeing::default(),
             faults: Faults::default(),
-            lease: None,
-            token: None,
-            deposed: std::sync::atomic::AtomicBool::new(false),
-            generation: None,
-            blind_until: None,
-            published: None,
-            sight: Sight::Clear,
-            fenced: std::collections::HashSet::new(),
-            adopting: false,
-            ops: HashMap::new(),
-            uncertain: HashMap::new(),
-            last_power: HashMap::new(),
+            leading: Leading::new(),
         }
     }
 
@@ -223,28 +219,11 @@ where
             runner: self.runner,
             metrics: self.metrics,
             health: self.health,
-            signal: self.signal,
-            statuses: self.statuses,
-            dirty: self.dirty,
-            loaded: self.loaded,
-            running: self.running,
-            finished: self.finished,
-            done_tx: self.done_tx,
-            done_rx: self.done_rx,
-            tasks: self.tasks,
+            flight: self.flight,
+            memory: self.memory,
+            seeing: self.seeing,
             faults: self.faults,
-            lease: self.lease,
-            token: self.token,
-            deposed: self.deposed,
-            generation: self.generation,
-            blind_until: self.blind_until,
-            published: self.published,
-            sight: self.sight,
-            fenced: self.fenced,
-            adopting: self.adopting,
-            ops: self.ops,
-            uncertain: self.uncertain,
-            last_power: self.last_power,
+            leading: self.leading,
         }
     }
 }
@@ -264,19 +243,19 @@ where
     /// Competes for leadership through `lease`: only the leader runs passes, and its writes
     /// carry its fencing token (SPEC §5.1).
     pub fn with_lease(mut self, lease: Lease<C>) -> Self {
-        self.lease = Some(lease);
+        self.leading.lease = Some(lease);
         self
     }
 
     /// Announces this controller's leadership through `signal`, which the provider follows.
     pub fn announcing(mut self, signal: Signal) -> Self {
-        self.signal = signal;
+        self.leading.signal = signal;
         self
     }
 
     /// The fencing token while this controller leads.
     pub fn token(&self) -> Option<&str> {
-        self.token.as_deref()
+        self.leading.token.as_deref()
     }
 
     /// Leads when it can, until `shutdown`: a pass every `interval` (and at once when an
@@ -289,16 +268,18 @@ where
         shutdown: CancellationToken,
     ) {
         // Without a lease there is no one else: this controller acts from the start.
-        self.metrics.leader.set(i64::from(self.lease.is_none()));
+        self.metrics
+            .leader
+            .set(i64::from(self.leading.lease.is_none()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
-                Some((slot, done)) = self.done_rx.recv() => {
-                    self.running.remove(&slot);
-                    self.finished.insert(slot, done);
+                Some((slot, done)) = self.flight.done_rx.recv() => {
+                    self.flight.running.remove(&slot);
+                    self.flight.finished.insert(slot, done);
                 }
             }
             if !self.lead().await {
@@ -311,8 +292,9 @@ where
                 );
             }
         }
-        self.signal.announce(None);
-        if let (Some(lease), Some(token)) = (self.lease.clone(), self.token.clone()) {
+        self.leading.signal.announce(None);
+        if let (Some(lease), Some(token)) = (self.leading.lease.clone(), self.leading.token.clone())
+        {
             match lease.release(&token).await {
                 Ok(_) => info!(token, "leadership released"),
                 Err(e) => warn!(

@@ -6,7 +6,11 @@ use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::warn;
 
+use std::collections::HashMap;
 use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{Group, Slot};
 use crate::domain::claim::{Claim, OperationKind};
@@ -15,6 +19,29 @@ use crate::domain::slot::Done;
 use crate::lifecycle::{Request, Runner};
 
 use super::{Controller, Nodes};
+
+/// The operations this process runs (one per slot at most), the outcomes that came back and no
+/// pass has taken yet, and the tasks that run them.
+pub(super) struct Flight {
+    pub running: HashMap<BenchName, OperationKind>,
+    pub finished: HashMap<BenchName, Done>,
+    pub done_tx: mpsc::UnboundedSender<(BenchName, Done)>,
+    pub done_rx: mpsc::UnboundedReceiver<(BenchName, Done)>,
+    pub tasks: TaskTracker,
+}
+
+impl Flight {
+    pub fn new() -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Flight {
+            running: HashMap::new(),
+            finished: HashMap::new(),
+            done_tx,
+            done_rx,
+            tasks: TaskTracker::new(),
+        }
+    }
+}
 
 impl<C, R, N> Controller<C, R, N>
 where
@@ -50,11 +77,14 @@ where
             controller: self.holder(),
             started_at,
         };
-        self.running.insert(slot.name.clone(), kind);
-        let (runner, done, slot_name) =
-            (self.runner.clone(), self.done_tx.clone(), slot.name.clone());
+        self.flight.running.insert(slot.name.clone(), kind);
+        let (runner, done, slot_name) = (
+            self.runner.clone(),
+            self.flight.done_tx.clone(),
+            slot.name.clone(),
+        );
         let claim = request.claim.clone();
-        self.tasks.spawn(async move {
+        self.flight.tasks.spawn(async move {
             let report = runner.run(request).await;
             let _ = done.send((
                 slot_name,
@@ -72,20 +102,21 @@ where
 
     /// Takes the outcomes of the operations that ended since the last pass.
     pub(super) fn take_ended(&mut self) {
-        while let Ok((slot, done)) = self.done_rx.try_recv() {
-            self.running.remove(&slot);
-            self.finished.insert(slot, done);
+        while let Ok((slot, done)) = self.flight.done_rx.try_recv() {
+            self.flight.running.remove(&slot);
+            self.flight.finished.insert(slot, done);
         }
     }
 
     /// Stops taking operations and waits up to `grace` for those in flight.
     pub(super) async fn finish(&mut self, grace: Duration) {
-        self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
+        self.flight.tasks.close();
+        if tokio::time::timeout(grace, self.flight.tasks.wait())
             .await
             .is_err()
         {
             let running: Vec<String> = self
+                .flight
                 .running
                 .iter()
                 .map(|(slot, kind)| format!("{slot} ({})", kind.as_str()))
@@ -99,14 +130,14 @@ where
 
     /// Whether an operation is running for `slot` in this process.
     pub fn running(&self, slot: &BenchName) -> bool {
-        self.running.contains_key(slot)
+        self.flight.running.contains_key(slot)
     }
 
     /// Waits for the next operation to end (for callers that drive passes themselves).
     pub async fn operation_ended(&mut self) -> Option<BenchName> {
-        let (slot, done) = self.done_rx.recv().await?;
-        self.running.remove(&slot);
-        self.finished.insert(slot.clone(), done);
+        let (slot, done) = self.flight.done_rx.recv().await?;
+        self.flight.running.remove(&slot);
+        self.flight.finished.insert(slot.clone(), done);
         Some(slot)
     }
 }

@@ -109,7 +109,7 @@ where
         let known = self.store.known_groups(&configured).await;
         let known = known.map_err(|e| self.lost(e))?;
         let groups: Vec<GroupName> = known.iter().map(|(g, _)| g.clone()).collect();
-        if let Some(token) = self.token.clone()
+        if let Some(token) = self.leading.token.clone()
             && !self.raise_fences(&groups, &token).await
         {
             self.follow("a group's fence could not be raised");
@@ -125,7 +125,7 @@ where
                 );
                 // Recorded now, not at the end of the pass: the claims read below fails too when
                 // Redis is down, and the grace must still follow the outage.
-                self.sight = Sight::Lost;
+                self.seeing.sight = Sight::Lost;
                 None
             }
         };
@@ -134,7 +134,7 @@ where
             .observe(read_started.elapsed().as_secs_f64());
         let read = self.store.read_groups(&groups).await;
         let read = read.map_err(|e| self.lost(e))?;
-        if !self.loaded
+        if !self.memory.loaded
             && let Err(e) = self.load_statuses(config).await
         {
             return Err(self.lost(e));
@@ -153,7 +153,7 @@ where
 
     /// A read that failed: sight is lost, and the grace follows when it returns.
     fn lost(&mut self, e: ClaimStoreError) -> PassError {
-        self.sight = Sight::Lost;
+        self.seeing.sight = Sight::Lost;
         PassError::Claims(e)
     }
 
@@ -164,7 +164,7 @@ where
         let now = o.now;
         let wiped = self.generation(config, now).await;
         let now_ms = now.timestamp_millis();
-        self.adopting = wiped.is_some_and(|w| w.adopting(now_ms));
+        self.seeing.adopting = wiped.is_some_and(|w| w.adopting(now_ms));
         if let Some(until) = wiped.and_then(|w| w.blind_until(now_ms)) {
             self.blind_for(
                 until,
@@ -174,7 +174,7 @@ where
         // Sight lost, then back: blind for the grace, so benches that beat through the outage
         // are heard again before anything is judged off.
         if o.snapshot.is_some() {
-            let seen = match self.sight {
+            let seen = match self.seeing.sight {
                 Sight::Clear => sight::Sight::Clear,
                 Sight::Lost => sight::Sight::Lost,
                 Sight::Back(at) => sight::Sight::Back { ago: at.elapsed() },
@@ -187,7 +187,7 @@ where
                 );
                 warn!(grace = ?left, "presence readable again: blind for the grace");
             }
-            self.sight = Sight::Clear;
+            self.seeing.sight = Sight::Clear;
         }
         if let Some(snap) = &o.snapshot
             && let Some(v) = self.mass_vanishing(config, snap, &o.read)
@@ -206,8 +206,8 @@ where
                 ),
             );
         }
-        let verdict = sight::verdict(o.snapshot.is_some(), self.blind_until.take(), now);
-        self.blind_until = verdict.window;
+        let verdict = sight::verdict(o.snapshot.is_some(), self.seeing.blind_until.take(), now);
+        self.seeing.blind_until = verdict.window;
         self.metrics.blind.set(i64::from(verdict.blind));
         self.publish_status(verdict.blindness, now).await;
         verdict.blind
@@ -218,7 +218,7 @@ where
     /// over during the grace keeps it. The catalog the views read is published again when a
     /// wipe took it.
     async fn generation(&mut self, config: &Config, now: DateTime<Utc>) -> Option<sight::Wipe> {
-        let lease = self.lease.clone()?;
+        let lease = self.leading.lease.clone()?;
         let fresh = format!("{}-{}", lease.id(), now.timestamp_micros());
         let adopt_window = self.faults.blind_grace.max(Duration::from_secs(60));
         let Generation {
@@ -251,16 +251,16 @@ where
                 ),
             }
         }
-        if self.generation.as_deref() != Some(marker.as_str()) {
+        if self.seeing.generation.as_deref() != Some(marker.as_str()) {
             if marker == fresh {
                 warn!(
                     generation = marker,
                     "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
                 );
             }
-            self.loaded = false;
-            self.statuses.clear();
-            self.generation = Some(marker);
+            self.memory.loaded = false;
+            self.memory.statuses.clear();
+            self.seeing.generation = Some(marker);
         }
         wiped.map(|(blind_until_ms, adopt_until_ms)| sight::Wipe {
             blind_until_ms,
@@ -334,7 +334,7 @@ where
         report.writes += self.departed(&group.name, &group.timings, steps, now).await;
         let mut phases: HashMap<&'static str, i64> = HashMap::new();
         for slot in config.slots_of(&group.name) {
-            if self.deposed.load(Ordering::Relaxed) {
+            if self.leading.deposed.load(Ordering::Relaxed) {
                 break;
             }
             let seen = Seen {
@@ -441,12 +441,12 @@ where
         for (group, statuses) in reports {
             if let Err(e) = self.store.write_slots(&group, &statuses).await {
                 if matches!(e, ClaimStoreError::Fenced { .. }) {
-                    self.deposed.store(true, Ordering::Relaxed);
+                    self.leading.deposed.store(true, Ordering::Relaxed);
                 }
                 return Err(PassError::Report(e));
             }
             for (slot, status) in statuses {
-                self.statuses.insert((group.clone(), slot), status);
+                self.memory.statuses.insert((group.clone(), slot), status);
             }
         }
         Ok(())
@@ -486,6 +486,7 @@ where
         let seen = config.slots.values().map(|slot| {
             let key = (&slot.group, &slot.name);
             let last = self
+                .memory
                 .last_power
                 .get(&(slot.group.clone(), slot.name.clone()));
             sight::Seen {
@@ -501,17 +502,18 @@ where
 
     /// Blind until `until` at least, for `why` (the latest end, and its reason, win).
     fn blind_for(&mut self, until: DateTime<Utc>, why: &str) {
-        self.blind_until = sight::later(self.blind_until.take(), until, why);
+        self.seeing.blind_until = sight::later(self.seeing.blind_until.take(), until, why);
     }
 
     /// Publishes the controller's status for the views when it changed, and well inside its TTL
     /// otherwise (SPEC §4.7). A report: nothing reads it to decide.
     async fn publish_status(&mut self, blind: Option<Blindness>, now: DateTime<Utc>) {
         let holder = self
+            .leading
             .lease
             .as_ref()
             .map_or_else(|| "fleet serve".to_owned(), |l| l.id().to_owned());
-        let fresh = self.published.as_ref().is_some_and(|(s, at)| {
+        let fresh = self.seeing.published.as_ref().is_some_and(|(s, at)| {
             s.holder == holder && s.blind == blind && at.elapsed() < STATUS_TTL / 3
         });
         if fresh {
@@ -524,7 +526,7 @@ where
         };
         let mut conn = self.base_store.conn();
         match status.publish(&mut conn, self.presence.keys()).await {
-            Ok(()) => self.published = Some((status, Instant::now())),
+            Ok(()) => self.seeing.published = Some((status, Instant::now())),
             Err(e) => debug!(
                 error = crate::store::connect::chain(&e),
                 "publishing the controller's status failed"
@@ -538,17 +540,17 @@ where
             let read = self.store.read_slots(group, &slots).await?;
             for (slot, (status, _)) in slots.into_iter().zip(read) {
                 if let Some(status) = status {
-                    self.statuses.insert((group.clone(), slot), status);
+                    self.memory.statuses.insert((group.clone(), slot), status);
                 }
             }
         }
-        self.loaded = true;
+        self.memory.loaded = true;
         Ok(())
     }
 
     fn count_slot_phases(&self, config: &Config) {
         let mut counts: HashMap<(GroupName, &'static str), i64> = HashMap::new();
-        for ((group, _), status) in &self.statuses {
+        for ((group, _), status) in &self.memory.statuses {
             if let Some(phase) = status.phase() {
                 *counts.entry((group.clone(), phase.as_str())).or_default() += 1;
             }

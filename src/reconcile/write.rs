@@ -82,7 +82,8 @@ where
             }
             Err(ClaimStoreError::Fenced { group }) => {
                 warn!(claim = %old.name, %group, "write refused: a newer leader holds the fence");
-                self.deposed
+                self.leading
+                    .deposed
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 Written::No
             }
@@ -104,7 +105,8 @@ where
 
     /// The lease holder id of this controller, for the operations it fires.
     pub(super) fn holder(&self) -> String {
-        self.lease
+        self.leading
+            .lease
             .as_ref()
             .map(|l| l.id().to_owned())
             .unwrap_or_default()
@@ -113,7 +115,8 @@ where
     /// A controller write that failed: a fence refusal deposes this controller at once.
     pub(super) fn write_failed(&self, slot: &BenchName, what: &str, e: ClaimStoreError) {
         if matches!(e, ClaimStoreError::Fenced { .. }) {
-            self.deposed
+            self.leading
+                .deposed
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         warn!(slot = %slot, error = crate::store::connect::chain(&e), "{what} failed");

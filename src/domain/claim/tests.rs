@@ -945,12 +945,24 @@ fn every_change_raises_the_version_by_one() {
         (base, started.version, "start_operation"),
         (started.version, finished.version, "finish_operation"),
         (base, claim().heard(t(1)).version, "heard"),
-        (base, claim().warn(Reason::ShutdownJobTimeout).version, "warn"),
+        (
+            base,
+            claim().warn(Reason::ShutdownJobTimeout).version,
+            "warn",
+        ),
         (base, ready.version, "apply"),
         (booting.version, marked.version, "mark_for_deletion"),
         (ready.version, watched.version, "watched"),
-        (base, claim().record_shutdown_attempt(t(1), &t0).version, "record_shutdown_attempt"),
-        (base, claim().reset_shutdown_attempts().version, "reset_shutdown_attempts"),
+        (
+            base,
+            claim().record_shutdown_attempt(t(1), &t0).version,
+            "record_shutdown_attempt",
+        ),
+        (
+            base,
+            claim().reset_shutdown_attempts().version,
+            "reset_shutdown_attempts",
+        ),
     ];
     for (before, after, what) in changes {
         assert_eq!(after, before + 1, "{what} raises the version by one");
