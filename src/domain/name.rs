@@ -325,6 +325,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_reason_alone_names_what_is_wrong_without_the_name() {
+        let long_label = "a".repeat(64);
+        for (input, why) in [
+            ("", "it is empty".to_owned()),
+            (&*"a".repeat(254), "it has 254 characters".to_owned()),
+            (
+                &*long_label,
+                format!("the label {long_label:?} is longer than 63 characters"),
+            ),
+        ] {
+            assert_eq!(BenchName::parse(input).unwrap_err().why(), why, "{input:?}");
+        }
+        let e = BenchName::parse("Bench").unwrap_err();
+        assert!(matches!(e, InvalidName::Syntax { .. }), "{e:?}");
+        let InvalidName::Syntax { why, .. } = &e else {
+            unreachable!()
+        };
+        assert_eq!(e.why(), *why);
+        assert!(!why.is_empty());
+        // The claim name's error carries the same reason, said of a claim name.
+        let claim = ClaimName::parse("Bench").unwrap_err().to_string();
+        assert!(claim.contains(why), "{claim}");
+    }
+
+    #[test]
     fn valid_names_are_accepted() {
         for name in [
             "a",
