@@ -15,7 +15,7 @@ use fleet::domain::law::{Power, Report};
 use fleet::domain::name::{BenchName, ClaimName, GroupName};
 use fleet::domain::state::State;
 use fleet::lifecycle::Exec;
-use fleet::reconcile::Controller;
+use fleet::reconcile::{Controller, Faults};
 use fleet::store::claims::{ClaimStore, Created, Event};
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
@@ -529,6 +529,8 @@ async fn a_blind_controller_takes_no_power_action() {
 #[derive(Clone, Default)]
 struct TestNodes(
     Arc<std::sync::Mutex<std::collections::HashMap<String, fleet::domain::node::NodeView>>>,
+    /// Set: the API server cannot be reached.
+    Arc<std::sync::atomic::AtomicBool>,
 );
 
 impl fleet::reconcile::Nodes for TestNodes {
@@ -536,6 +538,9 @@ impl fleet::reconcile::Nodes for TestNodes {
         &self,
         names: &[String],
     ) -> Result<std::collections::HashMap<String, fleet::domain::node::NodeView>, String> {
+        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err("connection refused".to_owned());
+        }
         let all = self.0.lock().unwrap();
         Ok(names
             .iter()
@@ -621,6 +626,138 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
         .clear();
     ctl.pass().await.unwrap();
     assert_eq!(phase(store.clone()).await, Phase::Ready);
+}
+
+// SPEC §5.2: an API server out of reach is blindness for the bound slots, not unusability. A
+// booting claim whose Node cannot be seen outlives its deadline with no judgment and no power
+// action; the views say usable unknown; once the Nodes are seen again (after the grace) the
+// claim goes on.
+#[tokio::test]
+async fn nodes_out_of_sight_leave_a_booting_claim_booting_with_no_power_action() {
+    let server = server();
+    let timings = "job_timeout: 300ms, job_monitor_poll_interval: 300ms, uncordon_timeout: 300ms, readiness_gate_timeout: 300ms, max_uncordon_retry_interval: 300ms, budget_slack: 300ms";
+    let text = yaml(&server, BOOTS, POWERS_OFF, timings, &["bench-01"])
+        .replace(
+            "readiness_taints: []",
+            r#"readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]"#,
+        )
+        .replace(
+            "{ name: bench-01, group: pool-a }",
+            "{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }",
+        );
+    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    let timings = cfg.groups[&group()].timings.clone();
+    let (_tx, rx) = watch::channel(Arc::new(cfg));
+    let nodes = TestNodes::default();
+    let taint: fleet::domain::node::Taint =
+        "node.cilium.io/agent-not-ready:NoExecute".parse().unwrap();
+    nodes.0.lock().unwrap().insert(
+        "bench-01".into(),
+        fleet::domain::node::NodeView {
+            ready: true,
+            unschedulable: false,
+            taints: vec![taint],
+        },
+    );
+    let metrics = Arc::new(Metrics::default());
+    let grace = Duration::from_millis(500);
+    let mut ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(exec(&server)),
+        metrics.clone(),
+        Arc::new(Health::default()),
+    )
+    .with_faults(Faults {
+        blind_grace: grace,
+        ..Faults::default()
+    })
+    .with_nodes(nodes.clone());
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    request_claim_with(&server, "pool-a", "bench-01", "bench-01-1", &timings).await;
+    let the_claim = |store: ClaimStore<MultiplexedConnection>| async move {
+        store
+            .read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .claims
+            .remove(0)
+    };
+    assert_eq!(ctl.pass().await.unwrap().started.len(), 1);
+    bounded("startup", ctl.operation_ended()).await;
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        the_claim(store.clone()).await.phase,
+        Phase::Booting,
+        "the readiness taint holds the gate"
+    );
+
+    // The API server goes out of reach, past the claim's deadline.
+    nodes.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = the_claim(store.clone()).await.deadline_at.unwrap();
+    let report = ctl.pass().await.unwrap();
+    assert!(report.stopped.is_empty() && report.started.is_empty());
+    let (secs, micros): (i64, i64) = raw(&server, &["TIME"]).await;
+    let now = chrono::DateTime::from_timestamp(secs, (micros * 1000) as u32).unwrap();
+    if let Ok(wait) = (deadline - now).to_std() {
+        // Waiting out the deadline itself, not synchronising with anything.
+        tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    }
+    for _ in 0..3 {
+        let report = ctl.pass().await.unwrap();
+        assert!(
+            report.stopped.is_empty() && report.started.is_empty(),
+            "no power action on a slot whose Node cannot be seen: {report:?}"
+        );
+    }
+    let c = the_claim(store.clone()).await;
+    assert_eq!((c.phase, c.reason), (Phase::Booting, None), "{c:?}");
+    assert!(metrics.encode().contains("fleet_kubernetes_blind 1"));
+    let status = store
+        .read_slots(&group(), &[name("bench-01")])
+        .await
+        .unwrap()[0]
+        .0
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (status.power, status.waiting),
+        (None, None),
+        "the report says the slot is not seen (the views show usable unknown)"
+    );
+
+    // The Nodes are seen again, usable: blind for the grace, then judged again by the seed's
+    // rules. Blindness does not stretch a deadline: past it, the claim fails DeadlineExceeded
+    // and its machine is powered off, as it would have been had the Nodes been seen.
+    nodes.1.store(false, std::sync::atomic::Ordering::SeqCst);
+    nodes
+        .0
+        .lock()
+        .unwrap()
+        .get_mut("bench-01")
+        .unwrap()
+        .taints
+        .clear();
+    let report = ctl.pass().await.unwrap();
+    assert!(report.stopped.is_empty(), "{report:?}");
+    assert_eq!(
+        the_claim(store.clone()).await.phase,
+        Phase::Booting,
+        "the grace"
+    );
+    // Waiting out the grace itself, not synchronising with anything.
+    tokio::time::sleep(grace).await;
+    let report = ctl.pass().await.unwrap();
+    assert!(metrics.encode().contains("fleet_kubernetes_blind 0"));
+    let c = the_claim(store.clone()).await;
+    assert_eq!(
+        (c.phase, c.reason),
+        (Phase::Failed, Some(Reason::DeadlineExceeded))
+    );
+    assert_eq!(report.stopped, [name("bench-01")], "{report:?}");
+    bounded("shutdown", ctl.operation_ended()).await;
 }
 
 // A controller that stops with an operation in flight: the next one never fires it again for

@@ -228,7 +228,7 @@ fn write_slot(
         out,
         "Power:       {}, usable: {}",
         s.power,
-        if s.usable { "yes" } else { "no" }
+        super::slots::yes_no(s.usable)
     )?;
     if let Some(waiting) = &s.waiting_local {
         writeln!(out, "Waiting for: {waiting}")?;

@@ -81,7 +81,7 @@ impl Args {
                     (None, _) => "-".to_owned(),
                 },
                 power: r.power.to_owned(),
-                usable: if r.usable { "yes" } else { "no" }.to_owned(),
+                usable: yes_no(r.usable).to_owned(),
                 claim: r.claim.clone().unwrap_or_else(|| "-".to_owned()),
                 attempt: r.attempt.map_or("-".to_owned(), |a| a.to_string()),
                 boots: format!("{}/{}", r.activations_24h, r.activations_total),
@@ -89,5 +89,14 @@ impl Args {
             }),
         )?;
         Ok(())
+    }
+}
+
+/// A usability as the tables say it: unknown while the controller is blind to the slot.
+pub(super) fn yes_no(usable: Option<bool>) -> &'static str {
+    match usable {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
     }
 }

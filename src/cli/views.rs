@@ -92,7 +92,8 @@ pub struct SlotRow {
     pub group: String,
     pub phase: Option<Report>,
     pub power: &'static str,
-    pub usable: bool,
+    /// `None` while the controller is blind to the slot: usability is unknown, not false.
+    pub usable: Option<bool>,
     pub claim: Option<String>,
     pub attempt: Option<u32>,
     pub activations_total: u64,
@@ -192,7 +193,7 @@ pub fn slot_rows(world: &World) -> Vec<SlotRow> {
                     Some(Power::Off) => "off",
                     None => "unknown",
                 },
-                usable: status.usable,
+                usable: status.power.map(|_| status.usable),
                 claim: live.map(|c| c.name.to_string()),
                 attempt: live.map(|c| c.attempt).or(last.as_ref().map(|l| l.attempt)),
                 activations_total: status.history.activations_total(),

@@ -113,6 +113,10 @@ pub enum Binding<'a> {
     Unbound,
     /// The slot names a Node; `None` when the Node object does not exist (yet).
     Bound(Option<&'a NodeView>),
+    /// The slot names a Node, and the Nodes cannot be seen (the API server is out of reach, or
+    /// sight of it came back within the grace): its usability is unknown, and the slot is judged
+    /// as blind, never as unusable (SPEC §5.2).
+    Unseen,
 }
 
 /// The one usability predicate.
@@ -123,7 +127,7 @@ pub fn usable(presence: State, binding: Binding<'_>, readiness_taints: &[Taint])
     };
     let node_usable = match binding {
         Binding::Unbound => true,
-        Binding::Bound(None) => false,
+        Binding::Bound(None) | Binding::Unseen => false,
         Binding::Bound(Some(node)) => {
             node.ready
                 && !node.unschedulable
@@ -142,6 +146,18 @@ mod tests {
 
     fn taint(s: &str) -> Taint {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_effect_is_named_as_kubernetes_names_it_and_read_back() {
+        for (effect, name) in [
+            (Effect::NoSchedule, "NoSchedule"),
+            (Effect::PreferNoSchedule, "PreferNoSchedule"),
+            (Effect::NoExecute, "NoExecute"),
+        ] {
+            assert_eq!(effect.as_str(), name);
+            assert_eq!(taint(&format!("k:{}", effect.as_str())).effect, effect);
+        }
     }
 
     #[test]
@@ -184,6 +200,8 @@ mod tests {
                 !usable(presence, Binding::Bound(None), &gate),
                 "a missing Node is not usable"
             );
+            // Not usable, and never judged so: the planner holds an unseen slot blind.
+            assert!(!usable(presence, Binding::Unseen, &gate), "an unseen Node");
             for ready in [true, false] {
                 for unschedulable in [true, false] {
                     for tainted in [

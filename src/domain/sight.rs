@@ -155,9 +155,99 @@ pub fn grace_end(now: DateTime<Utc>, left: Duration) -> DateTime<Utc> {
     add(now, left)
 }
 
+/// How the controller sees the Kubernetes Nodes of bound slots, across passes (SPEC §5.2). A
+/// failed read is blindness for the bound slots, not unusability, and sight that returns is
+/// followed by the grace, as for Redis: a Node that changed during the outage is read whole
+/// again before anything is judged on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NodeSight {
+    /// The last read succeeded and no grace runs.
+    #[default]
+    Clear,
+    /// The last read failed.
+    Lost,
+    /// Sight returned; bound slots stay blind until then.
+    Grace { until: DateTime<Utc> },
+}
+
+impl NodeSight {
+    /// The sight after this pass's read of the Nodes (`read`: it succeeded), and whether the
+    /// bound slots are blind this pass.
+    pub fn after(self, read: bool, now: DateTime<Utc>, grace: Duration) -> (NodeSight, bool) {
+        if !read {
+            return (NodeSight::Lost, true);
+        }
+        let until = match self {
+            NodeSight::Clear => return (NodeSight::Clear, false),
+            NodeSight::Lost => add(now, grace),
+            NodeSight::Grace { until } => until,
+        };
+        if now < until {
+            (NodeSight::Grace { until }, true)
+        } else {
+            (NodeSight::Clear, false)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Every state the Nodes' sight can be in, with a read that fails or succeeds, before, at and
+    // after the grace's end.
+    #[test]
+    fn the_nodes_sight_over_every_state_and_read() {
+        let grace = Duration::from_secs(10);
+        let until = t(110);
+        for (was, read, now, want) in [
+            (NodeSight::Clear, false, t(100), (NodeSight::Lost, true)),
+            (NodeSight::Lost, false, t(100), (NodeSight::Lost, true)),
+            (
+                NodeSight::Grace { until },
+                false,
+                t(105),
+                (NodeSight::Lost, true),
+            ),
+            (NodeSight::Clear, true, t(100), (NodeSight::Clear, false)),
+            (
+                NodeSight::Lost,
+                true,
+                t(100),
+                (NodeSight::Grace { until }, true),
+            ),
+            (
+                NodeSight::Grace { until },
+                true,
+                t(109),
+                (NodeSight::Grace { until }, true),
+            ),
+            (
+                NodeSight::Grace { until },
+                true,
+                t(110),
+                (NodeSight::Clear, false),
+            ),
+            (
+                NodeSight::Grace { until },
+                true,
+                t(111),
+                (NodeSight::Clear, false),
+            ),
+        ] {
+            assert_eq!(
+                was.after(read, now, grace),
+                want,
+                "{was:?} read={read} at {now}"
+            );
+        }
+        // No grace: sight that returns is clear at once.
+        assert_eq!(
+            NodeSight::Lost.after(true, t(100), Duration::ZERO),
+            (NodeSight::Clear, false)
+        );
+        assert_eq!(NodeSight::default(), NodeSight::Clear);
+    }
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()

@@ -38,6 +38,7 @@ use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::NodeView;
 use crate::domain::operation::SlotOp;
+use crate::domain::sight::NodeSight;
 use crate::domain::slot::Recorded;
 
 use crate::lifecycle::{REPORT_SLACK, Runner};
@@ -127,6 +128,9 @@ struct Seeing {
     adopting: bool,
     /// The status last published for the views, and when (renewed well inside its TTL).
     published: Option<(ControllerStatus, Instant)>,
+    /// How the Kubernetes Nodes were seen, and whether the bound slots are blind this pass.
+    nodes_sight: NodeSight,
+    nodes_blind: bool,
 }
 
 impl Default for Seeing {
@@ -137,6 +141,8 @@ impl Default for Seeing {
             generation: None,
             adopting: false,
             published: None,
+            nodes_sight: NodeSight::Clear,
+            nodes_blind: false,
         }
     }
 }

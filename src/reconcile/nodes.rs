@@ -48,9 +48,10 @@ where
     /// How a slot is bound to Kubernetes this pass.
     pub(super) fn binding(&self, slot: &Slot) -> Binding<'_> {
         match (&slot.kubernetes_node, self.nodes.observed()) {
-            (Some(name), true) => {
-                Binding::Bound(self.node_views.as_ref().and_then(|v| v.get(name)))
-            }
+            (Some(name), true) => match &self.node_views {
+                Some(views) if !self.seeing.nodes_blind => Binding::Bound(views.get(name)),
+                _ => Binding::Unseen,
+            },
             (Some(_), false) | (None, _) => Binding::Unbound,
         }
     }

@@ -13,7 +13,7 @@ use crate::config::{Config, Group};
 use crate::domain::claim::{self, Claim, OperationKind, Phase};
 use crate::domain::law::{self, Power};
 use crate::domain::name::{BenchName, GroupName};
-use crate::domain::sight;
+use crate::domain::sight::{self, NodeSight};
 use crate::domain::slot::{self, Step};
 use crate::domain::state::{Bench, State};
 use crate::lifecycle::Runner;
@@ -54,7 +54,7 @@ where
             return Ok(PassReport::default());
         };
         let blind = self.judge_sight(&config, &observed).await;
-        self.read_nodes(&config).await;
+        self.read_nodes(&config, observed.now).await;
         let mut report = PassReport {
             blind,
             ..PassReport::default()
@@ -269,7 +269,9 @@ where
     }
 
     /// The slots' Kubernetes Nodes, once per pass, when they are observed.
-    async fn read_nodes(&mut self, config: &Config) {
+    /// A read that fails makes the bound slots blind, not unusable; sight that returns is
+    /// followed by the grace (SPEC §5.2).
+    async fn read_nodes(&mut self, config: &Config, now: DateTime<Utc>) {
         if !self.nodes.observed() {
             return;
         }
@@ -283,11 +285,19 @@ where
             Err(e) => {
                 warn!(
                     error = e,
-                    "cannot read the Kubernetes Nodes; bound slots are not usable this pass"
+                    "cannot read the Kubernetes Nodes: the slots bound to one are blind, no power action on them"
                 );
                 None
             }
         };
+        let was = self.seeing.nodes_sight;
+        let (sight, blind) = was.after(self.node_views.is_some(), now, self.faults.blind_grace);
+        if was == NodeSight::Lost && blind {
+            warn!(grace = ?self.faults.blind_grace, "the Kubernetes Nodes are readable again: bound slots blind for the grace");
+        }
+        self.seeing.nodes_sight = sight;
+        self.seeing.nodes_blind = blind;
+        self.metrics.kubernetes_blind.set(i64::from(blind));
     }
 
     /// A configured group: its claims of slots that left it end, then each slot's pass. A claim

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub presence_read_seconds: Histogram,
     pub pass_seconds: Histogram,
     pub blind: Gauge,
+    /// 1 while the Kubernetes Nodes cannot be seen: bound slots are blind.
+    pub kubernetes_blind: Gauge,
     pub leader: Gauge,
     pub provider_calls: Family<CallLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
@@ -128,6 +130,12 @@ impl Default for Metrics {
             "Time of one controller pass over every slot",
             seconds(),
         );
+        let kubernetes_blind = registered(
+            &mut r,
+            "kubernetes_blind",
+            "1 while the Kubernetes Nodes cannot be seen: the slots bound to one are blind",
+            Gauge::default(),
+        );
         let blind = registered(
             &mut r,
             "blind",
@@ -150,6 +158,7 @@ impl Default for Metrics {
             presence_read_seconds,
             pass_seconds,
             blind,
+            kubernetes_blind,
             leader,
             provider_calls,
             provider_call_seconds,

@@ -170,6 +170,17 @@ pub async fn request_claim(
     slot: &str,
     claim: &str,
 ) -> fleet::domain::claim::Claim {
+    request_claim_with(server, group, slot, claim, &Default::default()).await
+}
+
+/// `request_claim` with the group's `timings`, which set the claim's deadline.
+pub async fn request_claim_with(
+    server: &RedisServer,
+    group: &str,
+    slot: &str,
+    claim: &str,
+    timings: &fleet::domain::claim::Timings,
+) -> fleet::domain::claim::Claim {
     use fleet::store::claims::{ClaimStore, Created};
     let store = ClaimStore::new(conn(server).await, fleet::store::keys::Keys::default());
     let group = fleet::domain::name::GroupName::parse(group).expect("valid group");
@@ -181,7 +192,7 @@ pub async fn request_claim(
         group,
         seed.last.as_ref(),
         now,
-        &Default::default(),
+        timings,
         None,
     );
     assert_eq!(

@@ -5,6 +5,10 @@ use super::*;
 
 impl<'a> Planner<'a> {
     pub(super) fn new(mut v: View<'a>, now: DateTime<Utc>) -> Self {
+        // A bound slot whose Node cannot be seen is blind, like a slot whose bench cannot be: an
+        // unknown usability must not read as unusable, or the readiness gate would run out and
+        // power the machine off (SPEC §5.2).
+        v.blind |= v.binding == Binding::Unseen;
         let state = (!v.blind).then(|| v.bench.map_or(State::Down, |b| b.verdict(now).state));
         let power = state.map(Power::of);
         let usable = state.is_some_and(|s| node::usable(s, v.binding, v.readiness_taints));

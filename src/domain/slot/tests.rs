@@ -65,6 +65,7 @@ struct Case {
     bench: Option<Bench>,
     claims: Vec<Claim>,
     blind: bool,
+    binding: Binding<'static>,
     unreadable: bool,
     adopting: bool,
     stored_op: Option<SlotOp>,
@@ -81,6 +82,7 @@ impl Case {
             bench: bench(seen, None),
             claims,
             blind: false,
+            binding: Binding::Unbound,
             unreadable: false,
             adopting: false,
             stored_op: operation::merge(ops.iter()),
@@ -99,7 +101,7 @@ impl Case {
                 startup_timeout: Duration::from_secs(300),
                 shutdown_timeout: Duration::from_secs(120),
                 readiness_taints: &[],
-                binding: Binding::Unbound,
+                binding: self.binding,
                 bench: self.bench.as_ref(),
                 blind: self.blind,
                 unreadable: self.unreadable,
@@ -571,6 +573,38 @@ fn no_step_is_planned_from_the_last_report() {
             let mut lied_to = case;
             lied_to.status = liar.clone();
             assert_eq!(lied_to.plan(t(10)).steps, honest.steps, "{kind} {seen:?}");
+        }
+    }
+}
+
+// SPEC §5.2: a bound slot whose Node cannot be seen is blind, not unusable. With the Node known
+// to be missing, a booting claim runs out of time, fails and its machine is powered off; with the
+// Node unseen, nothing is judged and nothing fires, and a ready claim stays ready.
+#[test]
+fn a_bound_slot_whose_node_cannot_be_seen_is_blind_not_unusable() {
+    let late = t(24 * 3600);
+    let mut missing = Case::new(Seen::Up, claims_of("booting"));
+    missing.binding = Binding::Bound(None);
+    let p = missing.plan(late);
+    assert!(
+        writes(&p).iter().any(|(phase, ..)| *phase == Phase::Failed),
+        "a Node known to be missing is unusable: {:#?}",
+        p.steps
+    );
+    assert_eq!(p.status.as_ref().map(|s| s.usable), Some(false));
+
+    for (kind, seen) in [
+        ("booting", Seen::Up),
+        ("ready", Seen::Down),
+        ("ready", Seen::Up),
+    ] {
+        let mut unseen = Case::new(seen, claims_of(kind));
+        unseen.binding = Binding::Unseen;
+        let p = unseen.plan(late);
+        assert!(p.steps.is_empty(), "{kind} {seen:?}: {:#?}", p.steps);
+        assert_eq!(p.power, None, "{kind} {seen:?}: power is not judged");
+        if let Some(status) = &p.status {
+            assert_eq!((status.power, status.waiting.clone()), (None, None));
         }
     }
 }
