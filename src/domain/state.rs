@@ -277,6 +277,17 @@ fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_displays_as_its_name() {
+        for state in State::ALL {
+            assert_eq!(state.to_string(), state.as_str());
+        }
+        assert_eq!(
+            State::ALL.map(|s| s.to_string()),
+            ["UP", "HELD", "DOWN"].map(String::from)
+        );
+    }
     use chrono::TimeZone;
 
     fn t(ms: i64) -> DateTime<Utc> {

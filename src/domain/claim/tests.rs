@@ -981,3 +981,22 @@ fn every_change_raises_the_version_by_one() {
         9
     );
 }
+
+// A catalog written before `failed_slot_cooldown` existed reads with the default cooldown.
+#[test]
+fn timings_without_the_cooldown_read_with_its_default() {
+    let mut t = Timings::default();
+    t.failed_slot_cooldown = Duration::from_secs(1);
+    let mut stored = serde_json::to_value(&t).unwrap();
+    stored
+        .as_object_mut()
+        .unwrap()
+        .remove("failed_slot_cooldown")
+        .expect("the field is stored");
+    let read: Timings = serde_json::from_value(stored).unwrap();
+    assert_eq!(
+        read.failed_slot_cooldown,
+        Timings::default().failed_slot_cooldown
+    );
+    assert!(!read.failed_slot_cooldown.is_zero());
+}

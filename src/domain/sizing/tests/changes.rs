@@ -91,6 +91,12 @@ fn a_delete_of_registered_nodes_must_leave_the_min() {
             5,
             Some(1),
         ),
+        (
+            "made-up nodes alone, under a min above the target",
+            vec![(1, Fake::Unregistered), (2, Fake::CreateError)],
+            5,
+            None,
+        ),
     ];
     for (row, named, min, refused) in rows {
         let named: Vec<(BenchName, Fake)> = named.iter().map(|(n, f)| (slot(*n), *f)).collect();
