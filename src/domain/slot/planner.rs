@@ -133,11 +133,10 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// An operation of the slot is in flight: here, finished here and not settled, or recorded.
+    /// An operation of the slot is in flight: here, or recorded. (An outcome that came back here
+    /// is taken first in the pass, so by now it is the record's end.)
     pub(super) fn in_flight(&self) -> bool {
-        self.v.here.running.is_some()
-            || self.finished.is_some()
-            || self.op.as_ref().is_some_and(SlotOp::running)
+        self.v.here.running.is_some() || self.op.as_ref().is_some_and(SlotOp::running)
     }
 
     /// Fleet's cordon: a claim that wants the machine lifts it, wherever a crash left it (not
@@ -162,10 +161,6 @@ impl<'a> Planner<'a> {
     pub(super) fn shutting_down(&self) -> bool {
         self.going_down()
             || self.v.here.running == Some(OperationKind::Shutdown)
-            || self
-                .finished
-                .as_ref()
-                .is_some_and(|f| f.kind == OperationKind::Shutdown)
             || self.claims.iter().any(|c| {
                 c.running_operation()
                     .is_some_and(|op| op.kind == OperationKind::Shutdown)

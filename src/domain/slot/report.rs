@@ -17,13 +17,17 @@ impl<'a> Planner<'a> {
             .filter(|_| self.state == Some(State::Held))
             .and_then(|b| b.verdict(now).hold)
             .map(|h| h.to_string());
-        let usable_but_held =
-            held.is_some() && node::usable(State::Up, self.v.binding, self.v.readiness_taints);
+        // The law reads a held machine as what it is but for its hold, so a hold never sends a
+        // slot's phase backwards.
+        let usable = match self.state {
+            Some(State::Held) => node::usable(State::Up, self.v.binding, self.v.readiness_taints),
+            _ => self.usable,
+        };
         if let Some(power) = self.power {
             let input = Input {
                 claim: ClaimInput::of(current.as_ref()),
                 power,
-                usable: self.usable || usable_but_held,
+                usable,
             };
             status.history.record(law::report(input), now);
         }

@@ -7,6 +7,10 @@ use crate::domain::claim::Timings;
 use crate::domain::name::Reason as HoldReason;
 use crate::domain::state::{HoldRequest, Key, Reading};
 
+mod outcomes;
+mod passes;
+mod reports;
+
 fn t(secs: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap()
 }
@@ -66,6 +70,7 @@ struct Case {
     claims: Vec<Claim>,
     blind: bool,
     binding: Binding<'static>,
+    acting: bool,
     unreadable: bool,
     adopting: bool,
     stored_op: Option<SlotOp>,
@@ -83,6 +88,7 @@ impl Case {
             claims,
             blind: false,
             binding: Binding::Unbound,
+            acting: true,
             unreadable: false,
             adopting: false,
             stored_op: operation::merge(ops.iter()),
@@ -106,7 +112,7 @@ impl Case {
                 blind: self.blind,
                 unreadable: self.unreadable,
                 adopting: self.adopting,
-                acting: true,
+                acting: self.acting,
                 claims: self.claims.clone(),
                 stored_op: self.stored_op.clone(),
                 remembered_op: None,
