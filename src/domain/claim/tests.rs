@@ -985,8 +985,10 @@ fn every_change_raises_the_version_by_one() {
 // A catalog written before `failed_slot_cooldown` existed reads with the default cooldown.
 #[test]
 fn timings_without_the_cooldown_read_with_its_default() {
-    let mut t = Timings::default();
-    t.failed_slot_cooldown = Duration::from_secs(1);
+    let t = Timings {
+        failed_slot_cooldown: Duration::from_secs(1),
+        ..Timings::default()
+    };
     let mut stored = serde_json::to_value(&t).unwrap();
     stored
         .as_object_mut()
