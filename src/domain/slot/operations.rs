@@ -193,7 +193,8 @@ impl<'a> Planner<'a> {
                 OperationOutcome::TimedOut if c.phase == Phase::Booting => {
                     Some(Reason::StartupJobTimeout)
                 }
-                OperationOutcome::Abandoned if c.phase.is_live() => Some(Reason::StuckTransition),
+                // A claim that already ended keeps its end: the move below is refused.
+                OperationOutcome::Abandoned => Some(Reason::StuckTransition),
                 _ => None,
             },
             // The machine is still up after a shutdown that did not complete: the claim stays;
