@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the controller and provider benchmarks of an earlier commit and of the work tree in one
 # run, alternately, and prints each figure with the ratio after/before (issue 12: a reshaping
-# must not make fleet slower). The earlier commit is built in a temporary git worktree that
+# must not make fleet slower). The earlier commit is built in a git worktree (kept between runs) that
 # shares this tree's target directory, so only fleet itself is compiled twice.
 #
 #   scripts/bench-compare.sh [REV] [ROUNDS]
@@ -15,16 +15,20 @@ rounds=${2:-2}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$here/target}
 
-before=$(mktemp -d /tmp/fleet-bench-before.XXXXXX)
-out=$(mktemp -d /tmp/fleet-bench-out.XXXXXX)
-cleanup() {
-    git -C "$here" worktree remove --force "$before" >/dev/null 2>&1 || rm -rf "$before"
-}
-trap cleanup EXIT
-git -C "$here" worktree add --detach "$before" "$rev" >/dev/null 2>&1 || {
-    echo "bench-compare: cannot check out $rev: is it a commit of this repository?" >&2
+short=$(git -C "$here" rev-parse --short "$rev^{commit}" 2>/dev/null) || {
+    echo "bench-compare: $rev is not a commit of this repository" >&2
     exit 2
 }
+# The earlier commit's worktree stays between runs, so its build is reused; remove it with
+# `git worktree remove <path>`.
+before=${TMPDIR:-/tmp}/fleet-bench-before-$short
+out=$(mktemp -d "${TMPDIR:-/tmp}/fleet-bench-out.XXXXXX")
+if [ ! -e "$before/Cargo.toml" ]; then
+    git -C "$here" worktree add --detach "$before" "$short" >/dev/null 2>&1 || {
+        echo "bench-compare: cannot check out $short into $before" >&2
+        exit 2
+    }
+fi
 
 for side in before after; do
     dir=$here
