@@ -70,6 +70,7 @@ where
         let key = (group.name.clone(), slot.name.clone());
         let holder = self.holder();
         let uncertain = self.memory.uncertain.remove(&slot.name);
+        let unreported = SlotStatus::default();
         let view = View {
             group: &group.name,
             slot: &slot.name,
@@ -93,7 +94,7 @@ where
             },
             report_slack: self.faults.report_slack,
             holder: &holder,
-            status: self.memory.statuses.get(&key).cloned().unwrap_or_default(),
+            status: self.memory.statuses.get(&key).unwrap_or(&unreported),
         };
         let plan = slot::plan(view, now);
         if let Some(op) = plan.op {

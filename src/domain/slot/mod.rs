@@ -127,7 +127,7 @@ pub struct View<'a> {
     /// The id operations fired now are recorded under.
     pub holder: &'a str,
     /// The slot's last report.
-    pub status: SlotStatus,
+    pub status: &'a SlotStatus,
 }
 
 /// One claim write, with its timeline entry.

@@ -62,7 +62,10 @@ impl<'a> Planner<'a> {
             .collect();
         let t = self.v.timings;
         let mut collected = Vec::new();
-        for c in self.claims.clone() {
+        // Every claim is judged as the pass read it; the writes land after (no claim's judgment
+        // reads another's), and only a claim that changes is copied.
+        let mut steps = Vec::new();
+        for c in &self.claims {
             let ctx = Context {
                 now: self.now,
                 power: self.power,
@@ -70,11 +73,11 @@ impl<'a> Planner<'a> {
                 superseded: losers.contains(&c.name),
                 timings: t,
             };
-            let (next, event) = match claim::judge(&c, &ctx) {
+            let (next, event) = match claim::judge(c, &ctx) {
                 Judgment::Keep => continue,
                 Judgment::Collect => {
                     collected.push(c.name.clone());
-                    self.steps.push(Step::Collect(Box::new(c)));
+                    steps.push(Step::Collect(Box::new(c.clone())));
                     continue;
                 }
                 Judgment::Fail(reason) => {
@@ -95,15 +98,21 @@ impl<'a> Planner<'a> {
                 Judgment::Watch(w) => (c.watched(w, self.now), Event::Observed),
             };
             let Ok(next) = next else { continue };
-            self.write(Write {
-                old: c,
+            steps.push(Step::Write(Box::new(Write {
+                old: c.clone(),
                 next,
                 event,
                 operation: None,
                 duration_ms: None,
                 detail: None,
                 then: Then::default(),
-            });
+            })));
+        }
+        for step in steps {
+            match step {
+                Step::Write(w) => self.write(*w),
+                other => self.steps.push(other),
+            }
         }
         self.claims.retain(|c| !collected.contains(&c.name));
     }

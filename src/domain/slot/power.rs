@@ -7,9 +7,9 @@ impl<'a> Planner<'a> {
     /// An operation in flight, here or recorded by a controller that died, blocks every new one.
     pub(super) fn law(&mut self) {
         let Some(power) = self.power else { return };
-        let current = current(&self.claims).cloned();
+        let current = current(&self.claims);
         let input = Input {
-            claim: ClaimInput::of(current.as_ref()),
+            claim: ClaimInput::of(current),
             power,
             usable: self.usable,
         };
@@ -24,7 +24,7 @@ impl<'a> Planner<'a> {
                 if fsm::step(decision.state, fsm::Event::StartNode).is_err() {
                     return;
                 }
-                if let Some(c) = current {
+                if let Some(c) = current.cloned() {
                     self.start(&c);
                 }
             }
@@ -32,7 +32,10 @@ impl<'a> Planner<'a> {
                 if fsm::step(decision.state, fsm::Event::ShutdownNode).is_err() {
                     return;
                 }
-                match current.filter(|c| c.phase.is_live() && c.marked_for_deletion.is_some()) {
+                match current
+                    .filter(|c| c.phase.is_live() && c.marked_for_deletion.is_some())
+                    .cloned()
+                {
                     Some(c) => self.shutdown_claimed(&c),
                     None => self.shutdown_unclaimed(),
                 }

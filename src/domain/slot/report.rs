@@ -8,9 +8,9 @@ impl<'a> Planner<'a> {
     /// and held: a hold never sends a slot's phase backwards.
     pub(super) fn report(&self) -> Option<SlotStatus> {
         let now = self.now;
-        let current = current(&self.claims).cloned();
-        let mut status = self.v.status.clone();
-        let before = status.clone();
+        let current = current(&self.claims);
+        let before = self.v.status;
+        let mut status = before.clone();
         let held = self
             .v
             .bench
@@ -25,7 +25,7 @@ impl<'a> Planner<'a> {
         };
         if let Some(power) = self.power {
             let input = Input {
-                claim: ClaimInput::of(current.as_ref()),
+                claim: ClaimInput::of(current),
                 power,
                 usable,
             };
@@ -35,12 +35,13 @@ impl<'a> Planner<'a> {
         status.power = self.power;
         status.usable = self.usable;
         status.waiting = current
-            .as_ref()
             .filter(|c| c.wants_machine() && !self.v.blind)
             .and_then(|c| self.waiting(c, held.as_deref()));
         status.held = held;
-        status.claim = current.filter(|c| c.phase.is_live()).map(|c| c.name);
-        let changed = status != before || status.updated_at.is_none();
+        status.claim = current
+            .filter(|c| c.phase.is_live())
+            .map(|c| c.name.clone());
+        let changed = status != *before || status.updated_at.is_none();
         changed.then_some(SlotStatus {
             updated_at: Some(now),
             ..status

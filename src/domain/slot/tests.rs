@@ -119,7 +119,7 @@ impl Case {
                 here: self.here.clone(),
                 report_slack: Duration::from_secs(30),
                 holder: "me",
-                status: self.status.clone(),
+                status: &self.status,
             },
             now,
         )
