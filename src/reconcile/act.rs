@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Group, Slot};
 use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
-use crate::domain::name::{BenchName, Reason as HoldReason};
+use crate::domain::name::{BenchName, ClaimName, Reason as HoldReason};
 use crate::domain::operation::{OpEnd, SlotOp};
 use crate::domain::slot::{self, CORDON_PREFIX, Here, Recorded, Start, Step, View, Write};
 use crate::domain::state::Bench;
@@ -40,8 +40,9 @@ pub(super) struct SlotOutcome {
     pub started: bool,
     pub stopped: bool,
     pub status: Option<SlotStatus>,
-    /// The slot's claims as the store holds them after the steps that landed.
-    pub claims: Vec<Claim>,
+    /// The slot's claims, by name and phase, as the store holds them after the steps that
+    /// landed (for the claims metric; the claims themselves went to the planner).
+    pub phases: Vec<(ClaimName, Phase)>,
 }
 
 /// One slot being acted on: where its steps are taken from, and what they did so far.
@@ -66,9 +67,10 @@ where
         claims: Vec<Claim>,
         seen: Seen<'_>,
         now: DateTime<Utc>,
+        holder: &str,
     ) -> SlotOutcome {
+        let phases = claims.iter().map(|c| (c.name.clone(), c.phase)).collect();
         let key = (group.name.clone(), slot.name.clone());
-        let holder = self.holder();
         let uncertain = self.memory.uncertain.remove(&slot.name);
         let unreported = SlotStatus::default();
         let view = View {
@@ -84,7 +86,7 @@ where
             unreadable: seen.unreadable,
             adopting: self.seeing.adopting,
             acting: self.leading.token.is_some() == self.leading.lease.is_some(),
-            claims: claims.clone(),
+            claims,
             stored_op: seen.op,
             remembered_op: self.memory.ops.get(&key).cloned(),
             here: Here {
@@ -93,7 +95,7 @@ where
                 uncertain,
             },
             report_slack: self.faults.report_slack,
-            holder: &holder,
+            holder,
             status: self.memory.statuses.get(&key).unwrap_or(&unreported),
         };
         let plan = slot::plan(view, now);
@@ -108,7 +110,7 @@ where
             slot,
             now,
             out: SlotOutcome {
-                claims,
+                phases,
                 ..SlotOutcome::default()
             },
         };
@@ -212,7 +214,7 @@ where
         match self.store.delete(c, None, ttl).await {
             Ok(true) => {
                 debug!(claim = %c.name, "terminal claim collected");
-                a.out.claims.retain(|x| x.name != c.name);
+                a.out.phases.retain(|(name, _)| name != &c.name);
                 a.out.writes += 1;
                 true
             }
@@ -288,7 +290,7 @@ where
             return false;
         }
         let slot = &a.slot.name;
-        replace(&mut a.out.claims, &w.next);
+        replace(&mut a.out.phases, &w.next);
         a.out.writes += 1;
         if w.then.settles {
             self.flight.finished.remove(slot);
@@ -324,7 +326,7 @@ where
                     })
                     .inc();
                 a.out.writes += 1;
-                a.out.claims.push(c);
+                a.out.phases.push((c.name.clone(), c.phase));
                 true
             }
             Ok(other) => {
@@ -393,7 +395,7 @@ where
         self.memory
             .ops
             .insert((a.group.name.clone(), slot.clone()), op);
-        replace(&mut a.out.claims, next);
+        replace(&mut a.out.phases, next);
         true
     }
 
@@ -461,9 +463,9 @@ where
     }
 }
 
-/// Replaces a claim in `claims` with what a write made of it.
-fn replace(claims: &mut [Claim], next: &Claim) {
-    if let Some(i) = claims.iter().position(|c| c.name == next.name) {
-        claims[i] = next.clone();
+/// A claim's phase as a write made it.
+fn replace(phases: &mut [(ClaimName, Phase)], next: &Claim) {
+    if let Some((_, phase)) = phases.iter_mut().find(|(name, _)| name == &next.name) {
+        *phase = next.phase;
     }
 }

@@ -325,6 +325,7 @@ where
             unreadable.insert(slot.to_string());
         }
         let mut ops = read.operations.by_slot;
+        let holder = self.holder();
         let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
         for c in read.claims {
             by_slot.entry(c.slot.clone()).or_default().push(c);
@@ -354,7 +355,9 @@ where
                 op: ops.remove(&slot.name),
             };
             let claims = by_slot.remove(&slot.name).unwrap_or_default();
-            let outcome = self.slot_pass(group, slot, claims, seen, now).await;
+            let outcome = self
+                .slot_pass(group, slot, claims, seen, now, &holder)
+                .await;
             report.slots += 1;
             report.writes += outcome.writes;
             if outcome.started {
@@ -363,8 +366,8 @@ where
             if outcome.stopped {
                 report.stopped.push(slot.name.clone());
             }
-            for c in &outcome.claims {
-                *phases.entry(c.phase.as_str()).or_default() += 1;
+            for (_, phase) in &outcome.phases {
+                *phases.entry(phase.as_str()).or_default() += 1;
             }
             if let Some(status) = outcome.status {
                 let group_reports = reports.entry(group.name.clone()).or_default();
