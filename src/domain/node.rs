@@ -119,6 +119,10 @@ pub enum Binding<'a> {
     Unseen,
 }
 
+/// The key of the taint fleet puts on a Node before it powers the machine off (SPEC §3.1): a
+/// Node that carries it, with any value and effect, is draining and takes no work.
+pub const FLEET_CORDON_TAINT: &str = "fleet.dev/draining";
+
 /// The one usability predicate.
 pub fn usable(presence: State, binding: Binding<'_>, readiness_taints: &[Taint]) -> bool {
     let bench_usable = match presence {
@@ -131,10 +135,9 @@ pub fn usable(presence: State, binding: Binding<'_>, readiness_taints: &[Taint])
         Binding::Bound(Some(node)) => {
             node.ready
                 && !node.unschedulable
-                && !node
-                    .taints
-                    .iter()
-                    .any(|t| readiness_taints.iter().any(|r| r.matches(t)))
+                && !node.taints.iter().any(|t| {
+                    t.key == FLEET_CORDON_TAINT || readiness_taints.iter().any(|r| r.matches(t))
+                })
         }
     };
     bench_usable && node_usable
@@ -209,13 +212,17 @@ mod tests {
                         Some("node.cilium.io/agent-not-ready:NoExecute"),
                         Some("other:NoExecute"),
                         Some("node.cilium.io/agent-not-ready:NoSchedule"),
+                        Some("fleet.dev/draining:NoSchedule"),
+                        Some("fleet.dev/draining=x:PreferNoSchedule"),
                     ] {
                         let node = NodeView {
                             ready,
                             unschedulable,
                             taints: tainted.map(taint).into_iter().collect(),
                         };
-                        let gated = tainted == Some("node.cilium.io/agent-not-ready:NoExecute");
+                        // The group's readiness taint, or fleet's own cordon in any form.
+                        let gated = tainted == Some("node.cilium.io/agent-not-ready:NoExecute")
+                            || tainted.is_some_and(|t| t.starts_with("fleet.dev/draining"));
                         let want = presence == State::Up && ready && !unschedulable && !gated;
                         assert_eq!(
                             usable(presence, Binding::Bound(Some(&node)), &gate),
