@@ -61,7 +61,7 @@ fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
     readiness_taints: []
     startup: {{ command: ["sh", "-c", {startup:?}], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
     shutdown: {{ command: ["sh", "-c", {shutdown:?}], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 300ms, uncordon_timeout: 3s, readiness_gate_timeout: 3s, failed_slot_cooldown: 3s, machine_gone_grace: 5s, ttl_after_finished: 3s, shutdown_attempt_reset_grace: 3s }}
+    timings: {{ job_monitor_poll_interval: 300ms, uncordon_timeout: 3s, readiness_gate_timeout: 3s, failed_slot_cooldown: 3s, machine_gone_grace: 5s, ttl_after_finished: 3s, shutdown_attempt_reset_grace: 3s, stuck_threshold: 40s }}
 slots:
 {slots}"#,
         bin = env!("CARGO_BIN_EXE_fleet"),
@@ -357,8 +357,13 @@ async fn soak(duration: Duration) {
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
     }
 
-    // The traffic stops: the fleet converges.
+    // The traffic stops: the fleet converges. A leader killed between recording an operation and
+    // firing it leaves an operation nobody runs or reports: it is in flight until its timeout and
+    // the report slack (35 s here), then done if the machine shows it, else late until
+    // stuck_threshold (40 s here, 15 min by default), when it is abandoned (SPEC §5.4). The
+    // fleet is given that long and a margin.
     let converged = Instant::now();
+    let mut last = String::new();
     let settled = loop {
         let now = look(&store).await;
         check(&before, &now, &lines(&log.with_extension("startup")));
@@ -380,11 +385,27 @@ async fn soak(duration: Duration) {
                 || (c.phase.is_live() && c.marked_for_deletion.is_some())
         });
         let running = now.ops.values().any(SlotOp::running);
-        before = now;
         if !busy && !running && on == ready {
             break true;
         }
-        if converged.elapsed() > Duration::from_secs(60) {
+        // What keeps it from converging, said if it never does.
+        last = format!(
+            "on but not ready: {:?}; ready but not on: {:?}; busy claims: {:?}; running operations: {:?}",
+            on.difference(&ready).collect::<Vec<_>>(),
+            ready.difference(&on).collect::<Vec<_>>(),
+            now.claims
+                .iter()
+                .filter(|c| matches!(c.phase, Phase::Pending | Phase::Booting)
+                    || (c.phase.is_live() && c.marked_for_deletion.is_some()))
+                .map(|c| format!("{} {} {:?} {:?}", c.name, c.phase, c.reason, c.operation))
+                .collect::<Vec<_>>(),
+            now.ops
+                .iter()
+                .filter(|(_, o)| o.running())
+                .collect::<Vec<_>>(),
+        );
+        before = now;
+        if converged.elapsed() > Duration::from_secs(90) {
             break false;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -401,7 +422,7 @@ async fn soak(duration: Duration) {
     );
     assert!(
         settled,
-        "the fleet did not converge within a minute of the traffic stopping"
+        "the fleet did not converge within 90 s of the traffic stopping: {last}"
     );
     assert!(
         startups.len() > 3 && shutdowns.len() > 3,
