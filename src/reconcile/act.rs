@@ -321,8 +321,8 @@ where
                 self.metrics
                     .moves
                     .get_or_create(&MoveLabels {
-                        to: Phase::Ready.into(),
-                        reason: Some(Reason::Adopted.into()),
+                        to: Phase::Ready,
+                        reason: Some(Reason::Adopted),
                     })
                     .inc();
                 a.out.writes += 1;

@@ -377,7 +377,7 @@ where
         for phase in Phase::ALL {
             let labels = ClaimLabels {
                 group: group.name.clone(),
-                phase: phase.into(),
+                phase,
             };
             let n = phases.get(phase.as_str()).copied().unwrap_or(0);
             self.metrics.claims.get_or_create(&labels).set(n);
@@ -572,7 +572,7 @@ where
             for phase in law::Report::ALL {
                 let labels = SlotLabels {
                     group: group.clone(),
-                    phase: phase.into(),
+                    phase,
                 };
                 let n = counts
                     .get(&(group.clone(), phase.as_str()))

@@ -68,8 +68,8 @@ where
             Ok(true) => {
                 if next.phase != old.phase {
                     let labels = MoveLabels {
-                        to: next.phase.into(),
-                        reason: next.reason.map(Into::into),
+                        to: next.phase,
+                        reason: next.reason,
                     };
                     self.metrics.moves.get_or_create(&labels).inc();
                     info!(claim = %next.name, slot = %next.slot, from = %old.phase, to = %next.phase, reason = next.reason.map(|r| r.as_str()), "claim moved");
@@ -97,9 +97,7 @@ where
     pub(super) fn count_warning(&self, reason: Reason) {
         self.metrics
             .warnings
-            .get_or_create(&ReasonLabel {
-                reason: reason.into(),
-            })
+            .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 
@@ -127,14 +125,14 @@ where
     pub(super) fn count_operation(&self, slot: &BenchName, done: &Done) {
         let outcome = done.outcome;
         let labels = OperationLabels {
-            operation: done.kind.into(),
-            outcome: outcome.into(),
+            operation: done.kind,
+            outcome,
         };
         self.metrics.operations.get_or_create(&labels).inc();
         self.metrics
             .operation_seconds
             .get_or_create(&KindLabel {
-                operation: done.kind.into(),
+                operation: done.kind,
             })
             .observe(done.duration.as_secs_f64());
         let ms = u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX);

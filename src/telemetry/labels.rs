@@ -1,11 +1,8 @@
-//! The metrics' labels (SPEC §4.8): every label set is a struct of typed values, and every value
-//! but a group's name is a closed enum deriving `EncodeLabelValue`, so no label is built from a
-//! string at a call site and the set of values a label can take is the enum's.
-//!
-//! The derive writes a variant's identifier as its value, so the variants are spelled as the
-//! values /metrics has always shown (lowercase phases, `timedout`, CamelCase reasons and gRPC
-//! codes); each enum is made from its domain or wire counterpart by one exhaustive `match`, so a
-//! new variant there does not compile until its label is named here.
+//! The metrics' labels (SPEC §4.8): every label set is a struct of typed values, so no label is
+//! built from a string at a call site and the values a label can take are its type's. A domain
+//! value (a phase, a reason, an operation and its outcome) is its own label value, named as it
+//! names itself; the provider's methods and gRPC codes are closed enums deriving
+//! `EncodeLabelValue`, spelled as the protocol spells them.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
@@ -20,129 +17,30 @@ impl EncodeLabelValue for GroupName {
     }
 }
 
-/// A claim's phase.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum ClaimPhase {
-    pending,
-    booting,
-    ready,
-    failed,
-    completed,
-}
-
-impl From<claim::Phase> for ClaimPhase {
-    fn from(phase: claim::Phase) -> Self {
-        match phase {
-            claim::Phase::Pending => ClaimPhase::pending,
-            claim::Phase::Booting => ClaimPhase::booting,
-            claim::Phase::Ready => ClaimPhase::ready,
-            claim::Phase::Failed => ClaimPhase::failed,
-            claim::Phase::Completed => ClaimPhase::completed,
+/// The domain's own values are label values as they name themselves (`as_str`), so a label
+/// takes exactly the values its domain type has, and no mirror of it needs keeping.
+macro_rules! named {
+    ($($t:ty),*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
         }
-    }
+    )*};
 }
 
-/// A slot's reported phase (the input law's report).
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum SlotPhase {
-    off,
-    pending,
-    booting,
-    ready,
-    draining,
-}
+named!(claim::Phase, Report, claim::Reason, OperationKind);
 
-impl From<Report> for SlotPhase {
-    fn from(report: Report) -> Self {
-        match report {
-            Report::Off => SlotPhase::off,
-            Report::Pending => SlotPhase::pending,
-            Report::Booting => SlotPhase::booting,
-            Report::Ready => SlotPhase::ready,
-            Report::Draining => SlotPhase::draining,
-        }
-    }
-}
-
-/// Why a claim ended, was marked or was warned.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Reason {
-    DeadlineExceeded,
-    AttemptLimitExceeded,
-    Superseded,
-    SlotDeleted,
-    StartupJobFailed,
-    StartupJobTimeout,
-    ShutdownJobTimeout,
-    ShutdownAttemptLimitReached,
-    ReadinessGateTimeout,
-    MachineGone,
-    StuckTransition,
-    NodeDeleted,
-    CancelledByDecreaseTargetSize,
-    DeletedByHand,
-    Adopted,
-}
-
-impl From<claim::Reason> for Reason {
-    fn from(reason: claim::Reason) -> Self {
-        match reason {
-            claim::Reason::DeadlineExceeded => Reason::DeadlineExceeded,
-            claim::Reason::AttemptLimitExceeded => Reason::AttemptLimitExceeded,
-            claim::Reason::Superseded => Reason::Superseded,
-            claim::Reason::SlotDeleted => Reason::SlotDeleted,
-            claim::Reason::StartupJobFailed => Reason::StartupJobFailed,
-            claim::Reason::StartupJobTimeout => Reason::StartupJobTimeout,
-            claim::Reason::ShutdownJobTimeout => Reason::ShutdownJobTimeout,
-            claim::Reason::ShutdownAttemptLimitReached => Reason::ShutdownAttemptLimitReached,
-            claim::Reason::ReadinessGateTimeout => Reason::ReadinessGateTimeout,
-            claim::Reason::MachineGone => Reason::MachineGone,
-            claim::Reason::StuckTransition => Reason::StuckTransition,
-            claim::Reason::NodeDeleted => Reason::NodeDeleted,
-            claim::Reason::CancelledByDecreaseTargetSize => Reason::CancelledByDecreaseTargetSize,
-            claim::Reason::DeletedByHand => Reason::DeletedByHand,
-            claim::Reason::Adopted => Reason::Adopted,
-        }
-    }
-}
-
-/// A lifecycle operation's kind.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Operation {
-    startup,
-    shutdown,
-}
-
-impl From<OperationKind> for Operation {
-    fn from(kind: OperationKind) -> Self {
-        match kind {
-            OperationKind::Startup => Operation::startup,
-            OperationKind::Shutdown => Operation::shutdown,
-        }
-    }
-}
-
-/// How a lifecycle operation ended.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Outcome {
-    completed,
-    failed,
-    timedout,
-    abandoned,
-}
-
-impl From<OperationOutcome> for Outcome {
-    fn from(outcome: OperationOutcome) -> Self {
-        match outcome {
-            OperationOutcome::Completed => Outcome::completed,
-            OperationOutcome::Failed => Outcome::failed,
-            OperationOutcome::TimedOut => Outcome::timedout,
-            OperationOutcome::Abandoned => Outcome::abandoned,
-        }
+/// How an operation ended, as /metrics has always spelled it (`timedout`).
+impl EncodeLabelValue for OperationOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            OperationOutcome::Completed => "completed",
+            OperationOutcome::Failed => "failed",
+            OperationOutcome::TimedOut => "timedout",
+            OperationOutcome::Abandoned => "abandoned",
+        };
+        EncodeLabelValue::encode(&value, encoder)
     }
 }
 
@@ -201,40 +99,40 @@ pub enum Code {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClaimLabels {
     pub group: GroupName,
-    pub phase: ClaimPhase,
+    pub phase: claim::Phase,
 }
 
 /// `fleet_slots`: slots by group and reported phase.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SlotLabels {
     pub group: GroupName,
-    pub phase: SlotPhase,
+    pub phase: Report,
 }
 
 /// `fleet_claim_moves_total`: the phase moved to and the reason (empty when the move has none).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveLabels {
-    pub to: ClaimPhase,
-    pub reason: Option<Reason>,
+    pub to: claim::Phase,
+    pub reason: Option<claim::Reason>,
 }
 
 /// `fleet_operations_total`: the operation's kind and outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
-    pub operation: Operation,
-    pub outcome: Outcome,
+    pub operation: OperationKind,
+    pub outcome: OperationOutcome,
 }
 
 /// `fleet_operation_duration_seconds`: the operation's kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
-    pub operation: Operation,
+    pub operation: OperationKind,
 }
 
 /// `fleet_claim_warnings_total`: the warning's reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    pub reason: Reason,
+    pub reason: claim::Reason,
 }
 
 /// `fleet_config_reloads_total`: applied or refused.

@@ -196,13 +196,13 @@ mod tests {
         m.claims
             .get_or_create(&ClaimLabels {
                 group: GroupName::parse("pool-a").unwrap(),
-                phase: Phase::Ready.into(),
+                phase: Phase::Ready,
             })
             .set(2);
         m.moves
             .get_or_create(&MoveLabels {
-                to: Phase::Failed.into(),
-                reason: Some(claim::Reason::MachineGone.into()),
+                to: Phase::Failed,
+                reason: Some(claim::Reason::MachineGone),
             })
             .inc();
         m.blind.set(1);
@@ -248,7 +248,7 @@ mod tests {
         for phase in Phase::ALL {
             assert_eq!(
                 encoded(MoveLabels {
-                    to: phase.into(),
+                    to: phase,
                     reason: None
                 }),
                 format!(r#"{{to="{}",reason=""}}"#, phase.as_str())
@@ -258,24 +258,20 @@ mod tests {
             assert_eq!(
                 encoded(SlotLabels {
                     group: GroupName::parse("g").unwrap(),
-                    phase: report.into()
+                    phase: report
                 }),
                 format!(r#"{{group="g",phase="{}"}}"#, report.as_str())
             );
         }
         for reason in claim::Reason::ALL {
             assert_eq!(
-                encoded(ReasonLabel {
-                    reason: reason.into()
-                }),
+                encoded(ReasonLabel { reason }),
                 format!(r#"{{reason="{}"}}"#, reason.as_str())
             );
         }
         for kind in [OperationKind::Startup, OperationKind::Shutdown] {
             assert_eq!(
-                encoded(KindLabel {
-                    operation: kind.into()
-                }),
+                encoded(KindLabel { operation: kind }),
                 format!(r#"{{operation="{}"}}"#, kind.as_str())
             );
         }
@@ -288,8 +284,8 @@ mod tests {
         for (outcome, text) in outcomes {
             assert_eq!(
                 encoded(OperationLabels {
-                    operation: OperationKind::Startup.into(),
-                    outcome: outcome.into()
+                    operation: OperationKind::Startup,
+                    outcome
                 }),
                 format!(r#"{{operation="startup",outcome="{text}"}}"#)
             );
