@@ -553,12 +553,9 @@ impl fleet::reconcile::Nodes for TestNodes {
     }
 }
 
-// SPEC §3.1: a bound slot is usable only when its Node is Ready, not cordoned, and free of the
-// group's readiness taints; the readiness gate waits for it.
-#[tokio::test]
-async fn the_readiness_gate_waits_for_a_bound_slots_node() {
-    let server = server();
-    let text = yaml(&server, BOOTS, POWERS_OFF, FAST, &["bench-01"])
+/// One slot, bench-01, bound to its Node, with the Cilium readiness taint as the group's gate.
+fn bound_config(server: &RedisServer, timings: &str) -> Config {
+    let text = yaml(server, BOOTS, POWERS_OFF, timings, &["bench-01"])
         .replace(
             "readiness_taints: []",
             r#"readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]"#,
@@ -567,7 +564,24 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
             "{ name: bench-01, group: pool-a }",
             "{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }",
         );
-    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    config::parse(&text, Path::new("t.yaml")).unwrap()
+}
+
+/// A Ready Node that still carries the readiness taint.
+fn gated_node() -> fleet::domain::node::NodeView {
+    fleet::domain::node::NodeView {
+        ready: true,
+        unschedulable: false,
+        taints: vec!["node.cilium.io/agent-not-ready:NoExecute".parse().unwrap()],
+    }
+}
+
+// SPEC §3.1: a bound slot is usable only when its Node is Ready, not cordoned, and free of the
+// group's readiness taints; the readiness gate waits for it.
+#[tokio::test]
+async fn the_readiness_gate_waits_for_a_bound_slots_node() {
+    let server = server();
+    let cfg = bound_config(&server, FAST);
     let (_tx, rx) = watch::channel(Arc::new(cfg));
     let nodes = TestNodes::default();
     let mut ctl = Controller::new(
@@ -600,16 +614,11 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
         Phase::Booting,
         "no Node yet: not usable"
     );
-    let taint: fleet::domain::node::Taint =
-        "node.cilium.io/agent-not-ready:NoExecute".parse().unwrap();
-    nodes.0.lock().unwrap().insert(
-        "bench-01".into(),
-        fleet::domain::node::NodeView {
-            ready: true,
-            unschedulable: false,
-            taints: vec![taint],
-        },
-    );
+    nodes
+        .0
+        .lock()
+        .unwrap()
+        .insert("bench-01".into(), gated_node());
     ctl.pass().await.unwrap();
     assert_eq!(
         phase(store.clone()).await,
@@ -630,35 +639,21 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
 
 // SPEC §5.2: an API server out of reach is blindness for the bound slots, not unusability. A
 // booting claim whose Node cannot be seen outlives its deadline with no judgment and no power
-// action; the views say usable unknown; once the Nodes are seen again (after the grace) the
-// claim goes on.
+// action; its report says power and usability unknown; once the Nodes are seen again (after the
+// grace) the claim is judged again by the seed's rules.
 #[tokio::test]
 async fn nodes_out_of_sight_leave_a_booting_claim_booting_with_no_power_action() {
     let server = server();
     let timings = "job_timeout: 300ms, job_monitor_poll_interval: 300ms, uncordon_timeout: 300ms, readiness_gate_timeout: 300ms, max_uncordon_retry_interval: 300ms, budget_slack: 300ms";
-    let text = yaml(&server, BOOTS, POWERS_OFF, timings, &["bench-01"])
-        .replace(
-            "readiness_taints: []",
-            r#"readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]"#,
-        )
-        .replace(
-            "{ name: bench-01, group: pool-a }",
-            "{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }",
-        );
-    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    let cfg = bound_config(&server, timings);
     let timings = cfg.groups[&group()].timings.clone();
     let (_tx, rx) = watch::channel(Arc::new(cfg));
     let nodes = TestNodes::default();
-    let taint: fleet::domain::node::Taint =
-        "node.cilium.io/agent-not-ready:NoExecute".parse().unwrap();
-    nodes.0.lock().unwrap().insert(
-        "bench-01".into(),
-        fleet::domain::node::NodeView {
-            ready: true,
-            unschedulable: false,
-            taints: vec![taint],
-        },
-    );
+    nodes
+        .0
+        .lock()
+        .unwrap()
+        .insert("bench-01".into(), gated_node());
     let metrics = Arc::new(Metrics::default());
     let grace = Duration::from_millis(500);
     let mut ctl = Controller::new(
