@@ -162,6 +162,7 @@ fn the_pinned_example_parses_and_every_field_lands_where_it_should() {
             ttl_after_finished: mins(60),
             stuck_threshold: mins(15),
             failed_slot_cooldown: mins(30),
+            delete_stale_node_after: None,
         }
     );
     assert_eq!(g.autoscaling_options, None);
@@ -288,6 +289,7 @@ fn every_timing_and_the_cooldown_can_be_set() {
       ttl_after_finished: 10h
       stuck_threshold: 12m
       failed_slot_cooldown: 1500ms
+      delete_stale_node_after: 20m
 ",
     );
     let g = &ok(&text).groups[&group("pool-a")];
@@ -306,6 +308,7 @@ fn every_timing_and_the_cooldown_can_be_set() {
             ttl_after_finished: mins(600),
             stuck_threshold: mins(12),
             failed_slot_cooldown: Duration::from_millis(1500),
+            delete_stale_node_after: Some(mins(20)),
         }
     );
 }

@@ -54,6 +54,9 @@ pub struct Group {
     pub max_node_provision_time: Option<Duration>,
     /// A node carrying one of these is not usable yet (SPEC §3.1).
     pub readiness_taints: Vec<Taint>,
+    /// With Kubernetes: the taints fleet stamps on a Node when its readiness gate is satisfied
+    /// (SPEC §3.12); the template's taints when unset.
+    pub node_taints: Vec<Taint>,
     pub startup: Operation,
     pub shutdown: Operation,
     /// Every unset field takes `Timings::default()`, except `machine_gone_grace`, which takes the

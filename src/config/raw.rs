@@ -34,6 +34,8 @@ pub(super) struct RawGroup {
     pub(super) max_node_provision_time: Option<Checked<Duration>>,
     #[serde(default)]
     pub(super) readiness_taints: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) node_taints: Option<Vec<String>>,
     pub(super) startup: RawOperation,
     pub(super) shutdown: RawOperation,
     #[serde(default)]
@@ -125,6 +127,8 @@ pub(super) struct RawTimings {
     pub(super) stuck_threshold: Option<Checked<Duration>>,
     #[serde(default, deserialize_with = "opt_duration")]
     pub(super) failed_slot_cooldown: Option<Checked<Duration>>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub(super) delete_stale_node_after: Option<Checked<Duration>>,
 }
 
 #[derive(Deserialize)]

@@ -69,12 +69,33 @@ pub(super) fn group(
         None => Some(None),
         Some(t) => template(t, &format!("{place}.template"), problems).map(Some),
     };
+    // The taints a Node of the group carries once it is ready; unset, the template's, so the
+    // Node cluster-autoscaler simulated is the Node it gets.
+    let node_taints = match (&raw.node_taints, &template) {
+        (Some(list), _) => taints(list, &format!("{place}.node_taints"), problems),
+        (None, Some(Some(t))) => Some(t.taints.clone()),
+        (None, _) => Some(Vec::new()),
+    };
+    for t in node_taints.iter().flatten() {
+        if t.key == crate::domain::node::FLEET_CORDON_TAINT
+            || crate::domain::node::AUTOSCALER_TAINTS.contains(&t.key.as_str())
+        {
+            problems.push(
+                format!("{place}.node_taints"),
+                format!(
+                    "{t} is a taint fleet or cluster-autoscaler manages itself and removes at \
+                     the readiness gate's end; leave it out"
+                ),
+            );
+        }
+    }
     Some(Group {
         name: name?,
         min_size: min_size?,
         max_size: max_size?,
         max_node_provision_time: max_node_provision_time?,
         readiness_taints: readiness_taints?,
+        node_taints: node_taints?,
         startup: startup?,
         shutdown: shutdown?,
         timings,
@@ -241,6 +262,10 @@ fn timings(raw: Option<&RawTimings>, place: &str, problems: &mut Problems) -> Ti
         &mut t.machine_gone_grace,
         problems,
     );
+    if let Some(value) = &raw.delete_stale_node_after {
+        let place = format!("{place}.delete_stale_node_after");
+        t.delete_stale_node_after = duration(value, &place, problems);
+    }
     if raw.lock_timeout.is_some() {
         problems.push(
             format!("{place}.lock_timeout"),

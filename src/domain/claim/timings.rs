@@ -33,6 +33,10 @@ pub struct Timings {
     /// way back for a slot that spent its attempts.
     #[serde(default = "default_failed_slot_cooldown")]
     pub failed_slot_cooldown: Duration,
+    /// With Kubernetes: how long a slot's machine must have been observed off before fleet
+    /// deletes the Node it left behind (SPEC §3.12). `None`: fleet never deletes a Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_stale_node_after: Option<Duration>,
 }
 
 /// The failed-slot cooldown of the timings a catalog written before it existed carries.
@@ -55,6 +59,7 @@ impl Default for Timings {
             ttl_after_finished: Duration::from_secs(60 * 60),
             stuck_threshold: Duration::from_secs(15 * 60),
             failed_slot_cooldown: Duration::from_secs(30 * 60),
+            delete_stale_node_after: None,
         };
         // One boot window, the same horizon as the deadline.
         t.machine_gone_grace = t.attempt_budget();
