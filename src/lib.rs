@@ -27,6 +27,7 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod kubernetes;
 pub mod lifecycle;
 pub mod provider;
 pub mod reconcile;

@@ -287,6 +287,7 @@ const RANKS: &[(&str, u8)] = &[
     ("cli", 7),
     ("agent", 6),
     ("provider", 6),
+    ("kubernetes", 6),
     ("reconcile", 5),
     ("requests", 4),
     ("lifecycle", 4),
