@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use fleet::config::{self, AutoscalingOptions, Config, ConfigError, Problem};
+use fleet::config::{
+    self, AutoscalingOptions, Config, ConfigError, JobTemplate, Problem, Run, Toleration,
+};
 use fleet::domain::claim::Timings;
 use fleet::domain::name::{BenchName, GroupName};
 use fleet::domain::node::{Effect, Taint};
@@ -81,6 +83,10 @@ fn mins(m: u64) -> Duration {
     Duration::from_secs(m * 60)
 }
 
+fn command(argv: &[&str]) -> Run {
+    Run::Command(argv.iter().map(|a| a.to_string()).collect())
+}
+
 /// The problems of a refused file; fails the test if the file was not refused as invalid.
 fn problems(text: &str) -> Vec<Problem> {
     match parse(text) {
@@ -135,14 +141,14 @@ fn the_pinned_example_parses_and_every_field_lands_where_it_should() {
         }]
     );
 
-    assert_eq!(g.startup.command, ["/usr/local/bin/power", "on"]);
+    assert_eq!(g.startup.run, command(&["/usr/local/bin/power", "on"]));
     assert_eq!(g.startup.timeout, mins(5));
     assert_eq!(
         g.startup.env.iter().collect::<Vec<_>>(),
         [(&"BMC".to_owned(), &"10.0.0.9".to_owned())]
     );
     assert_eq!(g.startup.dir, None);
-    assert_eq!(g.shutdown.command, ["/usr/local/bin/power", "off"]);
+    assert_eq!(g.shutdown.run, command(&["/usr/local/bin/power", "off"]));
     assert_eq!(g.shutdown.timeout, mins(5));
     assert!(g.shutdown.env.is_empty());
 
@@ -608,6 +614,108 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "is reserved: fleet sets FLEET_SLOT, FLEET_GROUP, FLEET_CLAIM, FLEET_ATTEMPT, FLEET_PROVIDER_ID, FLEET_OPERATION, FLEET_CONTROLLER itself",
         ),
         (
+            "both a command and a job",
+            with_startup("job: { image: power:1 }"),
+            format!("{g}.startup"),
+            "the operation has both command and job: it runs one of them",
+        ),
+        (
+            "neither a command nor a job",
+            edit(START, "startup: { timeout: 5m }"),
+            format!("{g}.startup"),
+            "the operation runs nothing: give command",
+        ),
+        (
+            "a job image with a space",
+            edit(START, "startup: { job: { image: \"power on\" } }"),
+            format!("{g}.startup.job.image"),
+            "invalid image \"power on\": it contains ' '",
+        ),
+        (
+            "an empty job image",
+            edit(START, "startup: { job: { image: \"\" } }"),
+            format!("{g}.startup.job.image"),
+            "the image is empty; an image is a reference like",
+        ),
+        (
+            "a job image with an uppercase repository",
+            edit(START, "startup: { job: { image: registry.example/Power:1 } }"),
+            format!("{g}.startup.job.image"),
+            "\"Power\" is not a repository path component",
+        ),
+        (
+            "a job image with a bad tag",
+            edit(START, "startup: { job: { image: \"power:.1\" } }"),
+            format!("{g}.startup.job.image"),
+            "the tag \".1\" is not letters",
+        ),
+        (
+            "a job image with a bad digest",
+            edit(START, "startup: { job: { image: power@sha256:abc } }"),
+            format!("{g}.startup.job.image"),
+            "the digest \"sha256:abc\" is not an algorithm and its hex digest",
+        ),
+        (
+            "a job env name fleet sets itself",
+            edit(START, "startup: { job: { image: power:1 }, env: { FLEET_CLAIM: x } }"),
+            format!("{g}.startup.env.FLEET_CLAIM"),
+            "is reserved: fleet sets FLEET_SLOT",
+        ),
+        (
+            "a job service account that is no name",
+            edit(START, "startup: { job: { image: power:1, service_account_name: Power_Account } }"),
+            format!("{g}.startup.job.service_account_name"),
+            "invalid service_account_name \"Power_Account\"",
+        ),
+        (
+            "a job node selector key that is no label key",
+            edit(START, "startup: { job: { image: power:1, node_selector: { \"bad key\": x } } }"),
+            format!("{g}.startup.job.node_selector.bad key"),
+            "invalid label key \"bad key\"",
+        ),
+        (
+            "a job node selector value that is no label value",
+            edit(START, "startup: { job: { image: power:1, node_selector: { zone: \"-a\" } } }"),
+            format!("{g}.startup.job.node_selector.zone"),
+            "invalid label value \"-a\"",
+        ),
+        (
+            "a job toleration with an unknown operator",
+            edit(START, "startup: { job: { image: power:1, tolerations: [{ key: a, operator: Is }] } }"),
+            format!("{g}.startup.job.tolerations[0].operator"),
+            "invalid operator \"Is\": Equal (the default) or Exists",
+        ),
+        (
+            "a job toleration without a key that is not Exists",
+            edit(START, "startup: { job: { image: power:1, tolerations: [{ effect: NoSchedule }] } }"),
+            format!("{g}.startup.job.tolerations[0].key"),
+            "needs operator: Exists",
+        ),
+        (
+            "a job toleration Exists with a value",
+            edit(START, "startup: { job: { image: power:1, tolerations: [{ key: a, operator: Exists, value: b }] } }"),
+            format!("{g}.startup.job.tolerations[0].value"),
+            "operator Exists matches any value",
+        ),
+        (
+            "a job toleration with an unknown effect",
+            edit(START, "startup: { job: { image: power:1, tolerations: [{ key: a, effect: NoRun }] } }"),
+            format!("{g}.startup.job.tolerations[0].effect"),
+            "invalid effect \"NoRun\"",
+        ),
+        (
+            "a job toleration with seconds but not NoExecute",
+            edit(START, "startup: { job: { image: power:1, tolerations: [{ key: a, effect: NoSchedule, toleration_seconds: 5 }] } }"),
+            format!("{g}.startup.job.tolerations[0].toleration_seconds"),
+            "applies to effect NoExecute only",
+        ),
+        (
+            "a job argument with a NUL",
+            edit(START, "startup: { job: { image: power:1, args: [\"a\\0b\"] } }"),
+            format!("{g}.startup.job.args[0]"),
+            "an argument contains a NUL character",
+        ),
+        (
             "an empty working directory",
             with_startup("dir: \"\""),
             format!("{g}.startup.dir"),
@@ -909,8 +1017,16 @@ fn holds(outcome: &Result<Config, ConfigError>) -> Result<(), String> {
                         g.min_size, g.max_size
                     ));
                 }
-                if g.startup.command.is_empty() || g.shutdown.command.is_empty() {
-                    return Err(format!("{name}: an empty command"));
+                for op in [&g.startup, &g.shutdown] {
+                    match &op.run {
+                        Run::Command(argv) if argv.is_empty() => {
+                            return Err(format!("{name}: an empty command"));
+                        }
+                        Run::Job(job) if job.image.is_empty() => {
+                            return Err(format!("{name}: a Job without an image"));
+                        }
+                        Run::Command(_) | Run::Job(_) => {}
+                    }
                 }
             }
             for slot in config.slots.values() {
@@ -1045,6 +1161,158 @@ fn a_group_opts_in_to_autoscaling_options_with_true_or_with_its_overrides() {
 
 // Issue 11 #5: lock_timeout was parsed and changed nothing. fleet takes no coordination lock, so
 // the setting is gone, and a file that still sets it is told so (exit 2, its place and why).
+// SPEC §4.2, Jobs as operations: a group's operation may be a Kubernetes Job; every field of
+// the template lands where it should, the environment is the operation's, and the Job is kept
+// the group's ttl_after_finished.
+#[test]
+fn a_job_operation_lands_with_every_field_of_its_template() {
+    let text = edit(
+        r#"startup: { command: ["/usr/local/bin/power", "on"] }"#,
+        r#"startup:
+      job:
+        image: registry.example/power@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+        command: ["/power"]
+        args: ["on"]
+        service_account_name: fleet-power
+        node_selector: { "kubernetes.io/hostname": bmc-gateway, zone: "" }
+        tolerations:
+          - { key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule }
+          - { key: fleet.dev/draining, value: "yes", effect: NoExecute, toleration_seconds: 30 }
+          - { operator: Exists }
+      env: { BMC: "10.0.0.9" }
+      dir: /work
+      timeout: 3m
+    timings: { ttl_after_finished: 2h }"#,
+    );
+    let config = ok(&text);
+    let g = &config.groups[&group("pool-a")];
+    let Run::Job(job) = &g.startup.run else {
+        panic!("want a job, got {:?}", g.startup.run);
+    };
+    assert_eq!(
+        *job,
+        JobTemplate {
+            image: "registry.example/power@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
+            command: vec!["/power".into()],
+            args: vec!["on".into()],
+            service_account_name: Some("fleet-power".into()),
+            node_selector: [
+                ("kubernetes.io/hostname".to_owned(), "bmc-gateway".to_owned()),
+                ("zone".to_owned(), String::new()),
+            ]
+            .into(),
+            tolerations: vec![
+                Toleration {
+                    key: Some("node-role.kubernetes.io/control-plane".into()),
+                    operator: Some("Exists".into()),
+                    effect: Some("NoSchedule".into()),
+                    ..Toleration::default()
+                },
+                Toleration {
+                    key: Some("fleet.dev/draining".into()),
+                    value: Some("yes".into()),
+                    effect: Some("NoExecute".into()),
+                    toleration_seconds: Some(30),
+                    ..Toleration::default()
+                },
+                Toleration {
+                    operator: Some("Exists".into()),
+                    ..Toleration::default()
+                },
+            ],
+            ttl_after_finished: Duration::from_secs(2 * 60 * 60),
+        }
+    );
+    assert_eq!(
+        g.startup.env.iter().collect::<Vec<_>>(),
+        [(&"BMC".to_owned(), &"10.0.0.9".to_owned())]
+    );
+    assert_eq!(g.startup.dir.as_deref(), Some(Path::new("/work")));
+    assert_eq!(g.startup.timeout, mins(3));
+    assert_eq!(g.shutdown.run, command(&["/usr/local/bin/power", "off"]));
+}
+
+#[test]
+fn a_job_needs_only_its_image_and_images_take_every_usual_form() {
+    for image in [
+        "power",
+        "power:1.4",
+        "library/power:v1_4-rc.1",
+        "registry.example/team/power:1.4",
+        "localhost:5000/power",
+        "registry.example:443/a.b/c__d/e-f:latest",
+        "power@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "registry.example/power:1.4@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ] {
+        let text = edit(
+            r#"startup: { command: ["/usr/local/bin/power", "on"] }"#,
+            &format!("startup: {{ job: {{ image: \"{image}\" }} }}"),
+        );
+        let config = ok(&text);
+        let g = &config.groups[&group("pool-a")];
+        let want = JobTemplate {
+            image: image.to_owned(),
+            command: vec![],
+            args: vec![],
+            service_account_name: None,
+            node_selector: Default::default(),
+            tolerations: vec![],
+            ttl_after_finished: Timings::default().ttl_after_finished,
+        };
+        assert_eq!(g.startup.run, Run::Job(want), "{image}");
+    }
+    for image in [
+        "Power",
+        "power:",
+        ":1",
+        "/power",
+        "power/",
+        "power//x",
+        "-power",
+        "power:-1",
+        "registry.example:port/power",
+        "power@",
+        "power@sha256:XYZ0123456789abcdef0123456789abcdef",
+        "pow er",
+        "pöwer",
+    ] {
+        let text = edit(
+            r#"startup: { command: ["/usr/local/bin/power", "on"] }"#,
+            &format!("startup: {{ job: {{ image: \"{image}\" }} }}"),
+        );
+        let problems = problems(&text);
+        assert_eq!(problems.len(), 1, "{image}: {problems:#?}");
+        assert_eq!(
+            problems[0].place, "groups[0] (pool-a).startup.job.image",
+            "{image}"
+        );
+        assert!(
+            problems[0]
+                .message
+                .starts_with(&format!("invalid image {image:?}: ")),
+            "{image}: {}",
+            problems[0].message
+        );
+    }
+}
+
+#[test]
+fn a_job_refuses_unknown_keys_and_needs_an_image() {
+    let message = parse_error(&edit(
+        r#"startup: { command: ["/usr/local/bin/power", "on"] }"#,
+        "startup: { job: { image: power:1, serviceAccountName: fleet } }",
+    ));
+    assert!(
+        message.contains("unknown field `serviceAccountName`, expected one of image, command"),
+        "{message}"
+    );
+    let message = parse_error(&edit(
+        r#"startup: { command: ["/usr/local/bin/power", "on"] }"#,
+        "startup: { job: { command: [on] } }",
+    ));
+    assert!(message.contains("missing field `image`"), "{message}");
+}
+
 #[test]
 fn lock_timeout_is_refused_saying_why() {
     let text = edit(

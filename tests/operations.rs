@@ -30,6 +30,8 @@ fn request(script: &str, timeout: Duration) -> Request {
         timeout,
         controller: "test".into(),
         started_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
+        job: None,
+        fence: None,
     }
 }
 

@@ -11,7 +11,7 @@
 //! touches neither Redis nor Kubernetes. It never panics on any input.
 //!
 //! - `model`: the validated configuration the rest of fleet uses (`Config`, `Group`, `Slot`,
-//!   `Operation`, `Template`) and the questions asked of it.
+//!   `Operation` and what it runs, `Template`) and the questions asked of it.
 //! - `raw`: the file's schema as serde reads it.
 //! - `validate`: raw to typed, every problem collected with its place.
 //! - `example`: a valid file that documents the format.
@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 pub use crate::units::{InvalidQuantity, Quantity};
 pub use example::example;
 pub use model::{
-    AutoscalingOptions, Config, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation,
-    PowerDraw, RESERVED_ENV, RESERVED_ENV_PREFIX, Slot, Template, check_env_name,
-    default_provider_id,
+    AutoscalingOptions, Config, DEFAULT_READINESS_TAINT, Gpu, Group, JobTemplate, MAX_DURATION,
+    Operation, PowerDraw, RESERVED_ENV, RESERVED_ENV_PREFIX, Run, Slot, Template, Toleration,
+    check_env_name, default_provider_id,
 };
 pub use validate::Problem;
 

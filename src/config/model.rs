@@ -2,11 +2,14 @@
 //! templates, and the slots (SPEC §4.1). Every value here has been validated; what the file may
 //! say and how it is checked are in `raw` and `validate`.
 //!
-//! Pure data and the questions fleet asks of it: no I/O.
+//! Pure data and the questions fleet asks of it: no I/O. A Job template is serialized, since it
+//! travels in an operation's request.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::domain::claim::Timings;
 use crate::domain::name::{BenchName, GroupName};
@@ -86,17 +89,78 @@ pub struct AutoscalingOptions {
     pub ignore_daemonsets_utilization: Option<bool>,
 }
 
-/// A command fleet runs to power a slot's machine on (startup) or off (shutdown).
+/// What powers a slot's machine on (startup) or off (shutdown): a command fleet runs, or a
+/// Kubernetes Job it creates (SPEC §4.2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
-    /// The program and its arguments: never empty, the program never empty.
-    pub command: Vec<String>,
-    /// Extra environment; never a name starting with `FLEET_`.
+    pub run: Run,
+    /// Extra environment (the command's, or the Job container's); never a name starting with
+    /// `FLEET_`.
     pub env: BTreeMap<String, String>,
-    /// The working directory; fleet's own when unset.
+    /// The working directory (the Job container's `workingDir`); the default when unset.
     pub dir: Option<PathBuf>,
     /// The group's `job_timeout` when unset.
     pub timeout: Duration,
+}
+
+/// What an operation runs: the file's `command` or its `job`, exactly one of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// The program and its arguments, run through the operation wrapper: never empty, the
+    /// program never empty.
+    Command(Vec<String>),
+    /// A pod template run as a Kubernetes Job in fleet's namespace.
+    Job(JobTemplate),
+}
+
+/// The pod a Job operation runs (SPEC §4.2, Jobs as operations). It travels inside the
+/// operation's request, so it is serialized; every field but the image may be missing from an
+/// older request and takes its default.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTemplate {
+    /// A container image reference, like `registry.example/power:1.4`.
+    pub image: String,
+    /// The container's entrypoint; the image's own when empty.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// The entrypoint's arguments; the image's own when empty and `command` is empty too.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// An RFC 1123 subdomain; the namespace's default account when unset.
+    #[serde(default)]
+    pub service_account_name: Option<String>,
+    /// Label key to value: the nodes the pod may run on.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// How long the finished Job is kept (the group's `timings.ttl_after_finished`), so its
+    /// outcome can still be read by a controller that was away when it ended.
+    #[serde(default = "default_ttl_after_finished")]
+    pub ttl_after_finished: Duration,
+}
+
+fn default_ttl_after_finished() -> Duration {
+    Timings::default().ttl_after_finished
+}
+
+/// A toleration of the Job's pod, as Kubernetes spells it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Toleration {
+    /// Empty with `Exists`: every taint.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `Equal` or `Exists`; `Equal` when unset.
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; every effect when unset.
+    #[serde(default)]
+    pub effect: Option<String>,
+    /// With `NoExecute` only: how long the pod stays once the taint appears.
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
 }
 
 /// One machine's place in a group.

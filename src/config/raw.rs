@@ -89,13 +89,50 @@ fn raw_options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawOptions>, D:
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawOperation {
-    pub(super) command: Vec<String>,
+    /// Exclusive with `job`; one of them is required, which validation says with its place.
+    #[serde(default)]
+    pub(super) command: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) job: Option<RawJob>,
     #[serde(default)]
     pub(super) env: BTreeMap<String, String>,
     #[serde(default)]
     pub(super) dir: Option<String>,
     #[serde(default, deserialize_with = "opt_duration")]
     pub(super) timeout: Option<Checked<Duration>>,
+}
+
+/// A Job operation's pod template, in the file's own spelling (snake_case, like its other
+/// fields); its environment is the operation's `env`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) image: String,
+    #[serde(default)]
+    pub(super) command: Vec<String>,
+    #[serde(default)]
+    pub(super) args: Vec<String>,
+    #[serde(default)]
+    pub(super) service_account_name: Option<String>,
+    #[serde(default)]
+    pub(super) node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) tolerations: Vec<RawToleration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToleration {
+    #[serde(default)]
+    pub(super) key: Option<String>,
+    #[serde(default)]
+    pub(super) operator: Option<String>,
+    #[serde(default)]
+    pub(super) value: Option<String>,
+    #[serde(default)]
+    pub(super) effect: Option<String>,
+    #[serde(default)]
+    pub(super) toleration_seconds: Option<i64>,
 }
 
 #[derive(Default, Deserialize)]

@@ -210,6 +210,8 @@ mod tests {
             timeout,
             controller: "ctl-1".into(),
             started_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
+            job: None,
+            fence: None,
         }
     }
 

@@ -8,7 +8,8 @@
 //! it. So a controller that stops, is killed or is replaced never takes a power operation down
 //! with it, and its successor reads the operation's real outcome (SPEC §5.4). Exit 0 is
 //! JobCompleted, any other exit JobFailed, past the timeout JobTimeout. Kubernetes Jobs plug in
-//! behind the same trait.
+//! behind the same trait (`kubernetes::jobs`); `Dispatch` sends each request to the runner of
+//! its kind.
 
 pub mod command;
 
@@ -22,6 +23,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
+use crate::config::JobTemplate;
 use crate::domain::claim::{OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 
@@ -54,6 +56,14 @@ pub struct Request {
     /// When the operation was recorded as started (server time): its identity in the slot's
     /// operation record, which its outcome must match.
     pub started_at: DateTime<Utc>,
+    /// The Kubernetes Job to run instead of `command` (then empty). Absent from a request an
+    /// older fleet wrote, which is a command.
+    #[serde(default)]
+    pub job: Option<JobTemplate>,
+    /// The fencing token of the leadership that fired it (SPEC §5.1), recorded with the
+    /// operation where it runs (a Job's annotations) so an operator can tell which leader did.
+    #[serde(default)]
+    pub fence: Option<String>,
 }
 
 impl Request {
@@ -89,6 +99,26 @@ pub struct Report {
 /// Runs operations.
 pub trait Runner: Send + Sync + 'static {
     fn run(&self, request: Request) -> impl Future<Output = Report> + Send;
+}
+
+/// Runs a request with a job through `jobs` and one with a command through `commands`, so the
+/// controller keeps one runner whatever its groups' operations are (`fleet serve --kubernetes`
+/// gives it `Dispatch { commands: Exec, jobs: kubernetes::jobs::JobRunner }`). Generic, because
+/// this layer knows no Kubernetes.
+#[derive(Clone, Debug)]
+pub struct Dispatch<C, J> {
+    pub commands: C,
+    pub jobs: J,
+}
+
+impl<C: Runner, J: Runner> Runner for Dispatch<C, J> {
+    async fn run(&self, request: Request) -> Report {
+        if request.job.is_some() {
+            self.jobs.run(request).await
+        } else {
+            self.commands.run(request).await
+        }
+    }
 }
 
 /// Where the wrapper reports an operation's outcome, so a controller that did not start it (a
@@ -159,6 +189,16 @@ impl Exec {
 impl Runner for Exec {
     async fn run(&self, request: Request) -> Report {
         let start = std::time::Instant::now();
+        // The wrapper runs commands only: a Job given here would run nothing and say so less
+        // clearly than this.
+        if request.job.is_some() {
+            return Self::failed(
+                "this operation is a Kubernetes Job, and this fleet serve runs commands only: \
+                 run it with --kubernetes"
+                    .to_owned(),
+                start.elapsed(),
+            );
+        }
         let bound = request.timeout + REPORT_SLACK;
         let job = Job {
             request,

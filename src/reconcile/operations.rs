@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Group, Slot};
+use crate::config::{Group, Run, Slot};
 use crate::domain::claim::{Claim, OperationKind};
 use crate::domain::name::BenchName;
 use crate::domain::slot::Done;
@@ -63,6 +63,10 @@ where
             OperationKind::Startup => &group.startup,
             OperationKind::Shutdown => &group.shutdown,
         };
+        let (command, job) = match &op.run {
+            Run::Command(command) => (command.clone(), None),
+            Run::Job(job) => (Vec::new(), Some(job.clone())),
+        };
         let request = Request {
             kind,
             slot: slot.name.clone(),
@@ -70,12 +74,14 @@ where
             claim: c.map(|c| c.name.clone()),
             attempt: c.map_or(0, |c| c.attempt),
             provider_id: slot.provider_id.clone(),
-            command: op.command.clone(),
+            command,
             env: op.env.clone(),
             dir: op.dir.clone(),
             timeout: op.timeout,
             controller: self.holder(),
             started_at,
+            job,
+            fence: self.leading.token.clone(),
         };
         self.flight.running.insert(slot.name.clone(), kind);
         let (runner, done, slot_name) = (

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::config::model::{
     AutoscalingOptions, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation, PowerDraw,
-    Template, check_env_name,
+    Run, Template, check_env_name,
 };
 use crate::config::raw::{
     Checked, RawGpu, RawGroup, RawOperation, RawOptions, RawPower, RawTemplate, RawTimings,
@@ -19,7 +19,7 @@ use crate::domain::node::Taint;
 use crate::domain::operation::REPORT_SLACK;
 use crate::units::Quantity;
 
-use super::Problems;
+use super::{Problems, job};
 
 /// One group; `None` when a part of it could not be built (its problems are in `problems`).
 pub(super) fn group(
@@ -45,13 +45,13 @@ pub(super) fn group(
     let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
     let startup = operation(
         &raw.startup,
-        timings.job_timeout,
+        &timings,
         &format!("{place}.startup"),
         problems,
     );
     let shutdown = operation(
         &raw.shutdown,
-        timings.job_timeout,
+        &timings,
         &format!("{place}.shutdown"),
         problems,
     );
@@ -353,35 +353,44 @@ fn set_duration(
     }
 }
 
+/// One operation: exactly one of `command` and `job`, its environment, directory and timeout.
 fn operation(
     raw: &RawOperation,
-    job_timeout: Duration,
+    timings: &Timings,
     place: &str,
     problems: &mut Problems,
 ) -> Option<Operation> {
     let before = problems.len();
-    match raw.command.first() {
-        None => problems.push(
-            format!("{place}.command"),
-            "the command is empty: give the program and its arguments as a list, like \
-             [\"/usr/local/bin/power\", \"on\"]",
-        ),
-        Some(program) if program.trim().is_empty() => problems.push(
-            format!("{place}.command[0]"),
-            "the program is empty: the first element of command is the program to run, like \
-             /usr/local/bin/power",
-        ),
-        Some(_) => {}
-    }
-    // A NUL cannot cross exec: refuse it here rather than when the machine is needed.
-    for (i, arg) in raw.command.iter().enumerate() {
-        if arg.contains('\0') {
-            problems.push(
-                format!("{place}.command[{i}]"),
-                "an argument contains a NUL character; arguments are text without NUL",
-            );
+    let run = match (&raw.command, &raw.job) {
+        (Some(command), None) => {
+            self::command(command, place, problems);
+            Some(Run::Command(command.clone()))
         }
-    }
+        (None, Some(j)) => job::job(
+            j,
+            timings.ttl_after_finished,
+            &format!("{place}.job"),
+            problems,
+        )
+        .map(Run::Job),
+        (Some(_), Some(_)) => {
+            problems.push(
+                place,
+                "the operation has both command and job: it runs one of them, a command fleet \
+                 runs or a Kubernetes Job; keep one",
+            );
+            None
+        }
+        (None, None) => {
+            problems.push(
+                place,
+                "the operation runs nothing: give command (the program and its arguments, like \
+                 [\"/usr/local/bin/power\", \"on\"]) or job (a Kubernetes Job, like { image: \
+                 registry.example/power:1.4 })",
+            );
+            None
+        }
+    };
     for (name, value) in &raw.env {
         if let Err(message) = check_env_name(name) {
             problems.push(format!("{place}.env.{name}"), message);
@@ -402,18 +411,44 @@ fn operation(
         );
     }
     let timeout = match &raw.timeout {
-        None => Some(job_timeout),
+        None => Some(timings.job_timeout),
         Some(d) => duration(d, &format!("{place}.timeout"), problems),
     };
     if problems.len() != before {
         return None;
     }
     Some(Operation {
-        command: raw.command.clone(),
+        run: run?,
         env: raw.env.clone(),
         dir: raw.dir.as_ref().map(PathBuf::from),
         timeout: timeout?,
     })
+}
+
+/// A command: a program and its arguments, none of them holding a NUL.
+fn command(command: &[String], place: &str, problems: &mut Problems) {
+    match command.first() {
+        None => problems.push(
+            format!("{place}.command"),
+            "the command is empty: give the program and its arguments as a list, like \
+             [\"/usr/local/bin/power\", \"on\"]",
+        ),
+        Some(program) if program.trim().is_empty() => problems.push(
+            format!("{place}.command[0]"),
+            "the program is empty: the first element of command is the program to run, like \
+             /usr/local/bin/power",
+        ),
+        Some(_) => {}
+    }
+    // A NUL cannot cross exec: refuse it here rather than when the machine is needed.
+    for (i, arg) in command.iter().enumerate() {
+        if arg.contains('\0') {
+            problems.push(
+                format!("{place}.command[{i}]"),
+                "an argument contains a NUL character; arguments are text without NUL",
+            );
+        }
+    }
 }
 
 fn template(raw: &RawTemplate, place: &str, problems: &mut Problems) -> Option<Template> {

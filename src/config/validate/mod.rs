@@ -3,9 +3,11 @@
 //!
 //! This part checks the file as a whole: that it declares groups, that group, slot, provider and
 //! Kubernetes node names are unique, and that every slot names a declared group. One group's own
-//! fields are checked in `group`. Pure: no I/O, never a panic on any input.
+//! fields are checked in `group`, a Job operation's pod template in `job`. Pure: no I/O, never a
+//! panic on any input.
 
 mod group;
+mod job;
 
 use std::collections::BTreeMap;
 use std::fmt;
