@@ -534,22 +534,41 @@ struct TestNodes(
 );
 
 impl fleet::reconcile::Nodes for TestNodes {
-    async fn read(
-        &self,
-        names: &[String],
-    ) -> Result<std::collections::HashMap<String, fleet::domain::node::NodeView>, String> {
+    async fn read(&self) -> Result<Vec<fleet::domain::node::NodeView>, String> {
         if self.1.load(std::sync::atomic::Ordering::SeqCst) {
             return Err("connection refused".to_owned());
         }
-        let all = self.0.lock().unwrap();
-        Ok(names
-            .iter()
-            .filter_map(|n| all.get(n).map(|v| (n.clone(), v.clone())))
-            .collect())
+        Ok(self.0.lock().unwrap().values().cloned().collect())
     }
 
     fn observed(&self) -> bool {
         true
+    }
+
+    /// Applies the write as the API server would: refused when the Node changed since it was
+    /// read; every write lands a new resourceVersion.
+    async fn write(
+        &self,
+        w: &fleet::domain::slot::NodeWrite,
+    ) -> Result<(), fleet::reconcile::NodeWriteError> {
+        use fleet::domain::slot::NodeAction;
+        let mut all = self.0.lock().unwrap();
+        let Some(node) = all
+            .get_mut(&w.node)
+            .filter(|n| n.resource_version == w.resource_version && n.uid == w.uid)
+        else {
+            return Err(fleet::reconcile::NodeWriteError::Conflict(w.node.clone()));
+        };
+        let next = node.resource_version.parse::<u64>().unwrap() + 1;
+        node.resource_version = next.to_string();
+        match &w.action {
+            NodeAction::Taints(edit) => node.taints = edit.apply(&node.taints),
+            NodeAction::ProviderId(id) => node.provider_id = Some(id.clone()),
+            NodeAction::Delete => {
+                all.remove(&w.node);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -570,6 +589,10 @@ fn bound_config(server: &RedisServer, timings: &str) -> Config {
 /// A Ready Node that still carries the readiness taint.
 fn gated_node() -> fleet::domain::node::NodeView {
     fleet::domain::node::NodeView {
+        name: "bench-01".into(),
+        uid: "uid-bench-01".into(),
+        resource_version: "1".into(),
+        provider_id: Some("fleet://bench-01".into()),
         ready: true,
         unschedulable: false,
         taints: vec!["node.cilium.io/agent-not-ready:NoExecute".parse().unwrap()],
@@ -635,6 +658,100 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
         .clear();
     ctl.pass().await.unwrap();
     assert_eq!(phase(store.clone()).await, Phase::Ready);
+}
+
+// SPEC §3.12, the Node's life through a boot and a power-off, with the real controller and a
+// Nodes port that applies each write as the API server would (resourceVersion checked): the
+// gate releases fleet's old cordon and cluster-autoscaler's leftover before the claim reads
+// ready; an empty provider ID is filled; a shutdown taints the Node after recording itself; a
+// Node left NotReady by a machine off for `delete_stale_node_after` is deleted.
+#[tokio::test]
+async fn a_bound_nodes_life_release_provider_id_cordon_and_stale_deletion() {
+    let server = server();
+    let cfg = bound_config(
+        &server,
+        "job_monitor_poll_interval: 100ms, delete_stale_node_after: 300ms",
+    );
+    let (_tx, rx) = watch::channel(Arc::new(cfg));
+    let nodes = TestNodes::default();
+    let mut node = gated_node();
+    node.provider_id = None;
+    node.taints = vec![
+        "fleet.dev/draining:NoSchedule".parse().unwrap(),
+        "ToBeDeletedByClusterAutoscaler=1:NoSchedule"
+            .parse()
+            .unwrap(),
+        "example.com/owned-by-someone-else:NoExecute"
+            .parse()
+            .unwrap(),
+    ];
+    nodes.0.lock().unwrap().insert("bench-01".into(), node);
+    let mut ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(exec(&server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+    .with_nodes(nodes.clone());
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let the_claim = |store: ClaimStore<MultiplexedConnection>| async move {
+        store
+            .read_groups(&[group()])
+            .await
+            .unwrap()
+            .remove(0)
+            .claims
+            .remove(0)
+    };
+    let the_node = || nodes.0.lock().unwrap().get("bench-01").cloned();
+    let keys = |n: &fleet::domain::node::NodeView| -> Vec<String> {
+        n.taints.iter().map(|t| t.key.clone()).collect()
+    };
+
+    request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
+    assert_eq!(ctl.pass().await.unwrap().started.len(), 1);
+    bounded("startup", ctl.operation_ended()).await;
+    ctl.pass().await.unwrap();
+    assert_eq!(the_claim(store.clone()).await.phase, Phase::Ready);
+    assert_eq!(
+        keys(&the_node().unwrap()),
+        ["example.com/owned-by-someone-else"],
+        "released before ready; someone else's taint kept"
+    );
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        the_node().unwrap().provider_id.as_deref(),
+        Some("fleet://bench-01"),
+        "the empty provider ID is filled"
+    );
+
+    let c = the_claim(store.clone()).await;
+    let marked = c.mark_for_deletion(Reason::NodeDeleted).unwrap();
+    assert!(store.write(&c, &marked, None).await.unwrap());
+    let report = ctl.pass().await.unwrap();
+    assert_eq!(report.stopped.len(), 1, "the shutdown fires");
+    assert_eq!(
+        keys(&the_node().unwrap()),
+        ["example.com/owned-by-someone-else", "fleet.dev/draining"],
+        "cordoned by fleet's own taint"
+    );
+    assert!(
+        !the_node().unwrap().unschedulable,
+        "never spec.unschedulable"
+    );
+    bounded("shutdown", ctl.operation_ended()).await;
+    ctl.pass().await.unwrap();
+    // The kubelet is gone with the machine: the Node goes NotReady; it is kept until the
+    // machine has been seen off for the whole wait.
+    nodes.0.lock().unwrap().get_mut("bench-01").unwrap().ready = false;
+    ctl.pass().await.unwrap();
+    assert!(the_node().is_some(), "not deleted before the wait");
+    // Past the wait (a deadline, not a synchronisation), the next pass deletes it.
+    tokio::time::sleep(Duration::from_millis(320)).await;
+    ctl.pass().await.unwrap();
+    assert_eq!(the_node(), None, "the stale Node is deleted");
 }
 
 // SPEC §5.2: an API server out of reach is blindness for the bound slots, not unusability. A

@@ -166,7 +166,9 @@ pub struct TaintEdit {
 impl TaintEdit {
     /// Whether a taint of the Node is one this edit removes.
     pub fn removes(&self, key: &str, effect: Effect) -> bool {
-        self.remove.iter().any(|r| r.key == key && r.effect == effect)
+        self.remove
+            .iter()
+            .any(|r| r.key == key && r.effect == effect)
     }
 
     /// The list after the edit: the kept taints in their order, then the added ones.
@@ -248,9 +250,8 @@ fn fleet_taints(node: &NodeView) -> Vec<Taint> {
 /// removes its own cordon and cluster-autoscaler's leftovers itself at the gate's end.
 pub fn released(node: &NodeView) -> NodeView {
     let mut next = node.clone();
-    next.taints.retain(|t| {
-        t.key != FLEET_CORDON_TAINT && !AUTOSCALER_TAINTS.contains(&t.key.as_str())
-    });
+    next.taints
+        .retain(|t| t.key != FLEET_CORDON_TAINT && !AUTOSCALER_TAINTS.contains(&t.key.as_str()));
     next
 }
 

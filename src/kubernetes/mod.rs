@@ -9,6 +9,8 @@
 //! about a minute rather than five.
 
 pub mod client;
+pub mod jobs;
+pub mod nodes;
 
 use std::time::Duration;
 

@@ -10,17 +10,21 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Group, Slot};
 use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
+use crate::domain::law::Power;
 use crate::domain::name::{BenchName, ClaimName, Reason as HoldReason};
 use crate::domain::operation::{OpEnd, SlotOp};
-use crate::domain::slot::{self, CORDON_PREFIX, Here, Recorded, Start, Step, View, Write};
+use crate::domain::slot::{
+    self, CORDON_PREFIX, Here, NodeAction, NodeWrite, Recorded, Start, Step, View, Write,
+};
 use crate::domain::state::Bench;
 use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
+use super::NodeWriteError;
 use super::write::Written;
 use super::{Controller, Nodes};
-use crate::telemetry::MoveLabels;
+use crate::telemetry::{MoveLabels, NodeWriteKind, NodeWriteLabels, NodeWriteResult};
 
 /// What a pass sees of one slot.
 pub(super) struct Seen<'a> {
@@ -80,7 +84,10 @@ where
             startup_timeout: group.startup.timeout,
             shutdown_timeout: group.shutdown.timeout,
             readiness_taints: &group.readiness_taints,
+            node_taints: &group.node_taints,
+            provider_id: &slot.provider_id,
             binding: self.binding(slot),
+            off_since: self.memory.off_since.get(&key).copied(),
             bench: seen.bench,
             blind: seen.blind,
             unreadable: seen.unreadable,
@@ -99,6 +106,22 @@ where
             status: self.memory.statuses.get(&key).unwrap_or(&unreported),
         };
         let plan = slot::plan(view, now);
+        // An observation, not an action: kept whether or not the steps land.
+        match plan.power {
+            Some(Power::Off) => {
+                self.memory.off_since.entry(key.clone()).or_insert(now);
+            }
+            Some(Power::On) | None => {
+                self.memory.off_since.remove(&key);
+            }
+        }
+        if !plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::ProviderIdMismatch { .. }))
+        {
+            self.memory.mismatched.remove(&slot.name);
+        }
         if let Some(op) = plan.op {
             self.memory.ops.insert(key.clone(), op);
         }
@@ -129,6 +152,11 @@ where
     /// Takes one step. Returns false when the slot stops here.
     async fn act(&mut self, a: &mut Acting<'_>, step: Step) -> bool {
         match step {
+            Step::Node(w) => self.node_write(a, &w).await,
+            Step::ProviderIdMismatch { node, found } => {
+                self.provider_id_mismatch(a, node, found);
+                true
+            }
             Step::RestoreOp(op) => {
                 self.restore_op(a, &op).await;
                 true
@@ -460,6 +488,50 @@ where
         {
             o.end = Some(end.clone());
         }
+    }
+
+    /// A write to the slot's Node. One that must land and did not stops the slot.
+    async fn node_write(&mut self, a: &mut Acting<'_>, w: &NodeWrite) -> bool {
+        let action = match &w.action {
+            NodeAction::Taints(_) => NodeWriteKind::taints,
+            NodeAction::ProviderId(_) => NodeWriteKind::provider_id,
+            NodeAction::Delete => NodeWriteKind::delete,
+        };
+        let result = self.nodes.write(w).await;
+        let label = match &result {
+            Ok(()) => NodeWriteResult::ok,
+            Err(NodeWriteError::Conflict(_)) => NodeWriteResult::conflict,
+            Err(NodeWriteError::Failed(_)) => NodeWriteResult::failed,
+        };
+        self.metrics
+            .node_writes
+            .get_or_create(&NodeWriteLabels {
+                action,
+                result: label,
+            })
+            .inc();
+        match result {
+            Ok(()) => {
+                info!(slot = %a.slot.name, node = w.node, action = ?w.action, "wrote the slot's Node");
+                true
+            }
+            Err(e) => {
+                warn!(slot = %a.slot.name, node = w.node, action = ?w.action, error = %e, "the Node write did not land: the next pass judges the Node again");
+                !w.must_land
+            }
+        }
+    }
+
+    /// A Node that names another provider ID: said once per value, counted while it lasts.
+    fn provider_id_mismatch(&mut self, a: &Acting<'_>, node: String, found: String) {
+        let said = self.memory.mismatched.get(&a.slot.name) == Some(&found);
+        if !said {
+            warn!(slot = %a.slot.name, node, found, expected = a.slot.provider_id, "the slot's Node names another provider ID: cluster-autoscaler cannot match it; fleet leaves it alone");
+            self.memory.mismatched.insert(a.slot.name.clone(), found);
+        }
+        self.metrics
+            .node_provider_id_mismatches
+            .set(i64::try_from(self.memory.mismatched.len()).unwrap_or(i64::MAX));
     }
 }
 

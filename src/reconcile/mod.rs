@@ -20,7 +20,7 @@ mod pass;
 mod write;
 
 use leadership::Leading;
-pub use nodes::{NoNodes, Nodes};
+pub use nodes::{NoNodes, NodeWriteError, Nodes};
 use operations::Flight;
 
 use std::collections::HashMap;
@@ -36,7 +36,6 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
-use crate::domain::node::NodeView;
 use crate::domain::operation::SlotOp;
 use crate::domain::sight::NodeSight;
 use crate::domain::slot::Recorded;
@@ -75,7 +74,7 @@ pub struct Controller<C, R, N = NoNodes> {
     nodes: N,
     /// The Nodes read this pass; `None` when they could not be read (bound slots are then not
     /// usable, and nothing is powered on or off because of it).
-    node_views: Option<HashMap<String, NodeView>>,
+    node_views: Option<nodes::NodeViews>,
     config: watch::Receiver<Arc<Config>>,
     presence: Presence<C>,
     /// The store as this controller writes it: fenced with its token while it leads.
@@ -112,6 +111,11 @@ struct Memory {
     uncertain: HashMap<BenchName, Recorded>,
     /// Each slot's power as this controller last observed it (for the mass-vanishing rule).
     last_power: HashMap<(GroupName, BenchName), Power>,
+    /// Since when each slot's machine has been observed off without a break (for a stale
+    /// Node's deletion, SPEC §3.12).
+    off_since: HashMap<(GroupName, BenchName), DateTime<Utc>>,
+    /// The Nodes whose provider ID is not their slot's, said once each.
+    mismatched: HashMap<BenchName, String>,
 }
 
 /// What a controller knows of its own sight, across passes (SPEC §5.2, §5.3).

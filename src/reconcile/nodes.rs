@@ -1,41 +1,93 @@
-//! The Nodes port (SPEC §3.1): the Kubernetes Nodes the slots are bound to, read once a pass.
-//! The Kubernetes client plugs in here; everything above it is tested through the same trait.
+//! The Nodes port (SPEC §3.1, §3.12): the Kubernetes Nodes the slots are bound to, read once a
+//! pass, and fleet's writes to them. The Kubernetes client plugs in here; everything above it is
+//! tested through the same trait.
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use redis::aio::ConnectionLike;
 
 use crate::config::Slot;
 use crate::domain::node::{Binding, NodeView};
+use crate::domain::slot::NodeWrite;
 use crate::lifecycle::Runner;
 
 use super::Controller;
 
-/// The Kubernetes Nodes of the slots bound to one (SPEC §3.1 usability). The Kubernetes client
-/// plugs in here; everything above it is tested through the same trait.
-pub trait Nodes: Send + Sync + 'static {
-    /// Reads the named Nodes once per pass; a Node that does not exist is absent from the map.
-    fn read(
-        &self,
-        names: &[String],
-    ) -> impl std::future::Future<Output = Result<HashMap<String, NodeView>, String>> + Send;
-
-    /// Whether Nodes are observed at all. Without Kubernetes a bound slot is judged by its bench
-    /// alone.
-    fn observed(&self) -> bool;
+/// Why a Node write did not land.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeWriteError {
+    /// The Node changed since the pass read it, or is gone: the next pass judges it again.
+    #[error("the Node changed since it was read: {0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Failed(String),
 }
 
-/// No Kubernetes: usability is the bench's presence alone.
+/// The Kubernetes Nodes (SPEC §3.1 usability, §3.12 writes).
+pub trait Nodes: Send + Sync + 'static {
+    /// Every Node, as last seen; an error while they cannot be seen (the watch is broken and
+    /// has not listed them again since).
+    fn read(&self) -> impl Future<Output = Result<Vec<NodeView>, String>> + Send;
+
+    /// Whether Nodes are observed at all. Without Kubernetes a slot is judged by its bench
+    /// alone.
+    fn observed(&self) -> bool;
+
+    /// One write to one Node, carrying the uid and resourceVersion it was judged at.
+    fn write(&self, write: &NodeWrite) -> impl Future<Output = Result<(), NodeWriteError>> + Send;
+}
+
+/// No Kubernetes: usability is the bench's presence alone, and no slot is bound.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoNodes;
 
 impl Nodes for NoNodes {
-    async fn read(&self, _names: &[String]) -> Result<HashMap<String, NodeView>, String> {
-        Ok(HashMap::new())
+    async fn read(&self) -> Result<Vec<NodeView>, String> {
+        Ok(Vec::new())
     }
 
     fn observed(&self) -> bool {
         false
+    }
+
+    async fn write(&self, write: &NodeWrite) -> Result<(), NodeWriteError> {
+        Err(NodeWriteError::Failed(format!(
+            "no Kubernetes client: cannot write Node {}",
+            write.node
+        )))
+    }
+}
+
+/// The Nodes of one pass, by name and by provider ID.
+#[derive(Debug, Default)]
+pub(super) struct NodeViews {
+    by_name: HashMap<String, NodeView>,
+    by_provider_id: HashMap<String, String>,
+}
+
+impl NodeViews {
+    pub(super) fn new(nodes: Vec<NodeView>) -> Self {
+        let mut views = NodeViews::default();
+        for n in nodes {
+            if let Some(id) = &n.provider_id {
+                views.by_provider_id.insert(id.clone(), n.name.clone());
+            }
+            views.by_name.insert(n.name.clone(), n);
+        }
+        views
+    }
+
+    /// The slot's Node: the one named `kubernetes_node`, else the one whose `spec.providerID`
+    /// is the slot's provider ID.
+    fn of(&self, slot: &Slot) -> Option<&NodeView> {
+        match &slot.kubernetes_node {
+            Some(name) => self.by_name.get(name),
+            None => self
+                .by_provider_id
+                .get(&slot.provider_id)
+                .and_then(|name| self.by_name.get(name)),
+        }
     }
 }
 
@@ -45,14 +97,15 @@ where
     R: Runner,
     N: Nodes,
 {
-    /// How a slot is bound to Kubernetes this pass.
+    /// How a slot is bound to Kubernetes this pass: with Kubernetes on, every slot's machine is
+    /// meant to join as a Node.
     pub(super) fn binding(&self, slot: &Slot) -> Binding<'_> {
-        match (&slot.kubernetes_node, self.nodes.observed()) {
-            (Some(name), true) => match &self.node_views {
-                Some(views) if !self.seeing.nodes_blind => Binding::Bound(views.get(name)),
-                _ => Binding::Unseen,
-            },
-            (Some(_), false) | (None, _) => Binding::Unbound,
+        if !self.nodes.observed() {
+            return Binding::Unbound;
+        }
+        match &self.node_views {
+            Some(views) if !self.seeing.nodes_blind => Binding::Bound(views.of(slot)),
+            _ => Binding::Unseen,
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
 use super::act::Seen;
+use super::nodes::NodeViews;
 use super::{Controller, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
 
@@ -54,7 +55,7 @@ where
             return Ok(PassReport::default());
         };
         let blind = self.judge_sight(&config, &observed).await;
-        self.read_nodes(&config, observed.now).await;
+        self.read_nodes(observed.now).await;
         let mut report = PassReport {
             blind,
             ..PassReport::default()
@@ -271,17 +272,12 @@ where
     /// The slots' Kubernetes Nodes, once per pass, when they are observed.
     /// A read that fails makes the bound slots blind, not unusable; sight that returns is
     /// followed by the grace (SPEC §5.2).
-    async fn read_nodes(&mut self, config: &Config, now: DateTime<Utc>) {
+    async fn read_nodes(&mut self, now: DateTime<Utc>) {
         if !self.nodes.observed() {
             return;
         }
-        let names: Vec<String> = config
-            .slots
-            .values()
-            .filter_map(|s| s.kubernetes_node.clone())
-            .collect();
-        self.node_views = match self.nodes.read(&names).await {
-            Ok(views) => Some(views),
+        self.node_views = match self.nodes.read().await {
+            Ok(views) => Some(NodeViews::new(views)),
             Err(e) => {
                 warn!(
                     error = e,

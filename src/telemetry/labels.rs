@@ -44,6 +44,31 @@ impl EncodeLabelValue for OperationOutcome {
     }
 }
 
+/// A write fleet made to a Kubernetes Node (SPEC §3.12), and what became of it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeWriteLabels {
+    pub action: NodeWriteKind,
+    pub result: NodeWriteResult,
+}
+
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum NodeWriteKind {
+    taints,
+    provider_id,
+    delete,
+}
+
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum NodeWriteResult {
+    ok,
+    /// The Node changed since the pass read it (409) or is gone (404): the next pass judges
+    /// again.
+    conflict,
+    failed,
+}
+
 /// What became of a configuration reload.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

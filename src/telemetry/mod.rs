@@ -34,6 +34,12 @@ pub struct Metrics {
     pub blind: Gauge,
     /// 1 while the Kubernetes Nodes cannot be seen: bound slots are blind.
     pub kubernetes_blind: Gauge,
+    /// Writes to Nodes, by action and result.
+    pub node_writes: Family<NodeWriteLabels, Counter>,
+    /// Bound Nodes whose provider ID is not their slot's (fleet leaves them alone).
+    pub node_provider_id_mismatches: Gauge,
+    /// Kubernetes Events dropped because their queue was full.
+    pub kubernetes_events_dropped: Counter,
     pub leader: Gauge,
     pub provider_calls: Family<CallLabels, Counter>,
     pub provider_call_seconds: Family<CallLabels, Histogram>,
@@ -136,6 +142,24 @@ impl Default for Metrics {
             "1 while the Kubernetes Nodes cannot be seen: the slots bound to one are blind",
             Gauge::default(),
         );
+        let node_writes = registered(
+            &mut r,
+            "kubernetes_node_writes",
+            "Writes to Kubernetes Nodes by action (taints, provider_id, delete) and result",
+            Family::default(),
+        );
+        let node_provider_id_mismatches = registered(
+            &mut r,
+            "kubernetes_node_provider_id_mismatches",
+            "Bound Nodes whose spec.providerID is not their slot's provider ID",
+            Gauge::default(),
+        );
+        let kubernetes_events_dropped = registered(
+            &mut r,
+            "kubernetes_events_dropped",
+            "Kubernetes Events dropped because their queue was full",
+            Counter::default(),
+        );
         let blind = registered(
             &mut r,
             "blind",
@@ -159,6 +183,9 @@ impl Default for Metrics {
             pass_seconds,
             blind,
             kubernetes_blind,
+            node_writes,
+            node_provider_id_mismatches,
+            kubernetes_events_dropped,
             leader,
             provider_calls,
             provider_call_seconds,

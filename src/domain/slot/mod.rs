@@ -17,7 +17,7 @@ use super::fsm::{self, NodeState};
 use super::history::History;
 use super::law::{self, ClaimInput, Fires, Input, Power, Report};
 use super::name::{BenchName, ClaimName, GroupName};
-use super::node::{self, Binding, Taint};
+use super::node::{self, Binding, NodeView, Taint, TaintEdit};
 use super::operation::{self, OpEnd, SlotOp, UnclaimedShutdown, Unreported};
 use super::state::{Bench, State};
 use super::timeline::Event;
@@ -107,7 +107,14 @@ pub struct View<'a> {
     pub startup_timeout: Duration,
     pub shutdown_timeout: Duration,
     pub readiness_taints: &'a [Taint],
+    /// The taints the gate's end stamps on the slot's Node (SPEC §3.12).
+    pub node_taints: &'a [Taint],
+    /// The slot's provider ID: what its Node's `spec.providerID` must say.
+    pub provider_id: &'a str,
     pub binding: Binding<'a>,
+    /// Since when this controller has seen the machine off without a break (its own memory:
+    /// after a restart the count starts again, which only delays a stale Node's deletion).
+    pub off_since: Option<DateTime<Utc>>,
     pub bench: Option<&'a Bench>,
     /// The controller cannot see the machines: no power action.
     pub blind: bool,
@@ -200,8 +207,36 @@ pub enum Step {
         claim: Option<Box<Claim>>,
         started_at: DateTime<Utc>,
     },
+    /// A write to the slot's Kubernetes Node (SPEC §3.12).
+    Node(Box<NodeWrite>),
+    /// The slot's Node names another provider ID: fleet leaves it alone and says so.
+    ProviderIdMismatch { node: String, found: String },
     /// Something the controller says at DEBUG and does nothing about.
     Note(&'static str),
+}
+
+/// One write to a Node, with the identity and version the pass judged it at: it lands only on
+/// that Node as it was then (a stale version is refused, and the next pass judges again).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeWrite {
+    pub node: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub action: NodeAction,
+    /// The steps after it assume it landed (the gate's release before the ready write): if it
+    /// does not, the slot stops. Otherwise it is best effort, retried by a later pass.
+    pub must_land: bool,
+}
+
+/// What a Node write does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeAction {
+    /// The whole new taint list, made from the Node's as read.
+    Taints(TaintEdit),
+    /// Fills an empty `spec.providerID`.
+    ProviderId(String),
+    /// Deletes a Node a powered-off machine left behind.
+    Delete,
 }
 
 /// An operation's start: the claim before and after it, and the slot's record of it.
@@ -287,6 +322,7 @@ pub fn plan(view: View<'_>, now: DateTime<Utc>) -> Plan {
     p.readiness_gate();
     p.adoption();
     p.law();
+    p.node_upkeep();
     p.finish()
 }
 
@@ -297,6 +333,9 @@ struct Planner<'a> {
     state: Option<State>,
     power: Option<Power>,
     usable: bool,
+    /// Usability as the readiness gate judges it: of the Node as it will be once the gate's
+    /// release lands (fleet's cordon and cluster-autoscaler's leftovers gone).
+    gate_usable: bool,
     claims: Vec<Claim>,
     op: Option<SlotOp>,
     initial_op: Option<SlotOp>,
@@ -305,6 +344,7 @@ struct Planner<'a> {
     steps: Vec<Step>,
 }
 
+mod kube;
 mod operations;
 mod planner;
 mod power;

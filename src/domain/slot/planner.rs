@@ -12,6 +12,14 @@ impl<'a> Planner<'a> {
         let state = (!v.blind).then(|| v.bench.map_or(State::Down, |b| b.verdict(now).state));
         let power = state.map(Power::of);
         let usable = state.is_some_and(|s| node::usable(s, v.binding, v.readiness_taints));
+        let gate_usable = state.is_some_and(|s| match v.binding {
+            Binding::Bound(Some(n)) => node::usable(
+                s,
+                Binding::Bound(Some(&node::released(n))),
+                v.readiness_taints,
+            ),
+            other => node::usable(s, other, v.readiness_taints),
+        });
         let mut claims = std::mem::take(&mut v.claims);
         claims.sort_by(|a, b| (a.requested_at, &a.name).cmp(&(b.requested_at, &b.name)));
         let uncertain = v.here.uncertain.take();
@@ -22,6 +30,7 @@ impl<'a> Planner<'a> {
             state,
             power,
             usable,
+            gate_usable,
             claims,
             op: None,
             initial_op: None,
@@ -140,6 +149,8 @@ impl<'a> Planner<'a> {
         if !carried {
             self.steps.push(Step::Cordon { why });
         }
+        // After the write that recorded the shutdown, as every Kubernetes write of fleet is.
+        self.node_taints_best_effort(node::cordon_edit);
     }
 
     /// An operation of the slot is in flight: here, or recorded. (An outcome that came back here
@@ -163,6 +174,7 @@ impl<'a> Planner<'a> {
         if wanted || over {
             self.uncordon();
         }
+        self.node_cordons(wanted);
     }
 
     /// A shutdown of the slot is in flight or settling, or the machine has not been observed off
@@ -191,16 +203,29 @@ impl<'a> Planner<'a> {
         };
         let on = self.power == Some(Power::On);
         let now = self.now;
-        let (next, event) = match claim::readiness_gate(&c, on, self.usable, now, self.v.timings) {
-            Gate::Ready => (c.apply(Move::to(Phase::Ready), now), Event::Ready),
+        let gate = claim::readiness_gate(&c, on, self.gate_usable, now, self.v.timings);
+        let (next, event) = match gate {
+            Gate::Ready => {
+                // The Node is released before the claim says ready: a claim never reads ready
+                // over a Node that still carries fleet's cordon.
+                if !self.release_node() {
+                    return;
+                }
+                (c.apply(Move::to(Phase::Ready), now), Event::Ready)
+            }
             Gate::Heard => (Ok(c.heard(now)), Event::Observed),
-            Gate::Fail => (
-                c.apply(
-                    Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
-                    now,
-                ),
-                Event::Failed,
-            ),
+            Gate::Fail => {
+                // A cordoned Node is invisible to cluster-autoscaler's scale-down: fleet's
+                // cordon goes whatever the claim's fate.
+                self.node_taints_best_effort(node::uncordon_edit);
+                (
+                    c.apply(
+                        Move::because(Phase::Failed, Reason::ReadinessGateTimeout),
+                        now,
+                    ),
+                    Event::Failed,
+                )
+            }
             Gate::Wait(_) => return,
         };
         let Ok(next) = next else { return };

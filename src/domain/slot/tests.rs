@@ -7,6 +7,7 @@ use crate::domain::claim::Timings;
 use crate::domain::name::Reason as HoldReason;
 use crate::domain::state::{HoldRequest, Key, Reading};
 
+mod kube;
 mod outcomes;
 mod passes;
 mod reports;
@@ -70,6 +71,10 @@ struct Case {
     claims: Vec<Claim>,
     blind: bool,
     binding: Binding<'static>,
+    /// The slot's Node, when the case binds it to one (overrides `binding`).
+    node: Option<NodeView>,
+    node_taints: Vec<Taint>,
+    off_since: Option<DateTime<Utc>>,
     acting: bool,
     unreadable: bool,
     adopting: bool,
@@ -88,6 +93,9 @@ impl Case {
             claims,
             blind: false,
             binding: Binding::Unbound,
+            node: None,
+            node_taints: Vec::new(),
+            off_since: None,
             acting: true,
             unreadable: false,
             adopting: false,
@@ -107,7 +115,13 @@ impl Case {
                 startup_timeout: Duration::from_secs(300),
                 shutdown_timeout: Duration::from_secs(120),
                 readiness_taints: &[],
-                binding: self.binding,
+                node_taints: &self.node_taints,
+                provider_id: "fleet://bench-01",
+                binding: match &self.node {
+                    Some(n) => Binding::Bound(Some(n)),
+                    None => self.binding,
+                },
+                off_since: self.off_since,
                 bench: self.bench.as_ref(),
                 blind: self.blind,
                 unreadable: self.unreadable,
