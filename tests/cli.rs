@@ -886,14 +886,15 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
     let (out, _) = run(&server, &["state", "b1", "-o", "json"]).await;
     assert!(out.contains(r#""state": "UP""#), "the beat landed: {out}");
 
-    let _: () = raw(&server, &["SET", &keys.registry(), "garbage"]).await;
+    // The join set, which every beat adds its bench to (the registry proper, before SPEC §2.11).
+    let _: () = raw(&server, &["SET", &keys.joined(), "garbage"]).await;
     let o = fleet(&["--redis", &url, "beat", "b1"], &[]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
         err.contains(&format!(
             "the key {} holds another type of value than fleet writes there",
-            keys.registry()
+            keys.joined()
         )),
         "{err}"
     );

@@ -492,10 +492,9 @@ async fn keys_live_under_the_prefix_and_one_hash_tag() {
         keys,
         [
             "{team-a}:bench:bench-01",
-            "{team-a}:benches",
-            "{team-a}:benches:version",
             "{team-a}:holds",
-            "{team-a}:seen"
+            "{team-a}:joined",
+            "{team-a}:joined:bench-01"
         ]
     );
     // Another prefix sees another fleet.

@@ -24,7 +24,7 @@ use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
 use super::operation_record::Operations;
-use super::script::{eval, script, server_time};
+use super::script::{eval, eval_ro, script, server_time};
 
 const CREATE: &str = script!("claim_create.lua");
 const WRITE: &str = script!("claim_write.lua");
@@ -428,7 +428,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         for group in groups {
             let g = self.keys.group(group);
             pipe.add_command(
-                eval(READ_GROUP, &[g.claims(), g.operations()])
+                eval_ro(READ_GROUP, &[g.claims(), g.operations()])
                     .arg(g.claim_prefix())
                     .to_owned(),
             );

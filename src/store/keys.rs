@@ -60,24 +60,62 @@ impl Keys {
         format!("{}:holds", self.tag)
     }
 
-    /// The registry's version: changed by every write that adds or removes a member, so a
-    /// reader holding a copy of the registry knows, in its one round trip, that the copy is
-    /// current. Starts from the server's time, so it never repeats after a wipe.
+    /// The registry's version: changed by every write of fleet's own users that adds or removes
+    /// a member (`fleet hold --register`, `fleet forget`), so a reader holding a copy of the
+    /// registry knows, in its one round trip, that the copy is current; a bench's own join shows
+    /// as the join set's size instead. Starts from the server's time, so it never repeats after a
+    /// wipe.
     pub fn registry_version(&self) -> String {
         format!("{}:benches:version", self.tag)
     }
 
-    /// When each bench last beat (server ms): a hash written by every beat, so a bench that reads
-    /// DOWN can still say when it was last seen. Bounded by the registry (`fleet forget` removes
-    /// its field). A report: nothing decides from it.
+    /// When each bench last beat (server ms): a hash that beats wrote before the join keys
+    /// (which hold it now), still read for the benches that have not beat since. Bounded by the
+    /// registry (`fleet forget` removes its field). A report: nothing decides from it.
     pub fn last_seen(&self) -> String {
         format!("{}:seen", self.tag)
     }
 
-    /// The registry: a set of every bench that ever beat or was registered. No TTL; members
-    /// leave by `fleet forget`.
+    /// The registry: a set of the benches registered by fleet's own users (`fleet hold
+    /// --register`) and of every bench that beat before the join set (SPEC §2.3). No TTL; members
+    /// leave by `fleet forget`. A bench's own beat never writes it: a user that may add one member
+    /// to a set may add any.
     pub fn registry(&self) -> String {
         format!("{}:benches", self.tag)
+    }
+
+    /// The join set: the names benches added themselves under, one per bench that beat. A bench's
+    /// user may add to it, so it may hold any name: a name counts as registered only while its
+    /// own join key (`joined_key`) exists, which only that bench, or fleet's controller and CLI,
+    /// can write (SPEC §2.11). No TTL; members leave by `fleet forget`.
+    pub fn joined(&self) -> String {
+        format!("{}:joined", self.tag)
+    }
+
+    /// A bench's own join key: the proof that the bench itself beat, and when it last beat with a
+    /// TTL (server ms; 0 before its first such beat). No TTL; removed by `fleet forget`. Written
+    /// by that bench's beat only, so the key per bench is what an ACL can confine a bench to.
+    pub fn joined_key(&self, name: &BenchName) -> String {
+        format!("{}{}", self.joined_key_prefix(), name)
+    }
+
+    /// The part of every join key before the bench name, for the read script, which builds the
+    /// join keys of the join set's members on the server.
+    pub fn joined_key_prefix(&self) -> String {
+        format!("{}:joined:", self.tag)
+    }
+
+    /// The ACL key pattern of every key under the prefix's own hash tag (presence, leadership,
+    /// the configuration), for `fleet acl`. The prefix holds no glob character (`Keys::new`).
+    pub fn acl_pattern(&self) -> String {
+        format!("{}:*", self.tag)
+    }
+
+    /// The ACL key pattern of every group's keys (`{<prefix>:<group>}:...`), for `fleet acl`. Any
+    /// group, not only the configured ones: the controller still ends and collects the claims of
+    /// a group that left the configuration (SPEC §4.1).
+    pub fn acl_group_pattern(&self) -> String {
+        format!("{{{}:*}}:*", self.prefix())
     }
 }
 
@@ -238,6 +276,57 @@ mod tests {
         assert_eq!(keys.registry(), "{fleet}:benches");
         assert_eq!(keys.registry_version(), "{fleet}:benches:version");
         assert!(keys.heartbeat(&name).starts_with(&keys.heartbeat_prefix()));
+        assert_eq!(keys.joined(), "{fleet}:joined");
+        assert_eq!(keys.joined_key(&name), "{fleet}:joined:bench-01");
+        assert!(
+            keys.joined_key(&name)
+                .starts_with(&keys.joined_key_prefix())
+        );
+    }
+
+    #[test]
+    fn acl_patterns_cover_the_prefix_and_every_group_and_nothing_else() {
+        let keys = Keys::new("team-a").unwrap();
+        assert_eq!(keys.acl_pattern(), "{team-a}:*");
+        assert_eq!(keys.acl_group_pattern(), "{team-a:*}:*");
+        let g = keys.group(&GroupName::parse("pool-a").unwrap());
+        let slot = BenchName::parse("bench-01").unwrap();
+        // Redis's glob, for the patterns' two shapes: a literal text, then one `*` or two.
+        let glob = |pattern: &str, key: &str| {
+            let parts: Vec<&str> = pattern.split('*').collect();
+            let mut rest = key;
+            for (i, part) in parts.iter().enumerate() {
+                if i == 0 {
+                    let Some(r) = rest.strip_prefix(part) else {
+                        return false;
+                    };
+                    rest = r;
+                } else if i == parts.len() - 1 {
+                    return rest.ends_with(part);
+                } else {
+                    let Some(at) = rest.find(part) else {
+                        return false;
+                    };
+                    rest = &rest[at + part.len()..];
+                }
+            }
+            rest.is_empty()
+        };
+        for key in [
+            keys.heartbeat(&slot),
+            keys.registry(),
+            keys.leader(),
+            keys.config(),
+        ] {
+            assert!(glob(&keys.acl_pattern(), &key), "{key}");
+        }
+        for key in [g.claims(), g.slot(&slot), g.fence()] {
+            assert!(glob(&keys.acl_group_pattern(), &key), "{key}");
+        }
+        for other in ["{team-b}:benches", "team-a:benches", "{fleet}:bench:x"] {
+            assert!(!glob(&keys.acl_pattern(), other), "{other}");
+            assert!(!glob(&keys.acl_group_pattern(), other), "{other}");
+        }
     }
 
     #[test]

@@ -5,10 +5,15 @@
 //! that the same round trip read.
 //!
 //! The fleet read has two plans (SPEC §2.5). A reader that holds a current copy of the registry
-//! sends one pipeline: the registry's version and size, `TIME`, `MGET` of every heartbeat key,
+//! sends one pipeline: the registry's version and sizes, `TIME`, `MGET` of every heartbeat key,
 //! and `HGETALL` of the hold requests. A reader without one, or whose copy the version shows out
 //! of date, runs the read script, which resolves the registry on the server and returns it with
 //! its version. Both are one round trip; the pipeline costs Redis a fraction of the script.
+//!
+//! The registry is two sets (SPEC §2.3): the registry proper, which only fleet's own users write,
+//! and the join set, which every bench's beat adds its name to; a name in the join set counts only
+//! while the bench's own join key exists. So a bench's Redis user, confined to its own keys by
+//! `fleet acl` (SPEC §2.11), can neither register nor remove another bench.
 //!
 //! What the replies hold is decoded in `decode`, pure: this file makes the round trips.
 
@@ -22,7 +27,7 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::Bench;
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{eval, eval_ro, script};
 
 mod decode;
 
@@ -118,12 +123,17 @@ pub struct Snapshot {
     pub problems: Vec<String>,
 }
 
-/// A reader's copy of the registry, valid while the registry's version and size are unchanged:
-/// the benches sorted by name, each with its heartbeat key, so a warm read builds nothing.
+/// A reader's copy of the registry, valid while the registry's version and the sizes of both its
+/// sets are unchanged, and no name of the join set without its join key got one: the benches
+/// sorted by name, each with its heartbeat key, so a warm read builds nothing.
 #[derive(Debug, Default)]
 struct Registry {
     version: String,
-    size: usize,
+    /// The sizes of the registry proper and of the join set.
+    size: (usize, usize),
+    /// The join keys of the join set's members that had none (a name another bench added, or
+    /// one left by a bench that removed its own key): the bench that owns one may write it.
+    unproven: Vec<String>,
     names: Vec<BenchName>,
     /// The heartbeat key of each name, in the same order.
     keys: Vec<String>,
@@ -169,12 +179,11 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// Writes one beat and registers the bench, in one round trip (the beat script).
     pub async fn beat(&self, beat: &Beat) -> Result<Receipt, PresenceError> {
         let ttl_ms = u64::try_from(beat.ttl.min(MAX_TTL).as_millis()).unwrap_or(u64::MAX);
+        // Only the bench's own keys are declared: EVAL asks for write permission on every declared
+        // key, and a bench's user may only read the hold requests and add to the join set.
         let keys = [
             self.keys.heartbeat(&beat.name),
-            self.keys.hold_requests(),
-            self.keys.registry(),
-            self.keys.registry_version(),
-            self.keys.last_seen(),
+            self.keys.joined_key(&beat.name),
         ];
         let mut conn = self.conn.clone();
         let (at_ms, hold, refused, problem): (i64, Option<String>, String, String) =
@@ -184,6 +193,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
                 .arg(beat.load.map_or(String::new(), |l| l.to_string()))
                 .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
+                .arg(self.keys.hold_requests())
+                .arg(self.keys.joined())
                 .query_async(&mut conn)
                 .await
                 .map_err(|source| PresenceError::Beat {
@@ -213,16 +224,19 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             if version == registry.version && size == registry.size {
                 return Ok(snapshot);
             }
+            // The copy is out of date (or a name of the join set got its join key since).
         }
         self.read_cold().await
     }
 
     /// The warm plan: one pipeline over a registry the reader holds. Returns the registry's
-    /// version and size alongside, so the caller can tell whether its copy was current.
+    /// version and the sizes of its sets alongside, so the caller can tell whether its copy was
+    /// current; a name of the join set that got its join key since shows as a size that cannot
+    /// be, so the copy reads as out of date.
     async fn read_registered(
         &self,
         registry: &Registry,
-    ) -> Result<(String, usize, Snapshot), PresenceError> {
+    ) -> Result<(String, (usize, usize), Snapshot), PresenceError> {
         // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
         // the instant the keys were read. A key the MGET missed then expired at or before `now`,
         // and a key it saw is judged against `now` by its deadline; a pause of the server
@@ -234,6 +248,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         pipe.ignore_errors();
         pipe.get(self.keys.registry_version())
             .scard(self.keys.registry())
+            .scard(self.keys.joined())
             .hgetall(self.keys.hold_requests());
         let batches = registry.keys.chunks(MGET_BATCH).len();
         for batch in registry.keys.chunks(MGET_BATCH) {
@@ -242,24 +257,38 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         for batch in registry.keys.chunks(MGET_BATCH) {
             pipe.cmd("EXISTS").arg(batch);
         }
+        // Whether a name of the join set that had no join key got one: then it is a bench now.
+        let proving = registry.unproven.chunks(MGET_BATCH).len();
+        for batch in registry.unproven.chunks(MGET_BATCH) {
+            pipe.cmd("EXISTS").arg(batch);
+        }
         pipe.cmd("TIME");
         let mut conn = self.conn.clone();
         let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
-        if replies.len() != 4 + 2 * batches {
+        if replies.len() != 5 + 2 * batches + proving {
             return Err(PresenceError::ReadReply(format!(
                 "{} replies to the read pipeline",
                 replies.len()
             )));
         }
         let time: (String, String) = parse_result(replies.pop())?;
-        let exists = replies.split_off(3 + batches);
-        let mget = replies.split_off(3);
+        let proved = replies.split_off(4 + 2 * batches);
+        let exists = replies.split_off(4 + batches);
+        let mget = replies.split_off(4);
         let mut head = replies.into_iter();
         let version: Option<String> = parse_result(head.next())?;
-        let size: usize = parse_result(head.next())?;
+        let registered: usize = parse_result(head.next())?;
+        let mut joined: usize = parse_result(head.next())?;
+        for batch in proved {
+            let n: usize = parse_result(Some(batch))?;
+            if n > 0 {
+                // No set has this size: the caller's copy reads as out of date.
+                joined = usize::MAX;
+            }
+        }
         let mut problems = Vec::new();
         let holds = self.holds_or_problem(head.next(), &mut problems)?;
         let mut values = Vec::with_capacity(registry.names.len());
@@ -286,7 +315,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         )?;
         mark_wrong_types(&mut snapshot, &registry.names, &types);
         snapshot.problems = problems;
-        Ok((version.unwrap_or_default(), size, snapshot))
+        Ok((version.unwrap_or_default(), (registered, joined), snapshot))
     }
 
     /// The hold requests a read returned, or none and a problem that names the key when it holds
@@ -345,7 +374,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.registry(),
             self.keys.registry_version(),
             self.keys.hold_requests(),
+            self.keys.joined(),
         ];
+        // What the script returns, in its order.
         type ColdReply = (
             String,
             (String, String),
@@ -354,13 +385,19 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             Vec<(Vec<u8>, Vec<u8>)>,
             Vec<(usize, String)>,
             i64,
+            usize,
+            usize,
+            Vec<Vec<u8>>,
         );
         let mut conn = self.conn.clone();
-        let (version, time, members, values, holds, types, holds_ok): ColdReply = eval(READ, &keys)
+        let reply: ColdReply = eval_ro(READ, &keys)
             .arg(self.keys.heartbeat_prefix())
+            .arg(self.keys.joined_key_prefix())
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
+        let (version, time, members, values, holds, types, holds_ok, registered, joined, unproven) =
+            reply;
         if values.len() != members.len() {
             return Err(PresenceError::ReadReply(format!(
                 "{} members but {} values",
@@ -368,8 +405,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 values.len()
             )));
         }
-        let size = members.len();
-        let mut benches = Vec::with_capacity(size);
+        let mut benches = Vec::with_capacity(members.len());
         let mut foreign = Vec::new();
         let mut utf8 = true;
         // The script names (1-based) the members whose key holds another type.
@@ -406,10 +442,19 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
+        // A name of the join set that is not a bench name has no join key fleet writes: only the
+        // bench names among them are watched.
+        let unproven = unproven
+            .iter()
+            .filter_map(|raw| std::str::from_utf8(raw).ok())
+            .filter_map(|text| BenchName::parse(text).ok())
+            .map(|name| self.keys.joined_key(&name))
+            .collect();
         let registry = utf8.then(|| {
             Arc::new(Registry {
                 version,
-                size,
+                size: (registered, joined),
+                unproven,
                 keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
                 names,
                 foreign,
@@ -454,6 +499,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.hold_requests(),
             self.keys.registry(),
             self.keys.registry_version(),
+            self.keys.joined(),
+            self.keys.joined_key(name),
         ];
         let ms = ttl.map_or(0, |d| {
             u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -498,8 +545,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         if names.is_empty() {
             return Ok(Vec::new());
         }
+        // The join keys hold it; the last-seen hash holds what beats wrote before them. The later
+        // of the two counts (0 in a join key: the bench has not beat with a TTL since it joined).
         let mut conn = self.conn.clone();
-        let seen: Vec<Option<i64>> = redis::cmd("HMGET")
+        let (joined, seen): (Vec<Option<i64>>, Vec<Option<i64>>) = redis::pipe()
+            .cmd("MGET")
+            .arg(
+                names
+                    .iter()
+                    .map(|n| self.keys.joined_key(n))
+                    .collect::<Vec<_>>(),
+            )
+            .cmd("HMGET")
             .arg(self.keys.last_seen())
             .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>())
             .query_async(&mut conn)
@@ -507,21 +564,30 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .map_err(|e| {
                 PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
             })?;
-        Ok(seen
+        Ok(joined
             .into_iter()
-            .map(|ms| ms.and_then(DateTime::from_timestamp_millis))
+            .zip(seen)
+            .map(|(joined, seen)| {
+                joined
+                    .max(seen)
+                    .filter(|ms| *ms > 0)
+                    .and_then(DateTime::from_timestamp_millis)
+            })
             .collect())
     }
 
-    /// Removes benches from the registry, with their hold requests. Returns, per name, whether
-    /// it was registered. A bench that beats again registers itself again.
+    /// Removes benches from the registry and the join set, with their join keys and hold
+    /// requests. Returns, per name, whether it was registered. A bench that beats again registers
+    /// itself again.
     pub async fn forget(&self, names: &[BenchName]) -> Result<Vec<bool>, PresenceError> {
-        let keys = [
+        let mut keys = vec![
             self.keys.registry(),
             self.keys.registry_version(),
             self.keys.hold_requests(),
             self.keys.last_seen(),
+            self.keys.joined(),
         ];
+        keys.extend(names.iter().map(|n| self.keys.joined_key(n)));
         let mut cmd = eval(FORGET, &keys);
         for name in names {
             cmd.arg(name.as_str());

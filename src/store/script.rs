@@ -5,6 +5,11 @@
 //! after a Redis restart; the server still caches the compiled script by its hash, and the
 //! scripts are small next to what they carry. The prelude (`lua/prelude.lua`) makes a command
 //! that meets a key of a foreign type fail naming the key (SPEC §2.7).
+//!
+//! A script that only reads is sent with `EVAL_RO`: Redis asks `EVAL` for write permission on
+//! every key the script declares, even a script flagged `no-writes`, so a user that may only
+//! read (`fleet acl`'s viewer, SPEC §2.11) can run a read script only that way. Redis refuses a
+//! write inside it, so a read script cannot write by mistake either.
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -30,6 +35,13 @@ pub(crate) use script;
 /// `EVAL` of a script over its keys (its arguments are added by the caller).
 pub(crate) fn eval(source: &str, keys: &[String]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
+    cmd.arg(source).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// `EVAL_RO` of a script that only reads, over its keys: a user that may only read them runs it.
+pub(crate) fn eval_ro(source: &str, keys: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL_RO");
     cmd.arg(source).arg(keys.len()).arg(keys);
     cmd
 }

@@ -1,9 +1,16 @@
 -- One beat: the bench's own word that it is there (SPEC §2.4). One round trip.
 --
--- KEYS[1] the heartbeat key, KEYS[2] the hold-request hash, KEYS[3] the registry,
--- KEYS[4] the registry version, KEYS[5] the last-seen hash (a report for the views).
+-- KEYS[1] the heartbeat key, KEYS[2] the bench's join key (its registration, and when it last
+-- beat with a TTL: a report for the views).
 -- ARGV[1] the bench name, ARGV[2] the TTL in ms, ARGV[3] an explicit hold ('' for none),
--- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown).
+-- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown), ARGV[6] the
+-- hold-request hash, ARGV[7] the join set.
+--
+-- The hold-request hash and the join set are arguments, not KEYS: EVAL asks for write permission
+-- on every key it declares, and a bench's own Redis user may only read the hold requests and add
+-- to the join set (SPEC §2.11). Every key here shares the hash tag, so the script still touches
+-- one Redis Cluster slot. The beat writes nothing shared that a bench could use against another:
+-- its own two keys, and its name in the join set, where a name counts only with its join key.
 --
 -- The server's clock stamps the beat (TIME) and the expiry is that stamp plus the TTL (PXAT), so
 -- the bench's own clock is never part of the promise and the key expires exactly at the
@@ -66,6 +73,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local holds, joined = ARGV[6], ARGV[7]
 local hold = ARGV[3]
 local ignored = ''
 local problem = ''
@@ -73,9 +81,9 @@ if hold == '' then
   hold = false
   -- A hold-request key of another type (a foreign write) costs the requests, never the beat:
   -- every bench would read DOWN within a TTL.
-  local raw = redis.pcall('HGET', KEYS[2], ARGV[1])
+  local raw = redis.pcall('HGET', holds, ARGV[1])
   if type(raw) == 'table' and raw.err then
-    problem = KEYS[2]
+    problem = holds
   elseif raw then
     local ok, request = pcall(cjson.decode, raw)
     if not ok or type(request) ~= 'table' then
@@ -91,23 +99,24 @@ if hold == '' then
       if not valid then
         ignored = why
       elseif lapse ~= nil and lapse <= now then
-        redis.call('HDEL', KEYS[2], ARGV[1])
+        -- Cleared by a user that may write the requests. A bench's own user may not (SPEC
+        -- §2.11); every reader judges the lapse itself, so the field then waits, harmless, for
+        -- the bench's next `fleet hold`, `release` or `forget`.
+        if redis.acl_check_cmd('HDEL', holds, ARGV[1]) then redis.call('HDEL', holds, ARGV[1]) end
       else
         hold = request.reason
       end
     end
   end
 end
-if redis.call('SADD', KEYS[3], ARGV[1]) == 1 then
-  -- A new member: readers holding the registry read it again. A version that starts from the
-  -- server's time never repeats after the store is wiped.
-  if redis.call('INCR', KEYS[4]) == 1 then redis.call('SET', KEYS[4], string.format('%d', now * 1000)) end
-end
+-- Registration: the name in the join set (a new member tells readers that hold the registry to
+-- read it again: the set's size moved) and the bench's own join key, which makes the name count.
+redis.call('SADD', joined, ARGV[1])
 if ttl <= 0 then
   redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[2], '0', 'NX')
 else
-  -- Last seen is a report for the views: a key of another type there loses it, not the beat.
-  redis.pcall('HSET', KEYS[5], ARGV[1], now)
+  redis.call('SET', KEYS[2], string.format('%d', now))
   local beat = { v = 1, at = now, ttl = ttl }
   if hold then beat.hold = hold end
   if ARGV[4] ~= '' then beat.load = tonumber(ARGV[4]) end

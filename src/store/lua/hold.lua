@@ -1,20 +1,24 @@
 -- An operator's hold request (SPEC §2.4). One round trip.
 --
--- KEYS[1] the hold-request hash, KEYS[2] the registry, KEYS[3] the registry version.
+-- KEYS[1] the hold-request hash, KEYS[2] the registry, KEYS[3] the registry version, KEYS[4] the
+-- join set, KEYS[5] the bench's join key.
 -- ARGV[1] the bench name, ARGV[2] the reason, ARGV[3] how long it lasts in ms (0: until released),
 -- ARGV[4] '1' to refuse a bench that is not registered (a typo is told, not registered).
 --
 -- Returns the server time, or -1 when the bench is not registered and ARGV[4] refuses it.
 --
--- The lapse is stamped on the server's clock, like every deadline fleet keeps.
-if ARGV[4] == '1' and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 then return -1 end
+-- A bench is registered when the registry holds it, or the join set does and its own join key
+-- exists (SPEC §2.3). The lapse is stamped on the server's clock, like every deadline fleet keeps.
+local known = redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
+  or (redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[5]) == 1)
+if ARGV[4] == '1' and not known then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local request = { reason = ARGV[2] }
 local ms = tonumber(ARGV[3])
 if ms > 0 then request['until'] = now + ms end
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(request))
-if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
+if not known and redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
   if redis.call('INCR', KEYS[3]) == 1 then redis.call('SET', KEYS[3], string.format('%d', now * 1000)) end
 end
 return now

@@ -1,17 +1,45 @@
 -- The cold fleet read (SPEC §2.5): the registry with its version, the server's TIME, every
 -- registered bench's heartbeat value and the hold requests, in one round trip. Used when the
 -- reader does not hold the registry yet, or its copy is out of date; afterwards the reader uses
--- one pipeline (version, HGETALL, MGET, TIME), which costs Redis a fraction of this script.
--- TIME is read after the keys: a key the MGET missed expired at or before the returned now.
+-- one pipeline (version, sizes, HGETALL, MGET, TIME), which costs Redis a fraction of this script.
+-- TIME is read after the keys: a key the MGET missed expired at or before the returned now. Read
+-- only: sent with EVAL_RO, so a user that may only read (`fleet-viewer`) runs it.
 --
--- KEYS[1] the registry, KEYS[2] the registry version, KEYS[3] the hold-request hash.
--- ARGV[1] the heartbeat key prefix (named by the key module).
-local names = redis.call('SMEMBERS', KEYS[1])
+-- KEYS[1] the registry, KEYS[2] the registry version, KEYS[3] the hold-request hash, KEYS[4] the
+-- join set.
+-- ARGV[1] the heartbeat key prefix, ARGV[2] the join key prefix (named by the key module).
+--
+-- The benches are the registry's members and the join set's members whose own join key exists:
+-- a bench's user may add any name to the join set, but write only its own join key (SPEC
+-- §2.11). The join set's other members are returned apart, so a reader holding the registry
+-- checks in its pipeline whether one of them got its key since.
+local registered = redis.call('SMEMBERS', KEYS[1])
+local joined = redis.call('SMEMBERS', KEYS[4])
+local names, known = {}, {}
+for i = 1, #registered do
+  names[i] = registered[i]
+  known[registered[i]] = true
+end
+local candidates = {}
+for i = 1, #joined do
+  if not known[joined[i]] then candidates[#candidates + 1] = joined[i] end
+end
+local unproven = {}
+-- MGET in chunks: unpack() is bounded by the Lua C stack (8000 values).
+for first = 1, #candidates, 4000 do
+  local last = math.min(first + 3999, #candidates)
+  local keys = {}
+  for i = first, last do keys[#keys + 1] = ARGV[2] .. candidates[i] end
+  local v = redis.call('MGET', unpack(keys))
+  for j = 1, #keys do
+    local name = candidates[first + j - 1]
+    if v[j] then names[#names + 1] = name else unproven[#unproven + 1] = name end
+  end
+end
 local n = #names
 local keys = {}
 for i = 1, n do keys[i] = ARGV[1] .. names[i] end
 local values = {}
--- MGET in chunks: unpack() is bounded by the Lua C stack (8000 values).
 for first = 1, n, 4000 do
   local last = math.min(first + 3999, n)
   local v = redis.call('MGET', unpack(keys, first, last))
@@ -38,4 +66,7 @@ return {
   holds,
   wrong,
   holds_ok,
+  #registered,
+  #joined,
+  unproven,
 }
