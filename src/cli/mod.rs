@@ -5,6 +5,7 @@
 //! Every flag a deployment sets also reads an environment variable (`FLEET_...`). Exit codes:
 //! 0 ok, 1 runtime failure, 2 usage or invalid input.
 
+pub mod acl;
 pub mod agent;
 pub mod args;
 pub mod autoscaler;
@@ -127,6 +128,8 @@ pub enum Command {
     ResetAttempts(reset_attempts::Args),
     /// Call the cluster-autoscaler provider over gRPC, exactly as cluster-autoscaler does.
     Autoscaler(autoscaler::Args),
+    /// Print the Redis ACL file of fleet's users: the controller, the viewer, one per slot.
+    Acl(acl::Args),
     /// The operation wrapper `fleet serve` runs each lifecycle operation in (job on stdin).
     #[command(hide = true)]
     Operation(operation::Args),
@@ -291,6 +294,7 @@ impl Command {
             Command::ResetShutdownAttempts(args) => args.run(ctx, out).await,
             Command::ResetAttempts(args) => args.run(ctx, out).await,
             Command::Autoscaler(args) => args.run(out).await,
+            Command::Acl(args) => args.run(ctx, out).await,
             Command::Operation(args) => args.run(out).await,
             Command::Completions(args) => args.run(out),
             Command::Version => {

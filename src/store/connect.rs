@@ -228,8 +228,20 @@ pub fn cause(e: &redis::RedisError) -> String {
                 (redis://[user]:password@host)"
             .to_owned();
     }
-    if code == "NOPERM" {
-        return format!("the user may not do this: {detail}");
+    // A command the user may not run is NOPERM; one inside a script the user ran, Redis says in
+    // a plain error (Redis 7.0).
+    if code == "NOPERM" || detail.starts_with("The user executing the script can't") {
+        let detail = detail.split(" script:").next().unwrap_or_default().trim();
+        let why = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", detail.trim_end_matches('.'))
+        };
+        return format!(
+            "the user may not do this{why}: use a URL whose Redis user may (of fleet acl's \
+             users, fleet-controller writes, fleet-viewer only reads, a bench's own user only \
+             beats for that bench)"
+        );
     }
     if detail.contains("DB index is out of range") {
         return "the database number in the URL (/N) is out of range for this server".to_owned();

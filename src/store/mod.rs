@@ -2,6 +2,7 @@
 //!
 //! Every key is named in [`keys`]; every store method is one round trip.
 
+pub mod acl;
 pub mod catalog;
 pub mod claims;
 pub mod connect;

@@ -73,9 +73,19 @@ impl Serve {
         config: &std::path::Path,
         args: &[&str],
     ) -> Serve {
+        Serve::start_at(name, &server.url(), config, args)
+    }
+
+    /// `start` against the Redis at `url` (a URL naming an ACL user, say).
+    pub fn start_at(
+        name: &'static str,
+        url: &str,
+        config: &std::path::Path,
+        args: &[&str],
+    ) -> Serve {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .args(["--redis", &server.url(), "serve", "--config"])
+            .args(["--redis", url, "serve", "--config"])
             .arg(config)
             .args(args)
             // Every process its own provider port, unless the test names one.

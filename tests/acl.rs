@@ -1,0 +1,601 @@
+//! Redis ACLs (SPEC §2.11): the file `fleet acl` prints, loaded by a real redis-server with
+//! `--aclfile`, and every user through the real binary over `redis://user:password@host:port/`.
+//!
+//! A bench's user beats and can change no other bench's heartbeat, hold or registration; the
+//! viewer runs every view and writes nothing; the controller runs `fleet serve` (a claim to ready
+//! through its startup operation, the provider, a clean stop) and the writing verbs.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::Duration;
+
+use fleet::agent::{Agent, Config as AgentConfig, Event};
+use fleet::store::connect::Endpoint;
+use fleet::store::keys::Keys;
+use fleet::testing::{Options, RedisServer};
+use redis::aio::MultiplexedConnection;
+use support::*;
+
+const USERS: [&str; 4] = ["fleet-controller", "fleet-viewer", "bench-a", "bench-b"];
+
+/// A redis-server started with the ACL file `fleet acl` printed for two slots, bench-a and
+/// bench-b. Each user's password is `pw-<user>`. The server's default user is left as Redis has
+/// it, so a test still looks at keys with `raw` (over the unix socket).
+struct Acl {
+    server: RedisServer,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+/// The configuration: two slots whose operations beat as the slot's own user, as a machine that
+/// boots would, on the server's port (`PORT`, unknown until the server runs).
+fn yaml(port: u16) -> String {
+    let redis = "redis://$FLEET_SLOT:pw-$FLEET_SLOT@127.0.0.1:$PORT/";
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 2
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"{redis}\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, PORT: "{port}" }} }}
+    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"{redis}\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, PORT: "{port}" }} }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+slots:
+  - {{ name: bench-a, group: pool-a }}
+  - {{ name: bench-b, group: pool-a }}
+"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+    )
+}
+
+impl Acl {
+    fn start() -> Acl {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("fleet.yaml");
+        // The ACL needs the slots' names alone; the port is written in once the server runs.
+        std::fs::write(&config, yaml(0)).unwrap();
+        let passwords = dir.path().join("passwords");
+        std::fs::create_dir(&passwords).unwrap();
+        for user in USERS {
+            std::fs::write(passwords.join(user), format!("pw-{user}\n")).unwrap();
+        }
+        let o = acl_verb(&config, &passwords);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let file = text(&o.stdout);
+        assert_eq!(file.lines().count(), USERS.len(), "{file}");
+        assert!(!file.contains("pw-"), "no password in the clear: {file}");
+        let aclfile = dir.path().join("users.acl");
+        std::fs::write(&aclfile, &file).unwrap();
+        let server = RedisServer::with(Options {
+            tcp: true,
+            args: vec!["--aclfile".into(), aclfile.display().to_string()],
+            ..Options::default()
+        })
+        .expect("starting redis-server with the ACL file");
+        let port = server.port().expect("a TCP port");
+        std::fs::write(&config, yaml(port)).unwrap();
+        Acl { server, dir, port }
+    }
+
+    /// The documented form of a user's URL: `redis://user:password@host:port/`.
+    fn url(&self, user: &str) -> String {
+        format!("redis://{user}:pw-{user}@127.0.0.1:{}/", self.port)
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("fleet.yaml")
+    }
+
+    /// Runs the binary as `user`.
+    fn fleet(&self, user: &str, args: &[&str]) -> Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .arg("--redis")
+            .arg(self.url(user))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the binary as `user` and expects exit 0; returns its output.
+    fn ok(&self, user: &str, args: &[&str]) -> String {
+        let o = self.fleet(user, args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{user} {args:?}: {}",
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    /// Runs the binary as `user` and expects it refused by Redis: exit 1, saying the user may not.
+    fn refused(&self, user: &str, args: &[&str]) {
+        let o = self.fleet(user, args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{user} {args:?}: {err}");
+        assert!(
+            err.contains("the user may not do this")
+                && err.contains("use a URL whose Redis user may"),
+            "{user} {args:?}: {err}"
+        );
+    }
+
+    async fn conn(&self, user: &str) -> MultiplexedConnection {
+        Endpoint::new(self.url(user), Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connecting as {user}: {e}"))
+    }
+}
+
+fn acl_verb(config: &std::path::Path, passwords: &std::path::Path) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("acl")
+        .arg("--config")
+        .arg(config)
+        .arg("--passwords")
+        .arg(passwords)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Sends `args` on `conn` and expects Redis to refuse it for want of permission; returns what
+/// Redis said. A command is refused with NOPERM; a command inside a script the user sent is
+/// refused by the script's own check, which says the user cannot.
+async fn nope(conn: &mut MultiplexedConnection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let err = cmd
+        .query_async::<redis::Value>(conn)
+        .await
+        .expect_err(&format!("{args:?} was allowed"));
+    let said = err.to_string();
+    assert!(
+        err.code() == Some("NOPERM") || said.contains("The user executing the script can't"),
+        "{args:?}: {said}"
+    );
+    said
+}
+
+/// The rows of `fleet state -o json`, by name: (state, requested hold).
+fn states(json: &str) -> Vec<(String, String, Option<String>)> {
+    let rows: serde_json::Value = serde_json::from_str(json).unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["state"].as_str().unwrap().to_owned(),
+                r["requested_hold"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+fn row(name: &str, state: &str, request: Option<&str>) -> (String, String, Option<String>) {
+    (name.into(), state.into(), request.map(str::to_owned))
+}
+
+#[tokio::test]
+async fn a_bench_beats_as_itself_and_can_change_no_other_benchs_heartbeat_hold_or_registration() {
+    let acl = Acl::start();
+    let keys = Keys::default();
+    acl.ok("bench-b", &["beat", "bench-b", "--ttl", "1h"]);
+    acl.ok(
+        "fleet-controller",
+        &["hold", "bench-b", "--reason", "repairs"],
+    );
+    let carried = acl.ok("bench-b", &["beat", "bench-b", "--ttl", "1h"]);
+    assert!(carried.contains("holding (repairs)"), "{carried}");
+    acl.ok("bench-a", &["beat", "bench-a", "--ttl", "1h"]);
+    let heartbeat: Option<String> =
+        raw(&acl.server, &["GET", &keys.heartbeat(&name("bench-a"))]).await;
+    assert!(heartbeat.is_some_and(|v| v.contains(r#""ttl":3600000"#)));
+    let before = acl.ok("fleet-viewer", &["state", "-o", "json"]);
+    assert_eq!(
+        states(&before),
+        [row("bench-a", "UP", None), row("bench-b", "HELD", None)]
+    );
+    let b_key = keys.heartbeat(&name("bench-b"));
+    let b_value: String = raw(&acl.server, &["GET", &b_key]).await;
+    let b_request: String = raw(&acl.server, &["HGET", &keys.hold_requests(), "bench-b"]).await;
+
+    // Through fleet's own verbs, with bench-a's credentials.
+    acl.refused("bench-a", &["beat", "bench-b"]);
+    acl.refused("bench-a", &["hold", "bench-a", "--reason", "forged"]);
+    acl.refused("bench-a", &["hold", "bench-b", "--reason", "forged"]);
+    acl.refused("bench-a", &["release", "bench-b"]);
+    acl.refused("bench-a", &["forget", "bench-b"]);
+    acl.refused("bench-a", &["forget", "bench-a"]);
+
+    // Raw, as a tool holding bench-a's credentials would try.
+    let mut c = acl.conn("bench-a").await;
+    let holds = keys.hold_requests();
+    let registry = keys.registry();
+    let joined = keys.joined();
+    let b_join = keys.joined_key(&name("bench-b"));
+    for args in [
+        // Another bench's heartbeat.
+        &["SET", &b_key, "{}"][..],
+        &["DEL", &b_key],
+        &["PEXPIRE", &b_key, "1"],
+        &["EVAL", "return redis.call('DEL', KEYS[1])", "1", &b_key],
+        &["EVAL", "return redis.call('DEL', ARGV[1])", "0", &b_key],
+        // A hold request, for itself or another.
+        &["HSET", &holds, "bench-a", r#"{"reason":"forged"}"#],
+        &["HSET", &holds, "bench-b", r#"{"reason":"forged"}"#],
+        &["HDEL", &holds, "bench-b"],
+        &["DEL", &holds],
+        &[
+            "EVAL",
+            "return redis.call('HDEL', ARGV[1], 'bench-b')",
+            "0",
+            &holds,
+        ],
+        // Removing a bench: the registries, their version, a join key.
+        &["SREM", &registry, "bench-b"],
+        &["SREM", &joined, "bench-b"],
+        &["DEL", &joined],
+        &["DEL", &b_join],
+        &["INCR", &keys.registry_version()],
+        // Another bench's registration.
+        &["SADD", &registry, "bench-b"],
+        &["SET", &b_join, "0"],
+        // Anything past presence.
+        &["GET", &keys.leader()],
+        &["KEYS", "*"],
+        &["FLUSHALL"],
+        &["CONFIG", "GET", "save"],
+    ] {
+        nope(&mut c, args).await;
+    }
+    // bench-b is as it was: its key, its hold request, its row.
+    let b_after: String = raw(&acl.server, &["GET", &b_key]).await;
+    assert_eq!(b_after, b_value);
+    let request_after: String = raw(&acl.server, &["HGET", &holds, "bench-b"]).await;
+    assert_eq!(request_after, b_request);
+    assert_eq!(
+        states(&acl.ok("fleet-viewer", &["state", "-o", "json"])),
+        states(&before)
+    );
+
+    // The join set takes any name, and registers none: a name counts only with its own join key,
+    // which only that bench writes.
+    let added: i64 = redis::cmd("SADD")
+        .arg(&joined)
+        .arg("bench-z")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(added, 1);
+    acl.ok("fleet-controller", &["forget", "bench-b"]);
+    let _: i64 = redis::cmd("SADD")
+        .arg(&joined)
+        .arg("bench-b")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let after = acl.ok("fleet-viewer", &["state", "-o", "json"]);
+    assert_eq!(states(&after), [row("bench-a", "UP", None)]);
+    acl.ok("bench-b", &["beat", "bench-b", "--ttl", "1h"]);
+    let again = acl.ok("fleet-viewer", &["state", "-o", "json"]);
+    assert_eq!(
+        states(&again),
+        [row("bench-a", "UP", None), row("bench-b", "UP", None)]
+    );
+}
+
+#[tokio::test]
+async fn the_agent_beats_and_stops_through_a_url_with_its_benchs_user_and_password() {
+    let acl = Acl::start();
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let agent = Agent::new(
+        AgentConfig {
+            name: name("bench-a"),
+            interval: Duration::from_millis(200),
+            ttl: Duration::from_secs(60),
+            final_ttl: Duration::ZERO,
+            final_hold: None,
+        },
+        Endpoint::new(acl.url("bench-a"), Duration::from_secs(10)),
+        Keys::default(),
+    )
+    .with_events(tx);
+    let task = tokio::spawn(agent.run(shutdown.clone()));
+    for _ in 0..2 {
+        match bounded("a beat", events.recv()).await {
+            Some(Event::Beat(receipt)) => assert_eq!(receipt.hold, None),
+            other => panic!("expected a beat, got {other:?}"),
+        }
+    }
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
+    shutdown.cancel();
+    loop {
+        match bounded("the final beat", events.recv()).await {
+            Some(Event::Final(result)) => {
+                assert!(result.is_ok(), "{result:?}");
+                break;
+            }
+            Some(Event::Beat(_)) => continue,
+            other => panic!("expected the final beat, got {other:?}"),
+        }
+    }
+    bounded("the agent to stop", task).await.unwrap();
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "");
+    // The same agent as another bench's user is refused, and says why.
+    let o = acl.fleet("bench-b", &["beat", "bench-a"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+/// Starts `fleet serve` as the controller user, with a claim on bench-a driven to ready by its
+/// startup operation (which beats as bench-a); returns the process and the provider's address.
+async fn serving(acl: &Acl) -> (Serve, String) {
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+    ];
+    let mut serve = Serve::start_at("serve", &acl.url("fleet-controller"), &acl.config(), &args);
+    let started = serve.log(&["fleet serve started"]).await;
+    let grpc = started
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("grpc="))
+        .expect("the start line names the provider's address")
+        .to_owned();
+    serve.log(&["became the leader"]).await;
+    acl.ok("fleet-controller", &["claim", "bench-a"]);
+    serve.log(&["claim moved", "to=ready"]).await;
+    (serve, grpc)
+}
+
+#[tokio::test]
+async fn the_controller_runs_fleet_serve_the_provider_and_the_writing_verbs_as_its_user() {
+    let acl = Acl::start();
+    let (mut serve, grpc) = serving(&acl).await;
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
+    // The provider's scale-up: a claim on bench-b, booted by its operation as bench-b.
+    acl.ok(
+        "fleet-controller",
+        &[
+            "autoscaler",
+            "--grpc-addr",
+            &grpc,
+            "increase",
+            "pool-a",
+            "1",
+        ],
+    );
+    serve
+        .log(&["claim moved", "slot=bench-b", "to=ready"])
+        .await;
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\nbench-b\n");
+    // The writing verbs.
+    acl.ok(
+        "fleet-controller",
+        &["hold", "bench-a", "--reason", "firmware"],
+    );
+    acl.ok("fleet-controller", &["release", "bench-a"]);
+    let claims: serde_json::Value =
+        serde_json::from_str(&acl.ok("fleet-viewer", &["claims", "-o", "json"])).unwrap();
+    let on_b = claims
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["slot"] == "bench-b")
+        .expect("a claim on bench-b");
+    acl.ok(
+        "fleet-controller",
+        &["cancel", on_b["name"].as_str().unwrap()],
+    );
+    // The cancel powers bench-b off: its shutdown operation beats TTL 0 as bench-b.
+    serve
+        .log(&["claim moved", "slot=bench-b", "to=completed"])
+        .await;
+    let lines = serve.stop().await;
+    let status = bounded("exit", serve.child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0), "{lines:#?}");
+    // Nothing the controller does is refused, but the persistence check it does without.
+    let refused: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("NOPERM") || l.contains("may not") || l.contains("no permissions"))
+        .collect();
+    assert!(refused.is_empty(), "{refused:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("CONFIG GET refused")),
+        "{lines:#?}"
+    );
+}
+
+#[tokio::test]
+async fn the_viewer_runs_every_view_and_every_write_it_tries_is_refused() {
+    let acl = Acl::start();
+    let (mut serve, _) = serving(&acl).await;
+    // A request bench-a has not carried yet (its operation beat once, before it).
+    acl.ok(
+        "fleet-controller",
+        &["hold", "bench-a", "--reason", "firmware"],
+    );
+
+    let state = acl.ok("fleet-viewer", &["state", "-o", "json"]);
+    assert_eq!(states(&state), [row("bench-a", "UP", Some("firmware"))]);
+    let table = acl.ok("fleet-viewer", &["state"]);
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("bench-a")),
+        "{table}"
+    );
+    assert!(table.contains("LAST SEEN"), "{table}");
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
+    assert_eq!(
+        acl.ok("fleet-viewer", &["live", "bench-a", "bench-x"]),
+        "bench-a\n"
+    );
+    let slots: serde_json::Value =
+        serde_json::from_str(&acl.ok("fleet-viewer", &["slots", "-o", "json"])).unwrap();
+    let slot_names: Vec<&str> = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(slot_names, ["bench-a", "bench-b"]);
+    assert_eq!(slots[0]["phase"], "ready");
+    let claims: serde_json::Value =
+        serde_json::from_str(&acl.ok("fleet-viewer", &["claims", "-o", "json"])).unwrap();
+    assert_eq!(claims.as_array().unwrap().len(), 1);
+    assert_eq!(claims[0]["slot"], "bench-a");
+    assert_eq!(claims[0]["phase"], "ready");
+    let claim = claims[0]["name"].as_str().unwrap().to_owned();
+    let groups: serde_json::Value =
+        serde_json::from_str(&acl.ok("fleet-viewer", &["groups", "-o", "json"])).unwrap();
+    assert_eq!(groups[0]["name"], "pool-a");
+    assert_eq!(groups[0]["target"], 1);
+    let described: serde_json::Value =
+        serde_json::from_str(&acl.ok("fleet-viewer", &["describe", "bench-a", "-o", "json"]))
+            .unwrap();
+    assert_eq!(described["claim"]["name"], claim.as_str());
+    assert!(
+        !described["timeline"].as_array().unwrap().is_empty(),
+        "{described}"
+    );
+    let by_claim = acl.ok("fleet-viewer", &["describe", &claim]);
+    assert!(by_claim.contains("bench-a"), "{by_claim}");
+    // A watch: its first frame, then it is stopped.
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args([
+            "--redis",
+            &acl.url("fleet-viewer"),
+            "state",
+            "--watch",
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut frames =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let first = bounded("the watch's first frame", frames.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(states(&first), states(&state));
+    watch.kill().await.unwrap();
+
+    // Every write is refused, through the verbs and raw.
+    for args in [
+        &["beat", "bench-a"][..],
+        &["hold", "bench-b", "--reason", "x"],
+        &["release", "bench-a"],
+        &["forget", "bench-a"],
+        &["claim", "bench-b"],
+        &["cancel", &claim],
+    ] {
+        acl.refused("fleet-viewer", args);
+    }
+    let keys = Keys::default();
+    let mut c = acl.conn("fleet-viewer").await;
+    let a_key = keys.heartbeat(&name("bench-a"));
+    for args in [
+        &["SET", &a_key, "{}"][..],
+        &["DEL", &a_key],
+        &["HSET", &keys.hold_requests(), "bench-b", "{}"],
+        &["SADD", &keys.joined(), "bench-z"],
+        &["SET", &keys.leader(), "me 1"],
+        &["EVAL", "return 1", "0"],
+        &["EVAL_RO", "return redis.call('DEL', KEYS[1])", "1", &a_key],
+        &["FLUSHALL"],
+    ] {
+        let said = match nope_or_ro(&mut c, args).await {
+            Some(said) => said,
+            None => panic!("{args:?} was allowed"),
+        };
+        assert!(!said.is_empty());
+    }
+    let still: Option<String> = raw(&acl.server, &["GET", &a_key]).await;
+    assert!(still.is_some(), "bench-a's heartbeat is untouched");
+    serve.stop().await;
+}
+
+/// Like `nope`, but a write inside a read-only script may be refused by its own rule (a write in
+/// EVAL_RO) as well as by permission.
+async fn nope_or_ro(conn: &mut MultiplexedConnection, args: &[&str]) -> Option<String> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let err = cmd.query_async::<redis::Value>(conn).await.err()?;
+    let said = err.to_string();
+    assert!(
+        err.code() == Some("NOPERM")
+            || said.contains("The user executing the script can't")
+            || said.contains("Write commands are not allowed from read-only scripts"),
+        "{args:?}: {said}"
+    );
+    Some(said)
+}
+
+#[test]
+fn fleet_acl_names_every_password_file_it_lacks_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &config,
+        "groups:\n  - name: pool-a\n    max_size: 1\n    startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\nslots:\n  - { name: bench-a, group: pool-a }\n",
+    )
+    .unwrap();
+    let passwords = dir.path().join("passwords");
+    std::fs::create_dir(&passwords).unwrap();
+    std::fs::write(passwords.join("fleet-viewer"), "s3cret\n").unwrap();
+    let o = acl_verb(&config, &passwords);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty(), "no half file");
+    let err = text(&o.stderr);
+    for user in ["fleet-controller", "bench-a"] {
+        let file = passwords.join(user).display().to_string();
+        assert!(
+            err.contains(&format!(
+                "{file}: missing: write the password of the Redis user {user} there"
+            )),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("fleet-viewer:"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    // A slot named like one of fleet's own users would take its place.
+    std::fs::write(
+        &config,
+        "groups:\n  - name: pool-a\n    max_size: 1\n    startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\nslots:\n  - { name: fleet-viewer, group: pool-a }\n",
+    )
+    .unwrap();
+    let o = acl_verb(&config, &passwords);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("the slot fleet-viewer has the name of a Redis user"),
+        "{}",
+        text(&o.stderr)
+    );
+    // A configuration that cannot be read is bad input too.
+    let o = acl_verb(&dir.path().join("nowhere.yaml"), &passwords);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("nowhere.yaml"));
+}
