@@ -599,3 +599,37 @@ fn fleet_acl_names_every_password_file_it_lacks_and_exits_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("nowhere.yaml"));
 }
+
+// SPEC §2.4: a beat clears a lapsed hold request only when its user may write the requests. A
+// bench's own user may not: the lapsed field stays, carried by no beat and shown by no reader,
+// until the operator's next verb for that bench clears it.
+#[tokio::test]
+async fn a_lapsed_request_is_not_carried_and_waits_for_the_operator_to_clear_it() {
+    let acl = Acl::start();
+    let holds = Keys::default().hold_requests();
+    acl.ok("bench-a", &["beat", "bench-a", "--ttl", "1h"]);
+    acl.ok(
+        "fleet-controller",
+        &["hold", "bench-a", "--reason", "short", "--for", "1ms"],
+    );
+    bounded("the request to lapse", async {
+        loop {
+            let state = acl.ok("fleet-viewer", &["state", "bench-a", "-o", "json"]);
+            if states(&state) == [row("bench-a", "UP", None)] {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let beat = acl.ok("bench-a", &["beat", "bench-a", "--ttl", "1h"]);
+    assert_eq!(beat, "bench-a: beat written, ttl 1h\n");
+    let left: Option<String> = raw(&acl.server, &["HGET", &holds, "bench-a"]).await;
+    assert!(
+        left.is_some_and(|r| r.contains("short")),
+        "the bench could not clear it"
+    );
+    acl.ok("fleet-controller", &["release", "bench-a"]);
+    let left: Option<String> = raw(&acl.server, &["HGET", &holds, "bench-a"]).await;
+    assert_eq!(left, None);
+}

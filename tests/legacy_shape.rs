@@ -1,4 +1,5 @@
-//! The legacy shape (SPEC §6.1): cluster-autoscaler 1.25 to 1.34.1 declare Kubernetes types
+//! The legacy shapes. The presence keys before the join set (SPEC §2.3): a store written then
+//! reads the same. The wire (SPEC §6.1): cluster-autoscaler 1.25 to 1.34.1 declare Kubernetes types
 //! inside the messages (the node template as a Node message in field 1, durations as meta/v1
 //! Duration in nanoseconds, times as meta/v1 Time). A test-only proto in that shape, compiled at
 //! run time by protox, decodes fleet's answers as an old cluster-autoscaler would, and encodes
@@ -242,4 +243,123 @@ async fn an_old_cluster_autoscalers_price_request_carries_meta_v1_times() {
     let price = c.pricing_node_price(wire).await.unwrap().into_inner().price;
     // 1 kW for 3 h at 0.5 per kWh.
     assert!((price - 1.5).abs() < 1e-9, "{price}");
+}
+
+// The presence keys before the join set (SPEC §2.3): every beat added its bench to the registry
+// set, bumped its version and wrote its last-seen time in a hash. A store written so reads the
+// same with this version; its benches beat on, are held, released and forgotten.
+#[tokio::test]
+async fn presence_written_before_the_join_set_reads_the_same_and_is_forgotten_whole() {
+    use fleet::domain::state::State;
+    use fleet::store::presence::Presence;
+    let server = server();
+    let keys = Keys::default();
+    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
+    let at = secs * 1000;
+    // As the old beat script left them: two benches, one up, one whose key expired long ago.
+    let value = format!(r#"{{"v":1,"at":{at},"ttl":60000}}"#);
+    let _: () = raw(
+        &server,
+        &[
+            "SET",
+            &keys.heartbeat(&name("old-up")),
+            &value,
+            "PXAT",
+            &(at + 60_000).to_string(),
+        ],
+    )
+    .await;
+    let _: () = raw(&server, &["SADD", &keys.registry(), "old-up", "old-down"]).await;
+    let _: () = raw(
+        &server,
+        &["SET", &keys.registry_version(), "1700000000000000"],
+    )
+    .await;
+    let seen = (at - 3_600_000).to_string();
+    let _: () = raw(
+        &server,
+        &[
+            "HSET",
+            &keys.last_seen(),
+            "old-up",
+            &at.to_string(),
+            "old-down",
+            &seen,
+        ],
+    )
+    .await;
+    let _: () = raw(
+        &server,
+        &[
+            "HSET",
+            &keys.hold_requests(),
+            "old-down",
+            r#"{"reason":"parts"}"#,
+        ],
+    )
+    .await;
+
+    let p = Presence::new(conn(&server).await, keys.clone());
+    let snap = p.read(&[]).await.unwrap();
+    let rows: Vec<(String, State)> = snap
+        .benches
+        .iter()
+        .map(|b| (b.name.to_string(), b.verdict(snap.now).state))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("old-down".into(), State::Down),
+            ("old-up".into(), State::Up)
+        ]
+    );
+    assert_eq!(
+        snap.benches[0]
+            .requested_hold
+            .as_ref()
+            .map(|r| r.reason.as_str()),
+        Some("parts")
+    );
+    let last = p
+        .last_seen(&[name("old-down"), name("old-up")])
+        .await
+        .unwrap();
+    assert_eq!(
+        last.iter()
+            .map(|t| t.map(|t| t.timestamp_millis()))
+            .collect::<Vec<_>>(),
+        [Some(at - 3_600_000), Some(at)]
+    );
+    // An old bench beats in the new shape: still one bench, and its newer last-seen time counts.
+    let beat = p
+        .beat(&fleet::store::presence::Beat {
+            name: name("old-up"),
+            ttl: std::time::Duration::from_secs(60),
+            hold: None,
+            load: None,
+            cores: None,
+        })
+        .await
+        .unwrap();
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(snap.benches.len(), 2);
+    assert_eq!(
+        p.last_seen(&[name("old-up")]).await.unwrap(),
+        [Some(beat.at)]
+    );
+    // Known, so held without --register; forgotten whole, from both shapes.
+    assert!(
+        p.request_hold_known(&name("old-up"), &reason("x"), None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        p.forget(&[name("old-up"), name("old-down")]).await.unwrap(),
+        [true, true]
+    );
+    assert!(p.read(&[]).await.unwrap().benches.is_empty());
+    let mut left: Vec<String> = raw(&server, &["KEYS", "*"]).await;
+    left.retain(|k| k != &keys.heartbeat(&name("old-up")));
+    left.sort();
+    assert_eq!(left, [keys.registry_version()], "only the version stays");
 }

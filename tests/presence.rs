@@ -769,3 +769,84 @@ async fn impossible_values_read_down_saying_why_and_a_corrupted_holds_key_spoils
     );
     assert_eq!(snap.problems.len(), 1);
 }
+
+fn names_of(snapshot: &fleet::store::presence::Snapshot) -> Vec<&str> {
+    snapshot.benches.iter().map(|b| b.name.as_str()).collect()
+}
+
+// SPEC §2.3: a bench's user may add any name to the join set, so a name there counts only with
+// its own join key, which only that bench writes. A reader holding the registry notices when such
+// a name gets its key, though the set's size does not move then: its pipeline asks, and the cold
+// read follows once.
+#[tokio::test]
+async fn a_name_in_the_join_set_counts_only_once_its_own_bench_beats_and_a_warm_reader_sees_it() {
+    let server = server();
+    let keys = Keys::default();
+    let counting = Counting::new(conn(&server).await);
+    let p = Presence::new(counting.clone(), keys.clone());
+    p.beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // Another bench's user adds bench-02 (it may: SADD on the join set).
+    let _: () = raw(&server, &["SADD", &keys.joined(), "bench-02"]).await;
+    assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
+    let trips = counting.trips();
+    assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
+    assert_eq!(counting.trips() - trips, 1, "a warm read");
+    assert!(
+        !p.request_hold_known(&name("bench-02"), &reason("x"), None)
+            .await
+            .unwrap(),
+        "a name without its join key is not registered"
+    );
+    // bench-02 beats: the set's size stays, its join key appears.
+    let writer = presence(&server).await;
+    writer
+        .beat(&beat("bench-02", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let trips = counting.trips();
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
+    assert_eq!(state_of(&snap, "bench-02"), State::Up);
+    assert_eq!(
+        counting.trips() - trips,
+        2,
+        "the pipeline saw it, the script read it"
+    );
+    // Forgotten: out of the join set with its join key, and out of every reader.
+    assert_eq!(
+        writer
+            .forget(&[name("bench-02"), name("bench-03")])
+            .await
+            .unwrap(),
+        [true, false]
+    );
+    assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
+    let joined: Vec<String> = raw(&server, &["SMEMBERS", &keys.joined()]).await;
+    assert_eq!(joined, ["bench-01"]);
+    let key: Option<String> = raw(&server, &["GET", &keys.joined_key(&name("bench-02"))]).await;
+    assert_eq!(key, None);
+}
+
+// SPEC §2.3: a TTL of 0 registers a bench that never beat, with no last-seen time; a later beat
+// with a TTL sets it, and a TTL of 0 after it keeps it.
+#[tokio::test]
+async fn a_join_key_holds_the_last_counting_beat_and_a_ttl_of_zero_keeps_it() {
+    let server = server();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-01", Duration::ZERO)).await.unwrap();
+    assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
+    assert_eq!(p.last_seen(&[name("bench-01")]).await.unwrap(), [None]);
+    let counted = p
+        .beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    p.beat(&beat("bench-01", Duration::ZERO)).await.unwrap();
+    assert_eq!(
+        p.last_seen(&[name("bench-01"), name("bench-02")])
+            .await
+            .unwrap(),
+        [Some(counted.at), None]
+    );
+}
