@@ -15,7 +15,8 @@
 //! while the bench's own join key exists. So a bench's Redis user, confined to its own keys by
 //! `fleet acl` (SPEC §2.11), can neither register nor remove another bench.
 //!
-//! What the replies hold is decoded in `decode`, pure: this file makes the round trips.
+//! The two read plans are in `read`; what the replies hold is decoded in `decode`, pure. This
+//! file makes the writes and the small reads.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,25 +28,23 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::Bench;
 
 use super::keys::Keys;
-use super::script::{eval, eval_ro, script};
+use super::script::{eval, script};
 
 mod decode;
+mod read;
 
 pub use decode::decode_request;
-use decode::{HoldPairs, assemble, mark_wrong_types, parse_result};
+use read::Registry;
 
 /// The longest TTL one beat may promise. A long promise hides a crash for its whole length
 /// (reference §1.7), and a month is already far past the longest planned sleep.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 const BEAT: &str = script!("beat.lua");
+/// Here, not in `read`: a script's path is taken from the file that names it.
 const READ: &str = script!("read.lua");
 const HOLD: &str = script!("hold.lua");
 const FORGET: &str = script!("forget.lua");
-
-/// The most keys one MGET of the warm read asks for. A larger fleet is read with several MGETs in
-/// the same pipeline, still one round trip, so that no single command holds Redis for long.
-const MGET_BATCH: usize = 50_000;
 
 /// A failed store operation; each variant names the operation and the bench it was for.
 #[derive(Debug, thiserror::Error)]
@@ -123,38 +122,6 @@ pub struct Snapshot {
     pub problems: Vec<String>,
 }
 
-/// A reader's copy of the registry, valid while the registry's version and the sizes of both its
-/// sets are unchanged, and no name of the join set without its join key got one: the benches
-/// sorted by name, each with its heartbeat key, so a warm read builds nothing.
-#[derive(Debug, Default)]
-struct Registry {
-    version: String,
-    /// The sizes of the registry proper and of the join set.
-    size: (usize, usize),
-    /// The join keys of the join set's members that had none (a name another bench added, or
-    /// one left by a bench that removed its own key): the bench that owns one may write it.
-    unproven: Vec<String>,
-    names: Vec<BenchName>,
-    /// The heartbeat key of each name, in the same order.
-    keys: Vec<String>,
-    /// Members that are not bench names, reported with every snapshot.
-    foreign: Vec<String>,
-}
-
-impl Registry {
-    /// A registry of `names` alone (a named read), sorted and without repeats.
-    fn of(names: &[BenchName], keys: &Keys) -> Self {
-        let mut names = names.to_vec();
-        names.sort();
-        names.dedup();
-        Registry {
-            keys: names.iter().map(|n| keys.heartbeat(n)).collect(),
-            names,
-            ..Registry::default()
-        }
-    }
-}
-
 /// The presence store over one connection (a multiplexed connection or a connection manager).
 #[derive(Clone)]
 pub struct Presence<C> {
@@ -207,261 +174,6 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             refused_request: (!refused.is_empty()).then_some(refused),
             problem: (!problem.is_empty()).then(|| self.holds_problem()),
         })
-    }
-
-    /// Reads every registered bench (with `names` empty), or the named ones, in one round trip
-    /// whatever the fleet's size. A named bench that never beat comes back `Reading::Missing`.
-    pub async fn read(&self, names: &[BenchName]) -> Result<Snapshot, PresenceError> {
-        if !names.is_empty() {
-            let (_, _, snapshot) = self
-                .read_registered(&Registry::of(names, &self.keys))
-                .await?;
-            return Ok(snapshot);
-        }
-        let held = self.registry.lock().expect("registry lock").clone();
-        if let Some(registry) = held {
-            let (version, size, snapshot) = self.read_registered(&registry).await?;
-            if version == registry.version && size == registry.size {
-                return Ok(snapshot);
-            }
-            // The copy is out of date (or a name of the join set got its join key since).
-        }
-        self.read_cold().await
-    }
-
-    /// The warm plan: one pipeline over a registry the reader holds. Returns the registry's
-    /// version and the sizes of its sets alongside, so the caller can tell whether its copy was
-    /// current; a name of the join set that got its join key since shows as a size that cannot
-    /// be, so the copy reads as out of date.
-    async fn read_registered(
-        &self,
-        registry: &Registry,
-    ) -> Result<(String, (usize, usize), Snapshot), PresenceError> {
-        // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
-        // the instant the keys were read. A key the MGET missed then expired at or before `now`,
-        // and a key it saw is judged against `now` by its deadline; a pause of the server
-        // between the two can never make a bench read DOWN before its deadline.
-        // EXISTS after MGET: a key MGET returns nothing for and EXISTS counts holds another type
-        // than a heartbeat (something else wrote it), which only then costs a second round trip
-        // to name. Errors stay per command: a corrupted hold-request hash spoils no bench.
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.get(self.keys.registry_version())
-            .scard(self.keys.registry())
-            .scard(self.keys.joined())
-            .hgetall(self.keys.hold_requests());
-        let batches = registry.keys.chunks(MGET_BATCH).len();
-        for batch in registry.keys.chunks(MGET_BATCH) {
-            pipe.cmd("MGET").arg(batch);
-        }
-        for batch in registry.keys.chunks(MGET_BATCH) {
-            pipe.cmd("EXISTS").arg(batch);
-        }
-        // Whether a name of the join set that had no join key got one: then it is a bench now.
-        let proving = registry.unproven.chunks(MGET_BATCH).len();
-        for batch in registry.unproven.chunks(MGET_BATCH) {
-            pipe.cmd("EXISTS").arg(batch);
-        }
-        pipe.cmd("TIME");
-        let mut conn = self.conn.clone();
-        let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Read { source })?;
-        if replies.len() != 5 + 2 * batches + proving {
-            return Err(PresenceError::ReadReply(format!(
-                "{} replies to the read pipeline",
-                replies.len()
-            )));
-        }
-        let time: (String, String) = parse_result(replies.pop())?;
-        let proved = replies.split_off(4 + 2 * batches);
-        let exists = replies.split_off(4 + batches);
-        let mget = replies.split_off(4);
-        let mut head = replies.into_iter();
-        let version: Option<String> = parse_result(head.next())?;
-        let registered: usize = parse_result(head.next())?;
-        let mut joined: usize = parse_result(head.next())?;
-        for batch in proved {
-            let n: usize = parse_result(Some(batch))?;
-            if n > 0 {
-                // No set has this size: the caller's copy reads as out of date.
-                joined = usize::MAX;
-            }
-        }
-        let mut problems = Vec::new();
-        let holds = self.holds_or_problem(head.next(), &mut problems)?;
-        let mut values = Vec::with_capacity(registry.names.len());
-        for batch in mget {
-            let part: Vec<Option<Vec<u8>>> = parse_result(Some(batch))?;
-            values.extend(part);
-        }
-        let mut existing = 0usize;
-        for batch in exists {
-            let n: usize = parse_result(Some(batch))?;
-            existing += n;
-        }
-        let types = if existing > values.iter().filter(|v| v.is_some()).count() {
-            self.types_of_missing(&registry.keys, &values).await?
-        } else {
-            Vec::new()
-        };
-        let mut snapshot = assemble(
-            time,
-            &registry.names,
-            values,
-            holds,
-            registry.foreign.clone(),
-        )?;
-        mark_wrong_types(&mut snapshot, &registry.names, &types);
-        snapshot.problems = problems;
-        Ok((version.unwrap_or_default(), (registered, joined), snapshot))
-    }
-
-    /// The hold requests a read returned, or none and a problem that names the key when it holds
-    /// another type (a foreign write): the benches are read all the same.
-    fn holds_or_problem(
-        &self,
-        reply: Option<redis::RedisResult<redis::Value>>,
-        problems: &mut Vec<String>,
-    ) -> Result<HoldPairs, PresenceError> {
-        match reply {
-            Some(Err(e)) if e.code() == Some("WRONGTYPE") => {
-                problems.push(self.holds_problem());
-                Ok(Vec::new())
-            }
-            other => parse_result(other),
-        }
-    }
-
-    fn holds_problem(&self) -> String {
-        format!(
-            "{} is not a hash of hold requests (something else wrote it): requests are ignored \
-             until it is repaired (`redis-cli DEL '{}'`, then ask again with `fleet hold`)",
-            self.keys.hold_requests(),
-            self.keys.hold_requests()
-        )
-    }
-
-    /// The types of the keys a read found nothing for: each one that exists holds another type
-    /// than a heartbeat. One round trip, made only when a read counted such keys.
-    async fn types_of_missing(
-        &self,
-        keys: &[String],
-        values: &[Option<Vec<u8>>],
-    ) -> Result<Vec<(usize, String)>, PresenceError> {
-        let missing: Vec<usize> = (0..keys.len()).filter(|i| values[*i].is_none()).collect();
-        let mut pipe = redis::pipe();
-        for i in &missing {
-            pipe.cmd("TYPE").arg(&keys[*i]);
-        }
-        let mut conn = self.conn.clone();
-        let types: Vec<String> = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Read { source })?;
-        Ok(missing
-            .into_iter()
-            .zip(types)
-            .filter(|(_, t)| t != "none")
-            .collect())
-    }
-
-    /// The cold plan: the read script resolves the registry on the server. The registry it
-    /// returns is kept for the next read.
-    async fn read_cold(&self) -> Result<Snapshot, PresenceError> {
-        let keys = [
-            self.keys.registry(),
-            self.keys.registry_version(),
-            self.keys.hold_requests(),
-            self.keys.joined(),
-        ];
-        // What the script returns, in its order.
-        type ColdReply = (
-            String,
-            (String, String),
-            Vec<Vec<u8>>,
-            Vec<Option<Vec<u8>>>,
-            Vec<(Vec<u8>, Vec<u8>)>,
-            Vec<(usize, String)>,
-            i64,
-            usize,
-            usize,
-            Vec<Vec<u8>>,
-        );
-        let mut conn = self.conn.clone();
-        let reply: ColdReply = eval_ro(READ, &keys)
-            .arg(self.keys.heartbeat_prefix())
-            .arg(self.keys.joined_key_prefix())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Read { source })?;
-        let (version, time, members, values, holds, types, holds_ok, registered, joined, unproven) =
-            reply;
-        if values.len() != members.len() {
-            return Err(PresenceError::ReadReply(format!(
-                "{} members but {} values",
-                members.len(),
-                values.len()
-            )));
-        }
-        let mut benches = Vec::with_capacity(members.len());
-        let mut foreign = Vec::new();
-        let mut utf8 = true;
-        // The script names (1-based) the members whose key holds another type.
-        let wrong: std::collections::HashMap<usize, String> = types.into_iter().collect();
-        let mut wrong_names: Vec<(BenchName, String)> = Vec::new();
-        for (i, (raw, value)) in members.into_iter().zip(values).enumerate() {
-            match String::from_utf8(raw) {
-                Ok(text) => match BenchName::parse(&text) {
-                    Ok(name) => {
-                        if let Some(t) = wrong.get(&(i + 1)) {
-                            wrong_names.push((name.clone(), t.clone()));
-                        }
-                        benches.push((name, value))
-                    }
-                    Err(_) => foreign.push(text),
-                },
-                Err(e) => {
-                    utf8 = false;
-                    foreign.push(String::from_utf8_lossy(e.as_bytes()).into_owned());
-                }
-            }
-        }
-        benches.sort_by(|a, b| a.0.cmp(&b.0));
-        foreign.sort();
-        let (names, values): (Vec<BenchName>, Vec<Option<Vec<u8>>>) = benches.into_iter().unzip();
-        let mut snapshot = assemble(time, &names, values, holds, foreign.clone())?;
-        let types: Vec<(usize, String)> = wrong_names
-            .into_iter()
-            .filter_map(|(name, t)| Some((names.binary_search(&name).ok()?, t)))
-            .collect();
-        mark_wrong_types(&mut snapshot, &names, &types);
-        if holds_ok == 0 {
-            snapshot.problems = vec![self.holds_problem()];
-        }
-        // A member that is not UTF-8 has no name to build a key from: with one in the registry
-        // nothing is kept, and every read is cold, so it is still reported.
-        // A name of the join set that is not a bench name has no join key fleet writes: only the
-        // bench names among them are watched.
-        let unproven = unproven
-            .iter()
-            .filter_map(|raw| std::str::from_utf8(raw).ok())
-            .filter_map(|text| BenchName::parse(text).ok())
-            .map(|name| self.keys.joined_key(&name))
-            .collect();
-        let registry = utf8.then(|| {
-            Arc::new(Registry {
-                version,
-                size: (registered, joined),
-                unproven,
-                keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
-                names,
-                foreign,
-            })
-        });
-        *self.registry.lock().expect("registry lock") = registry;
-        Ok(snapshot)
     }
 
     /// Asks a bench to hold: the bench carries the request on its own next beat. With `ttl`, the
@@ -548,14 +260,10 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         // The join keys hold it; the last-seen hash holds what beats wrote before them. The later
         // of the two counts (0 in a join key: the bench has not beat with a TTL since it joined).
         let mut conn = self.conn.clone();
+        let join_keys: Vec<String> = names.iter().map(|n| self.keys.joined_key(n)).collect();
         let (joined, seen): (Vec<Option<i64>>, Vec<Option<i64>>) = redis::pipe()
             .cmd("MGET")
-            .arg(
-                names
-                    .iter()
-                    .map(|n| self.keys.joined_key(n))
-                    .collect::<Vec<_>>(),
-            )
+            .arg(join_keys)
             .cmd("HMGET")
             .arg(self.keys.last_seen())
             .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>())
