@@ -188,3 +188,98 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     let status = bounded("exit", serve.child.wait()).await.unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// A kubeconfig whose API server is a closed port on this machine.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\ncurrent-context: here\nclusters:\n- name: here\n  cluster: { server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true }\nusers:\n- name: me\n  user: { token: t }\ncontexts:\n- name: here\n  context: { cluster: here, user: me, namespace: fleet-test }\n",
+    )
+    .unwrap();
+    path
+}
+
+// SPEC §3.12: without --kubernetes nothing of Kubernetes is built, and a configuration that
+// needs it is refused (exit 2) naming the flag and every setting; the Kubernetes flags need
+// --kubernetes; a kubeconfig that cannot be read is bad input naming the file.
+#[test]
+fn kubernetes_settings_need_the_flag_and_a_readable_kubeconfig() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    let text = yaml(&server, &["bench-01"]).replace(
+        "{ name: bench-01, group: pool-a }",
+        "{ name: bench-01, group: pool-a, kubernetes_node: node-01 }",
+    );
+    std::fs::write(&path, text).unwrap();
+    let config = path.to_str().unwrap();
+    let o = fleet(&server, &["serve", "--config", config]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--kubernetes") && err.contains("slot bench-01: kubernetes_node"),
+        "{err}"
+    );
+
+    let o = fleet(
+        &server,
+        &["serve", "--config", config, "--kubeconfig", "/x"],
+    );
+    assert_eq!(o.status.code(), Some(2), "--kubeconfig needs --kubernetes");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--kubernetes"));
+
+    let o = fleet(
+        &server,
+        &[
+            "serve",
+            "--config",
+            config,
+            "--kubernetes",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}
+
+// SPEC §3.12: an API server out of reach at start is not fatal: fleet serves, its bound slots
+// blind (`fleet_kubernetes_blind 1`), and its namespace is the kubeconfig context's.
+#[tokio::test]
+async fn an_api_server_out_of_reach_at_start_is_blindness_not_a_failed_start() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, yaml(&server, &["bench-01"])).unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--lease",
+        "1s",
+        "--kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ];
+    let mut serve = Serve::start("serve", &server, &path, &args);
+    serve.log(&["Kubernetes", "namespace=fleet-test"]).await;
+    let started = serve.log(&["fleet serve started"]).await;
+    let addr = started
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .expect("the start line names the metrics address")
+        .to_owned();
+    let body = get_until(&addr, "/metrics", |(status, body)| {
+        *status == 200 && body.contains("fleet_kubernetes_blind 1")
+    })
+    .await;
+    assert!(body.contains("fleet_leader 1"), "it leads, blind: {body}");
+    let o = fleet(&server, &["slots", "-o", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows[0]["usable"], serde_json::Value::Null, "usable unknown");
+    serve.stop().await;
+}

@@ -16,10 +16,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError};
-use crate::lifecycle::{Exec, ReportTo};
+use crate::kubernetes::client::{self, Connected, Settings};
+use crate::kubernetes::events::Events;
+use crate::kubernetes::jobs::{JobRunner, Reporter as JobReporter};
+use crate::kubernetes::nodes::KubeNodes;
+use crate::lifecycle::{Dispatch, Exec, ReportTo, Runner};
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
-use crate::reconcile::{Controller, Faults};
+use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
 use crate::store::keys::Keys;
@@ -71,6 +75,21 @@ pub struct Args {
     /// The CA that signs the clients' certificates (PEM): every client must present one (mTLS).
     #[arg(long, env = "FLEET_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Work with a Kubernetes cluster (SPEC §3.12): watch the Nodes, taint and release them,
+    /// run Job operations, publish Events. Without it nothing of Kubernetes is touched.
+    #[arg(long, env = "FLEET_KUBERNETES")]
+    pub kubernetes: bool,
+    /// The kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then the in-cluster
+    /// service account).
+    #[arg(long, env = "FLEET_KUBECONFIG", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, env = "FLEET_KUBE_CONTEXT", requires = "kubernetes")]
+    pub kube_context: Option<String>,
+    /// fleet's namespace, for its Jobs and their Events (default: the in-cluster namespace,
+    /// else the context's, else `default`).
+    #[arg(long, env = "FLEET_KUBE_NAMESPACE", requires = "kubernetes")]
+    pub kube_namespace: Option<String>,
 }
 
 /// The operation wrapper is this very binary: `/proc/self/exe` still starts it after a package
@@ -144,6 +163,8 @@ impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         self.check_lease()?;
         let config = config::load(&self.config).map_err(config_error)?;
+        check_kubernetes(&config, self.kubernetes)?;
+        let kube = self.kube().await?;
         let (tls, transport) = self.tls()?;
         let listeners = self.bind().await?;
         warn_about(&config);
@@ -169,6 +190,7 @@ impl Args {
         ));
         tasks.spawn(reload(
             self.config.clone(),
+            self.kubernetes,
             tx,
             publisher,
             ctx.keys.clone(),
@@ -184,11 +206,45 @@ impl Args {
             listeners.grpc,
             tls,
             provider,
-            leadership,
+            leadership.clone(),
             shutdown.clone(),
         ));
-        self.control(ctx, rx, conn, (metrics, health), signal, shutdown)
-            .await;
+        let parts = Parts {
+            rx,
+            conn,
+            metrics,
+            health,
+            signal,
+            shutdown,
+        };
+        match kube {
+            None => {
+                let runner = Exec::new(WRAPPER).reporting_to(report_to(ctx));
+                self.control(ctx, parts, NoNodes, runner).await;
+            }
+            Some(k) => {
+                let stop = parts.shutdown.clone();
+                let reporter = JobReporter::new(
+                    k.client.clone(),
+                    &k.namespace,
+                    ClaimStore::new(parts.conn.clone(), ctx.keys.clone()),
+                );
+                tasks.spawn(reporter.run(leadership, stop.clone()));
+                let events = Events::start(
+                    k.client.clone(),
+                    k.namespace.clone(),
+                    self.holder(),
+                    parts.metrics.kubernetes_events_dropped.clone(),
+                    stop.clone(),
+                );
+                let nodes = KubeNodes::start(k.client.clone(), stop).with_events(events);
+                let runner = Dispatch {
+                    commands: Exec::new(WRAPPER).reporting_to(report_to(ctx)),
+                    jobs: JobRunner::new(k.client, &k.namespace),
+                };
+                self.control(ctx, parts, nodes, runner).await;
+            }
+        }
         // The controller has stopped: the listeners and the reload end on the same token.
         tasks.close();
         tasks.wait().await;
@@ -266,35 +322,53 @@ impl Args {
         );
     }
 
-    /// Runs the controller until `shutdown`: it leads while it holds the lease, and its
-    /// operations run through this binary, reporting to the same store.
-    async fn control(
-        &self,
-        ctx: &Ctx,
-        rx: watch::Receiver<Arc<Config>>,
-        conn: redis::aio::ConnectionManager,
-        (metrics, health): (Arc<Metrics>, Arc<Health>),
-        signal: Signal,
-        shutdown: CancellationToken,
-    ) {
-        let holder = self
-            .holder
+    /// The Kubernetes client, with `--kubernetes`. Building it contacts nothing: an API server
+    /// out of reach is blindness for the bound slots, not a failed start; a configuration that
+    /// cannot be found or read is the caller's input (exit 2).
+    async fn kube(&self) -> Result<Option<Connected>, Error> {
+        if !self.kubernetes {
+            return Ok(None);
+        }
+        let settings = Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.kube_context.clone(),
+            namespace: self.kube_namespace.clone(),
+        };
+        let connected = client::connect(&settings)
+            .await
+            .map_err(|e| Error::Usage(e.into()))?;
+        info!(namespace = %connected.namespace, "Kubernetes: watching the Nodes, Jobs in this namespace");
+        Ok(Some(connected))
+    }
+
+    /// This process's name in the lease, and the reporting instance of its Events.
+    fn holder(&self) -> String {
+        self.holder
             .clone()
-            .unwrap_or_else(|| format!("{}-{}", host(), std::process::id()));
-        let lease = Lease::new(conn.clone(), ctx.keys.clone(), holder, self.lease);
+            .unwrap_or_else(|| format!("{}-{}", host(), std::process::id()))
+    }
+
+    /// Runs the controller until `shutdown`: it leads while it holds the lease, and its
+    /// operations run through this binary (or as Jobs), reporting to the same store.
+    async fn control<N: Nodes, R: Runner>(&self, ctx: &Ctx, parts: Parts, nodes: N, runner: R) {
+        let Parts {
+            rx,
+            conn,
+            metrics,
+            health,
+            signal,
+            shutdown,
+        } = parts;
+        let lease = Lease::new(conn.clone(), ctx.keys.clone(), self.holder(), self.lease);
         let controller = Controller::new(
             rx,
             Presence::new(conn.clone(), ctx.keys.clone()),
             ClaimStore::new(conn, ctx.keys.clone()),
-            Arc::new(Exec::new(WRAPPER).reporting_to(ReportTo {
-                url: ctx.endpoint.url.clone(),
-                ca_file: ctx.endpoint.ca_file.clone(),
-                timeout: ctx.endpoint.timeout,
-                prefix: ctx.keys.prefix().to_owned(),
-            })),
+            Arc::new(runner),
             metrics,
             health,
         )
+        .with_nodes(nodes)
         .with_lease(lease)
         .announcing(signal)
         .with_faults(Faults {
@@ -306,6 +380,44 @@ impl Args {
             .run_leading(self.interval, self.grace, shutdown)
             .await;
     }
+}
+
+/// What the controller is built from, besides its runner and Nodes.
+struct Parts {
+    rx: watch::Receiver<Arc<Config>>,
+    conn: redis::aio::ConnectionManager,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    signal: Signal,
+    shutdown: CancellationToken,
+}
+
+/// Where an operation's wrapper reports its outcome: the store this process uses.
+fn report_to(ctx: &Ctx) -> ReportTo {
+    ReportTo {
+        url: ctx.endpoint.url.clone(),
+        ca_file: ctx.endpoint.ca_file.clone(),
+        timeout: ctx.endpoint.timeout,
+        prefix: ctx.keys.prefix().to_owned(),
+    }
+}
+
+/// A configuration that asks for what only Kubernetes can do, without `--kubernetes`, is the
+/// caller's input (exit 2), naming the flag and every such setting.
+fn check_kubernetes(config: &Config, kubernetes: bool) -> Result<(), Error> {
+    let settings = config.kubernetes_settings();
+    if kubernetes || settings.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(kubernetes_refusal(&settings)))
+}
+
+fn kubernetes_refusal(settings: &[String]) -> String {
+    format!(
+        "the configuration uses Kubernetes ({}) but fleet serve runs without --kubernetes \
+         (FLEET_KUBERNETES=true): pass --kubernetes, or remove those settings",
+        settings.join(", ")
+    )
 }
 
 /// Serves cluster-autoscaler's provider until `shutdown`; a provider that stops on its own stops
@@ -377,6 +489,7 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 /// the running one kept.
 async fn reload(
     path: PathBuf,
+    kubernetes: bool,
     tx: watch::Sender<Arc<Config>>,
     mut conn: redis::aio::ConnectionManager,
     keys: Keys,
@@ -400,7 +513,16 @@ async fn reload(
             continue;
         }
         seen = now;
-        match config::load(&path) {
+        let loaded = config::load(&path).map_err(|e| crate::store::connect::chain(&e));
+        let loaded = loaded.and_then(|config| {
+            let settings = config.kubernetes_settings();
+            if kubernetes || settings.is_empty() {
+                Ok(config)
+            } else {
+                Err(kubernetes_refusal(&settings))
+            }
+        });
+        match loaded {
             Ok(config) => {
                 if let Err(e) = Catalog::of(&config).publish(&mut conn, &keys).await {
                     warn!(
@@ -415,8 +537,7 @@ async fn reload(
                 health.reload(None);
                 let _ = tx.send(Arc::new(config));
             }
-            Err(e) => {
-                let why = crate::store::connect::chain(&e);
+            Err(why) => {
                 error!(
                     config = %path.display(),
                     error = why,

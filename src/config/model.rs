@@ -241,6 +241,31 @@ impl Config {
         self.slots.values().filter(move |s| &s.group == group)
     }
 
+    /// The settings that only Kubernetes can carry out, each with its place: with none of them,
+    /// `fleet serve` needs no cluster; with any, it needs `--kubernetes` (SPEC §3.12).
+    pub fn kubernetes_settings(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for group in self.groups.values() {
+            for (name, op) in [("startup", &group.startup), ("shutdown", &group.shutdown)] {
+                if matches!(op.run, Run::Job(_)) {
+                    found.push(format!("group {}: {name}.job", group.name));
+                }
+            }
+            if group.timings.delete_stale_node_after.is_some() {
+                found.push(format!(
+                    "group {}: timings.delete_stale_node_after",
+                    group.name
+                ));
+            }
+        }
+        for slot in self.slots.values() {
+            if slot.kubernetes_node.is_some() {
+                found.push(format!("slot {}: kubernetes_node", slot.name));
+            }
+        }
+        found
+    }
+
     /// What in this valid configuration is likely a mistake, one sentence each, said at start
     /// and on every reload (SPEC §4.1): a group with no slots can never have a machine, and a
     /// `max_size` above a group's slots can never be reached.

@@ -9,6 +9,7 @@
 //! about a minute rather than five.
 
 pub mod client;
+pub mod events;
 pub mod jobs;
 pub mod nodes;
 

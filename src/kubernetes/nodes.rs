@@ -21,7 +21,9 @@ use tracing::{info, warn};
 
 use crate::domain::node::{Effect, NodeView, Taint, TaintEdit};
 use crate::domain::slot::{NodeAction, NodeWrite};
-use crate::reconcile::{NodeWriteError, Nodes};
+use crate::reconcile::{ClaimMove, NodeWriteError, Nodes};
+
+use super::events::Events;
 
 use super::{CALL_TIMEOUT, WATCH_TIMEOUT};
 
@@ -38,6 +40,7 @@ pub struct KubeNodes {
     api: Api<Node>,
     store: Store<Node>,
     sight: Arc<Mutex<Sight>>,
+    events: Option<Events>,
 }
 
 impl KubeNodes {
@@ -51,9 +54,16 @@ impl KubeNodes {
             api: Api::all(client),
             store,
             sight: sight.clone(),
+            events: None,
         };
         tokio::spawn(watch(nodes.api.clone(), writer, sight, stop));
         nodes
+    }
+
+    /// Claim moves are told as Events through `events`.
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.events = Some(events);
+        self
     }
 
     fn set_sight(sight: &Mutex<Sight>, next: Sight) {
@@ -226,6 +236,12 @@ impl Nodes for KubeNodes {
 
     fn observed(&self) -> bool {
         true
+    }
+
+    fn moved(&self, m: ClaimMove) {
+        if let Some(events) = &self.events {
+            events.tell(m);
+        }
     }
 
     async fn write(&self, w: &NodeWrite) -> Result<(), NodeWriteError> {

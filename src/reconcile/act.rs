@@ -320,6 +320,9 @@ where
         let slot = &a.slot.name;
         replace(&mut a.out.phases, &w.next);
         a.out.writes += 1;
+        if w.old.phase != w.next.phase {
+            self.tell_move(a.group, a.slot, &w.next);
+        }
         if w.then.settles {
             self.flight.finished.remove(slot);
         }
@@ -355,6 +358,7 @@ where
                     .inc();
                 a.out.writes += 1;
                 a.out.phases.push((c.name.clone(), c.phase));
+                self.tell_move(a.group, a.slot, &c);
                 true
             }
             Ok(other) => {
@@ -411,6 +415,9 @@ where
         };
         if !written {
             return false;
+        }
+        if c.phase != next.phase {
+            self.tell_move(a.group, a.slot, next);
         }
         match op.kind {
             OperationKind::Startup => {

@@ -7,7 +7,11 @@ use std::future::Future;
 
 use redis::aio::ConnectionLike;
 
+use chrono::{DateTime, Utc};
+
 use crate::config::Slot;
+use crate::domain::claim::{OperationKind, Phase, Reason};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::node::{Binding, NodeView};
 use crate::domain::slot::NodeWrite;
 use crate::lifecycle::Runner;
@@ -36,6 +40,27 @@ pub trait Nodes: Send + Sync + 'static {
 
     /// One write to one Node, carrying the uid and resourceVersion it was judged at.
     fn write(&self, write: &NodeWrite) -> impl Future<Output = Result<(), NodeWriteError>> + Send;
+
+    /// A claim move the store accepted, to be told as a Kubernetes Event. Never waits: the
+    /// Event is queued off the pass, and dropped (and counted) when the queue is full.
+    fn moved(&self, _move: ClaimMove) {}
+}
+
+/// A claim move the store accepted (SPEC §3.12 8): what an Event about it says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimMove {
+    pub group: GroupName,
+    pub slot: BenchName,
+    pub claim: ClaimName,
+    pub attempt: u32,
+    pub to: Phase,
+    pub reason: Option<Reason>,
+    /// The claim's operation, when it has one: the Job an Event is about when no Node is.
+    pub operation: Option<(OperationKind, DateTime<Utc>)>,
+    /// The slot's Node (name, uid), when it is bound to one that exists.
+    pub node: Option<(String, String)>,
+    /// The claim's operation runs as a Kubernetes Job.
+    pub job: bool,
 }
 
 /// No Kubernetes: usability is the bench's presence alone, and no slot is bound.
@@ -97,6 +122,39 @@ where
     R: Runner,
     N: Nodes,
 {
+    /// Tells the Nodes port of a claim move that landed.
+    pub(super) fn tell_move(
+        &self,
+        group: &crate::config::Group,
+        slot: &Slot,
+        next: &crate::domain::claim::Claim,
+    ) {
+        if !self.nodes.observed() {
+            return;
+        }
+        let node = match self.binding(slot) {
+            Binding::Bound(Some(n)) => Some((n.name.clone(), n.uid.clone())),
+            _ => None,
+        };
+        self.nodes.moved(ClaimMove {
+            group: next.group.clone(),
+            slot: next.slot.clone(),
+            claim: next.name.clone(),
+            attempt: next.attempt,
+            to: next.phase,
+            reason: next.reason,
+            operation: next.operation.as_ref().map(|o| (o.kind, o.started_at)),
+            node,
+            job: next.operation.as_ref().is_some_and(|o| {
+                let op = match o.kind {
+                    OperationKind::Startup => &group.startup,
+                    OperationKind::Shutdown => &group.shutdown,
+                };
+                matches!(op.run, crate::config::Run::Job(_))
+            }),
+        });
+    }
+
     /// How a slot is bound to Kubernetes this pass: with Kubernetes on, every slot's machine is
     /// meant to join as a Node.
     pub(super) fn binding(&self, slot: &Slot) -> Binding<'_> {

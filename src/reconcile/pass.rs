@@ -276,19 +276,22 @@ where
         if !self.nodes.observed() {
             return;
         }
+        let was = self.seeing.nodes_sight;
         self.node_views = match self.nodes.read().await {
             Ok(views) => Some(NodeViews::new(views)),
             Err(e) => {
-                warn!(
-                    error = e,
-                    "cannot read the Kubernetes Nodes: the slots bound to one are blind, no power action on them"
-                );
+                // Said once when sight is lost, not once a pass while it stays lost.
+                if was != NodeSight::Lost {
+                    warn!(
+                        error = e,
+                        "cannot read the Kubernetes Nodes: the slots bound to one are blind, no power action on them"
+                    );
+                }
                 None
             }
         };
-        let was = self.seeing.nodes_sight;
         let (sight, blind) = was.after(self.node_views.is_some(), now, self.faults.blind_grace);
-        if was == NodeSight::Lost && blind {
+        if was == NodeSight::Lost && sight != NodeSight::Lost {
             warn!(grace = ?self.faults.blind_grace, "the Kubernetes Nodes are readable again: bound slots blind for the grace");
         }
         self.seeing.nodes_sight = sight;
