@@ -305,3 +305,110 @@ fn kill_group(pid: Option<u32>) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::config::JobTemplate;
+
+    fn request(job: Option<JobTemplate>) -> Request {
+        Request {
+            kind: OperationKind::Startup,
+            slot: BenchName::parse("bench-01").unwrap(),
+            group: GroupName::parse("pool-a").unwrap(),
+            claim: None,
+            attempt: 1,
+            provider_id: "fleet://bench-01".into(),
+            command: vec!["on".into()],
+            env: BTreeMap::new(),
+            dir: None,
+            timeout: Duration::from_secs(5),
+            controller: "ctl".into(),
+            started_at: DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
+            job,
+            fence: None,
+        }
+    }
+
+    fn template() -> JobTemplate {
+        JobTemplate {
+            image: "power:1".into(),
+            command: vec![],
+            args: vec![],
+            service_account_name: None,
+            node_selector: BTreeMap::new(),
+            tolerations: vec![],
+            ttl_after_finished: Duration::from_secs(60),
+        }
+    }
+
+    /// A runner that remembers what it was given and answers with its own name.
+    #[derive(Default)]
+    struct Named {
+        name: &'static str,
+        given: Mutex<Vec<Request>>,
+    }
+
+    impl Runner for Named {
+        async fn run(&self, request: Request) -> Report {
+            self.given.lock().unwrap().push(request);
+            Report {
+                outcome: OperationOutcome::Completed,
+                duration: Duration::ZERO,
+                tail: self.name.to_owned(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn dispatch_sends_a_job_to_the_job_runner_and_a_command_to_the_command_runner() {
+        let d = Dispatch {
+            commands: Named {
+                name: "commands",
+                ..Named::default()
+            },
+            jobs: Named {
+                name: "jobs",
+                ..Named::default()
+            },
+        };
+        assert_eq!(d.run(request(None)).await.tail, "commands");
+        assert_eq!(d.run(request(Some(template()))).await.tail, "jobs");
+        assert_eq!(d.commands.given.lock().unwrap().as_slice(), [request(None)]);
+        assert_eq!(
+            d.jobs.given.lock().unwrap().as_slice(),
+            [request(Some(template()))]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_wrapper_runner_refuses_a_job_saying_what_to_do() {
+        let r = Exec::new("/nonexistent/fleet")
+            .run(request(Some(template())))
+            .await;
+        assert_eq!(r.outcome, OperationOutcome::Failed);
+        assert!(r.tail.contains("run it with --kubernetes"), "{}", r.tail);
+    }
+
+    // A request an older fleet wrote (no job, no fence) still reads, as a command.
+    #[test]
+    fn a_request_without_job_or_fence_reads_as_a_command() {
+        let mut value = serde_json::to_value(request(None)).unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("job");
+        object.remove("fence");
+        let back: Request = serde_json::from_value(value).unwrap();
+        assert_eq!(back, request(None));
+        // A template without the fields a later fleet added takes their defaults.
+        let mut with_job = serde_json::to_value(request(Some(template()))).unwrap();
+        let job = with_job["job"].as_object_mut().unwrap();
+        job.retain(|k, _| k == "image");
+        let back: Request = serde_json::from_value(with_job).unwrap();
+        assert_eq!(
+            back.job.map(|j| j.ttl_after_finished),
+            Some(crate::domain::claim::Timings::default().ttl_after_finished)
+        );
+    }
+}
