@@ -43,23 +43,12 @@ pub(super) fn group(
         Some(list) => taints(list, &format!("{place}.readiness_taints"), problems),
     };
     let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
-    let startup = operation(
-        &raw.startup,
-        &timings,
-        &format!("{place}.startup"),
-        problems,
-    );
-    let shutdown = operation(
-        &raw.shutdown,
-        &timings,
-        &format!("{place}.shutdown"),
-        problems,
-    );
-    for (op, name) in [(&startup, "startup"), (&shutdown, "shutdown")] {
-        if let Some(op) = op {
-            reported_before_stuck(op, &timings, &format!("{place}.{name}.timeout"), problems);
-        }
-    }
+    let [startup, shutdown] =
+        [("startup", &raw.startup), ("shutdown", &raw.shutdown)].map(|(name, raw)| {
+            let op = operation(raw, &timings, &format!("{place}.{name}"), problems)?;
+            reported_before_stuck(&op, &timings, &format!("{place}.{name}.timeout"), problems);
+            Some(op)
+        });
     let options = autoscaling_options(
         raw.autoscaling_options.as_ref(),
         &format!("{place}.autoscaling_options"),

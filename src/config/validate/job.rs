@@ -161,20 +161,12 @@ fn check_image(image: &str) -> Result<(), String> {
         Some((named, digest)) => (named, Some(digest)),
         None => (image, None),
     };
-    if let Some(digest) = digest {
-        let well_formed = digest.split_once(':').is_some_and(|(algorithm, hex)| {
-            !algorithm.is_empty()
-                && algorithm
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+._-".contains(c))
-                && hex.len() >= 32
-                && hex.chars().all(|c| c.is_ascii_hexdigit())
-        });
-        if !well_formed {
-            return Err(format!(
-                "the digest {digest:?} is not an algorithm and its hex digest"
-            ));
-        }
+    if let Some(digest) = digest
+        && !digest_ok(digest)
+    {
+        return Err(format!(
+            "the digest {digest:?} is not an algorithm and its hex digest"
+        ));
     }
     // A tag is after the last ':' that follows the last '/': a ':' before it is a host's port.
     let last_slash = named.rfind('/').map_or(0, |i| i + 1);
@@ -182,19 +174,13 @@ fn check_image(image: &str) -> Result<(), String> {
         Some(i) => (&named[..last_slash + i], Some(&named[last_slash + i + 1..])),
         None => (named, None),
     };
-    if let Some(tag) = tag {
-        let mut chars = tag.chars();
-        let well_formed = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-            && tag.len() <= 128;
-        if !well_formed {
-            return Err(format!(
-                "the tag {tag:?} is not letters, digits, '_', '.' and '-' (at most 128, not \
-                 starting with '.' or '-')"
-            ));
-        }
+    if let Some(tag) = tag
+        && !tag_ok(tag)
+    {
+        return Err(format!(
+            "the tag {tag:?} is not letters, digits, '_', '.' and '-' (at most 128, not \
+             starting with '.' or '-')"
+        ));
     }
     let parts: Vec<&str> = name.split('/').collect();
     // The first part names a registry when more follow and it looks like a host.
@@ -224,6 +210,28 @@ fn check_image(image: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `algorithm:hex`, like `sha256:` and 64 hex digits.
+fn digest_ok(digest: &str) -> bool {
+    digest.split_once(':').is_some_and(|(algorithm, hex)| {
+        !algorithm.is_empty()
+            && algorithm
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+._-".contains(c))
+            && hex.len() >= 32
+            && hex.chars().all(|c| c.is_ascii_hexdigit())
+    })
+}
+
+/// At most 128 letters, digits, `_`, `.` and `-`, not starting with `.` or `-`.
+fn tag_ok(tag: &str) -> bool {
+    let mut chars = tag.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        && tag.len() <= 128
 }
 
 /// A repository path component: lowercase letters and digits, separated by `.`, `_` or `-`.
