@@ -9,7 +9,7 @@
 #   client.pem, client-key.pem  cluster-autoscaler's client certificate: clientAuth, CN=cluster-autoscaler
 #
 # SERVER_HOST defaults to `localhost 127.0.0.1`. Give the host part of the cloud-config's
-# `address` (e.g. fleet.fleet-system.svc): cluster-autoscaler checks the server certificate
+# `address` (e.g. fleet.fleet.svc): cluster-autoscaler checks the server certificate
 # against exactly that name. Every run makes a new, unrelated CA. Keys are EC P-256 in PKCS#8,
 # mode 600. It refuses to overwrite an existing file, so a CA that already signed certificates
 # is never lost by a second run. Exit 1 on a failure, 2 on bad usage.
@@ -59,7 +59,7 @@ for host in "$@"; do
     elif [[ $h =~ ^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$ ]]; then
         dns_names+=("$h")
     else
-        echo "make-certs.sh: invalid host $host: a DNS name like fleet.fleet-system.svc or an IP address" >&2
+        echo "make-certs.sh: invalid host $host: a DNS name like fleet.fleet.svc or an IP address" >&2
         exit 2
     fi
 done
