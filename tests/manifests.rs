@@ -990,19 +990,15 @@ const FLEET_RBAC: &[FleetRole] = &[
         kind: "ClusterRole",
         namespace: "",
         name: "fleet",
-        rules: &[("", "nodes", &["get", "list", "watch", "patch", "delete"])],
+        rules: &[("", "nodes", &["list", "watch", "patch", "delete"])],
     },
     FleetRole {
         kind: "Role",
         namespace: "fleet",
         name: "fleet",
         rules: &[
-            (
-                "batch",
-                "jobs",
-                &["create", "get", "list", "watch", "delete"],
-            ),
-            ("", "pods", &["get", "list", "watch"]),
+            ("batch", "jobs", &["create", "get", "list"]),
+            ("", "pods", &["list"]),
             ("events.k8s.io", "events", &["create", "patch"]),
         ],
     },
