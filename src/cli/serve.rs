@@ -223,26 +223,8 @@ impl Args {
                 self.control(ctx, parts, NoNodes, runner).await;
             }
             Some(k) => {
-                let stop = parts.shutdown.clone();
-                let reporter = JobReporter::new(
-                    k.client.clone(),
-                    &k.namespace,
-                    ClaimStore::new(parts.conn.clone(), ctx.keys.clone()),
-                );
-                tasks.spawn(reporter.run(leadership, stop.clone()));
-                let events = Events::start(
-                    k.client.clone(),
-                    k.namespace.clone(),
-                    self.holder(),
-                    parts.metrics.kubernetes_events_dropped.clone(),
-                    stop.clone(),
-                );
-                let nodes = KubeNodes::start(k.client.clone(), stop).with_events(events);
-                let runner = Dispatch {
-                    commands: Exec::new(WRAPPER).reporting_to(report_to(ctx)),
-                    jobs: JobRunner::new(k.client, &k.namespace),
-                };
-                self.control(ctx, parts, nodes, runner).await;
+                self.control_in_cluster(ctx, parts, k, leadership, &tasks)
+                    .await
             }
         }
         // The controller has stopped: the listeners and the reload end on the same token.
@@ -339,6 +321,38 @@ impl Args {
             .map_err(|e| Error::Usage(e.into()))?;
         info!(namespace = %connected.namespace, "Kubernetes: watching the Nodes, Jobs in this namespace");
         Ok(Some(connected))
+    }
+
+    /// The controller with Kubernetes: the Nodes watched (claim moves told as Events), Job
+    /// operations beside commands, and the Job reporter while this process leads.
+    async fn control_in_cluster(
+        &self,
+        ctx: &Ctx,
+        parts: Parts,
+        k: Connected,
+        leadership: watch::Receiver<Option<String>>,
+        tasks: &tokio_util::task::TaskTracker,
+    ) {
+        let stop = parts.shutdown.clone();
+        let reporter = JobReporter::new(
+            k.client.clone(),
+            &k.namespace,
+            ClaimStore::new(parts.conn.clone(), ctx.keys.clone()),
+        );
+        tasks.spawn(reporter.run(leadership, stop.clone()));
+        let events = Events::start(
+            k.client.clone(),
+            k.namespace.clone(),
+            self.holder(),
+            parts.metrics.kubernetes_events_dropped.clone(),
+            stop.clone(),
+        );
+        let nodes = KubeNodes::start(k.client.clone(), stop).with_events(events);
+        let runner = Dispatch {
+            commands: Exec::new(WRAPPER).reporting_to(report_to(ctx)),
+            jobs: JobRunner::new(k.client, &k.namespace),
+        };
+        self.control(ctx, parts, nodes, runner).await;
     }
 
     /// This process's name in the lease, and the reporting instance of its Events.

@@ -106,22 +106,7 @@ where
             status: self.memory.statuses.get(&key).unwrap_or(&unreported),
         };
         let plan = slot::plan(view, now);
-        // An observation, not an action: kept whether or not the steps land.
-        match plan.power {
-            Some(Power::Off) => {
-                self.memory.off_since.entry(key.clone()).or_insert(now);
-            }
-            Some(Power::On) | None => {
-                self.memory.off_since.remove(&key);
-            }
-        }
-        if !plan
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::ProviderIdMismatch { .. }))
-        {
-            self.memory.mismatched.remove(&slot.name);
-        }
+        self.remember_sight(&key, &plan, now);
         if let Some(op) = plan.op {
             self.memory.ops.insert(key.clone(), op);
         }
@@ -494,6 +479,31 @@ where
             .filter(|o| o.started_at == started_at && o.end.is_none())
         {
             o.end = Some(end.clone());
+        }
+    }
+
+    /// What the pass observed of the slot, kept whether or not its steps land: since when the
+    /// machine is off, and whether its Node names another provider ID.
+    fn remember_sight(
+        &mut self,
+        key: &(crate::domain::name::GroupName, BenchName),
+        plan: &slot::Plan,
+        now: DateTime<Utc>,
+    ) {
+        match plan.power {
+            Some(Power::Off) => {
+                self.memory.off_since.entry(key.clone()).or_insert(now);
+            }
+            Some(Power::On) | None => {
+                self.memory.off_since.remove(key);
+            }
+        }
+        if !plan
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::ProviderIdMismatch { .. }))
+        {
+            self.memory.mismatched.remove(&key.1);
         }
     }
 

@@ -344,7 +344,7 @@ struct Planner<'a> {
     steps: Vec<Step>,
 }
 
-mod kube;
+mod nodes;
 mod operations;
 mod planner;
 mod power;

@@ -7,7 +7,7 @@ use crate::domain::claim::Timings;
 use crate::domain::name::Reason as HoldReason;
 use crate::domain::state::{HoldRequest, Key, Reading};
 
-mod kube;
+mod nodes;
 mod outcomes;
 mod passes;
 mod reports;
