@@ -3,19 +3,20 @@
 //! its duration. Pure: no I/O, no clock, and never a panic: a status anyone may have written is
 //! read, not trusted.
 //!
-//! | Complete | Failed                     | state                                   |
-//! |----------|----------------------------|-----------------------------------------|
-//! | True     | not True                   | finished: completed                     |
-//! | not True | True, reason DeadlineExceeded | finished: timed out                  |
-//! | not True | True, another reason       | finished: failed                        |
-//! | True     | True                       | finished: failed (contradictory)        |
-//! | garbage  | any                        | finished: failed (unreadable status)    |
-//! | any      | garbage                    | finished: failed (unreadable status)    |
-//! | not True | not True                   | running (FailureTarget and SuccessCriteriaMet come before Failed and Complete: wait) |
+//! | Complete  | Failed                           | state                                 |
+//! |-----------|----------------------------------|---------------------------------------|
+//! | True      | not True                         | finished: completed                   |
+//! | not True  | True, reason DeadlineExceeded    | finished: timed out                   |
+//! | not True  | True, another reason             | finished: failed                      |
+//! | True      | True                             | finished: failed (contradictory)      |
+//! | garbage   | any                              | finished: failed (unreadable status)  |
+//! | any       | garbage                          | finished: failed (unreadable status)  |
+//! | not True  | not True                         | running: wait                         |
 //!
 //! A Complete or Failed status is garbage when it is not `True`, `False` or `Unknown`, whatever
-//! the other conditions say; other condition types
-//! (Suspended, FailureTarget, SuccessCriteriaMet, and any a later Kubernetes adds) decide nothing.
+//! the other conditions say. Other condition types decide nothing: FailureTarget comes before
+//! Failed and SuccessCriteriaMet before Complete (wait for those), nor do Suspended and any type
+//! a later Kubernetes adds.
 
 use std::time::Duration;
 
