@@ -91,34 +91,11 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         &self,
         registry: &Registry,
     ) -> Result<(Stamp, Snapshot), PresenceError> {
-        // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
-        // the instant the keys were read. A key the MGET missed then expired at or before `now`,
-        // and a key it saw is judged against `now` by its deadline; a pause of the server
-        // between the two can never make a bench read DOWN before its deadline.
-        // EXISTS after MGET: a key MGET returns nothing for and EXISTS counts holds another type
-        // than a heartbeat (something else wrote it), which only then costs a second round trip
-        // to name. Errors stay per command: a corrupted hold-request hash spoils no bench.
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.get(self.keys.registry_version())
-            .scard(self.keys.registry())
-            .scard(self.keys.joined())
-            .hgetall(self.keys.hold_requests());
         let batches = registry.keys.chunks(MGET_BATCH).len();
-        for batch in registry.keys.chunks(MGET_BATCH) {
-            pipe.cmd("MGET").arg(batch);
-        }
-        for batch in registry.keys.chunks(MGET_BATCH) {
-            pipe.cmd("EXISTS").arg(batch);
-        }
-        // Whether a name of the join set that had no join key got one: then it is a bench now.
         let proving = registry.unproven.chunks(MGET_BATCH).len();
-        for batch in registry.unproven.chunks(MGET_BATCH) {
-            pipe.cmd("EXISTS").arg(batch);
-        }
-        pipe.cmd("TIME");
         let mut conn = self.conn.clone();
-        let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe
+        let mut replies: Vec<redis::RedisResult<redis::Value>> = self
+            .warm_pipeline(registry)
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
@@ -135,10 +112,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         let mut head = replies.into_iter();
         let version: Option<String> = parse_result(head.next())?;
         let size = (parse_result(head.next())?, parse_result(head.next())?);
-        let mut joined_since = false;
-        for batch in proved {
-            joined_since |= parse_result::<usize>(Some(batch))? > 0;
-        }
+        let joined_since = counted(proved)? > 0;
         let mut problems = Vec::new();
         let holds = self.holds_or_problem(head.next(), &mut problems)?;
         let mut values = Vec::with_capacity(registry.names.len());
@@ -146,12 +120,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             let part: Vec<Option<Vec<u8>>> = parse_result(Some(batch))?;
             values.extend(part);
         }
-        let mut existing = 0usize;
-        for batch in exists {
-            let n: usize = parse_result(Some(batch))?;
-            existing += n;
-        }
-        let types = if existing > values.iter().filter(|v| v.is_some()).count() {
+        let types = if counted(exists)? > values.iter().filter(|v| v.is_some()).count() {
             self.types_of_missing(&registry.keys, &values).await?
         } else {
             Vec::new()
@@ -171,6 +140,36 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             joined_since,
         };
         Ok((stamp, snapshot))
+    }
+
+    /// The warm plan's pipeline: version, sizes, requests, then `MGET` and `EXISTS` of the
+    /// heartbeat keys in batches, `EXISTS` of the join keys the registry waits for, `TIME`.
+    fn warm_pipeline(&self, registry: &Registry) -> redis::Pipeline {
+        // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
+        // the instant the keys were read. A key the MGET missed then expired at or before `now`,
+        // and a key it saw is judged against `now` by its deadline; a pause of the server
+        // between the two can never make a bench read DOWN before its deadline.
+        // EXISTS after MGET: a key MGET returns nothing for and EXISTS counts holds another type
+        // than a heartbeat (something else wrote it), which only then costs a second round trip
+        // to name. Errors stay per command: a corrupted hold-request hash spoils no bench.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.get(self.keys.registry_version())
+            .scard(self.keys.registry())
+            .scard(self.keys.joined())
+            .hgetall(self.keys.hold_requests());
+        for batch in registry.keys.chunks(MGET_BATCH) {
+            pipe.cmd("MGET").arg(batch);
+        }
+        for batch in registry.keys.chunks(MGET_BATCH) {
+            pipe.cmd("EXISTS").arg(batch);
+        }
+        // Whether a name of the join set that had no join key got one: then it is a bench now.
+        for batch in registry.unproven.chunks(MGET_BATCH) {
+            pipe.cmd("EXISTS").arg(batch);
+        }
+        pipe.cmd("TIME");
+        pipe
     }
 
     /// The hold requests a read returned, or none and a problem that names the key when it holds
@@ -260,29 +259,12 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 values.len()
             )));
         }
-        let mut benches = Vec::with_capacity(members.len());
-        let mut foreign = Vec::new();
-        let mut utf8 = true;
-        // The script names (1-based) the members whose key holds another type.
-        let wrong: std::collections::HashMap<usize, String> = types.into_iter().collect();
-        let mut wrong_names: Vec<(BenchName, String)> = Vec::new();
-        for (i, (raw, value)) in members.into_iter().zip(values).enumerate() {
-            match String::from_utf8(raw) {
-                Ok(text) => match BenchName::parse(&text) {
-                    Ok(name) => {
-                        if let Some(t) = wrong.get(&(i + 1)) {
-                            wrong_names.push((name.clone(), t.clone()));
-                        }
-                        benches.push((name, value))
-                    }
-                    Err(_) => foreign.push(text),
-                },
-                Err(e) => {
-                    utf8 = false;
-                    foreign.push(String::from_utf8_lossy(e.as_bytes()).into_owned());
-                }
-            }
-        }
+        let Members {
+            mut benches,
+            mut foreign,
+            utf8,
+            wrong_names,
+        } = Members::of(members, values, types);
         benches.sort_by(|a, b| a.0.cmp(&b.0));
         foreign.sort();
         let (names, values): (Vec<BenchName>, Vec<Option<Vec<u8>>>) = benches.into_iter().unzip();
@@ -295,8 +277,6 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         if holds_ok == 0 {
             snapshot.problems = vec![self.holds_problem()];
         }
-        // A member that is not UTF-8 has no name to build a key from: with one in the registry
-        // nothing is kept, and every read is cold, so it is still reported.
         // A name of the join set that is not a bench name has no join key fleet writes: only the
         // bench names among them are watched.
         let unproven = unproven
@@ -305,6 +285,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .filter_map(|text| BenchName::parse(text).ok())
             .map(|name| self.keys.joined_key(&name))
             .collect();
+        // A member that is not UTF-8 has no name to build a key from: with one in the registry
+        // nothing is kept, and every read is cold, so it is still reported.
         let registry = utf8.then(|| {
             Arc::new(Registry {
                 version,
@@ -317,5 +299,59 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         });
         *self.registry.lock().expect("registry lock") = registry;
         Ok(snapshot)
+    }
+}
+
+/// The sum of a pipeline's counting replies (`EXISTS` in batches).
+fn counted(replies: Vec<redis::RedisResult<redis::Value>>) -> Result<usize, PresenceError> {
+    replies
+        .into_iter()
+        .map(|reply| parse_result::<usize>(Some(reply)))
+        .sum()
+}
+
+/// The members the read script returned, told apart: the bench names with their values, the
+/// foreign ones (reported, never read), whether every member was UTF-8, and the benches whose key
+/// holds another type.
+struct Members {
+    benches: Vec<(BenchName, Option<Vec<u8>>)>,
+    foreign: Vec<String>,
+    utf8: bool,
+    wrong_names: Vec<(BenchName, String)>,
+}
+
+impl Members {
+    /// `types` names (1-based) the members whose key holds another type.
+    fn of(
+        members: Vec<Vec<u8>>,
+        values: Vec<Option<Vec<u8>>>,
+        types: Vec<(usize, String)>,
+    ) -> Members {
+        let wrong: std::collections::HashMap<usize, String> = types.into_iter().collect();
+        let mut out = Members {
+            benches: Vec::with_capacity(members.len()),
+            foreign: Vec::new(),
+            utf8: true,
+            wrong_names: Vec::new(),
+        };
+        for (i, (raw, value)) in members.into_iter().zip(values).enumerate() {
+            match String::from_utf8(raw) {
+                Ok(text) => match BenchName::parse(&text) {
+                    Ok(name) => {
+                        if let Some(t) = wrong.get(&(i + 1)) {
+                            out.wrong_names.push((name.clone(), t.clone()));
+                        }
+                        out.benches.push((name, value))
+                    }
+                    Err(_) => out.foreign.push(text),
+                },
+                Err(e) => {
+                    out.utf8 = false;
+                    out.foreign
+                        .push(String::from_utf8_lossy(e.as_bytes()).into_owned());
+                }
+            }
+        }
+        out
     }
 }
