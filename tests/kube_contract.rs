@@ -20,7 +20,7 @@ use fleet::domain::node::{self, TaintEdit};
 use fleet::domain::slot::{NodeAction, NodeWrite};
 use fleet::kubernetes::events::{self, Events};
 use fleet::kubernetes::nodes::KubeNodes;
-use fleet::reconcile::{ClaimMove, NodeWriteError, Nodes};
+use fleet::reconcile::{ClaimMove, NodeWarning, NodeWriteError, Nodes};
 use kube_mock::{ApiServer, Call, mock_client, status};
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{Value, json};
@@ -494,6 +494,36 @@ async fn claim_moves_are_events_about_the_node_else_the_job_and_repeats_a_series
     stop.cancel();
 }
 
+// SPEC §3.12 5: a Node whose provider ID is not its slot's is a Warning Event about the Node.
+#[tokio::test]
+async fn a_node_warning_is_a_warning_event_about_the_node() {
+    let (client, mut api) = mock_client("fleet");
+    let stop = CancellationToken::new();
+    let events = Events::start(
+        client,
+        "fleet".into(),
+        "fleet-0".into(),
+        Counter::default(),
+        stop.clone(),
+    );
+    events.warn(NodeWarning {
+        node: "node-01".into(),
+        uid: "uid-1".into(),
+        reason: "ProviderIDMismatch",
+        note: "spec.providerID is \"aws:///x\"".into(),
+    });
+    let call = api.answer(201, json!({})).await;
+    assert_eq!(
+        call.path,
+        "/apis/events.k8s.io/v1/namespaces/default/events"
+    );
+    assert_eq!(call.body["type"], "Warning");
+    assert_eq!(call.body["reason"], "ProviderIDMismatch");
+    assert_eq!(call.body["regarding"]["kind"], "Node");
+    assert_eq!(call.body["regarding"]["uid"], "uid-1");
+    stop.cancel();
+}
+
 // The pass never waits for the API server: a full queue drops the move and counts it.
 #[tokio::test]
 async fn a_full_event_queue_drops_and_counts() {
@@ -584,6 +614,9 @@ fn the_rbac_grants_exactly_the_calls_fleet_makes() {
     let (needed, granted) = (needed(), granted());
     let missing: Vec<_> = needed.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&needed).collect();
-    assert!(missing.is_empty(), "calls the RBAC does not grant: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "calls the RBAC does not grant: {missing:?}"
+    );
     assert!(extra.is_empty(), "grants no call needs: {extra:?}");
 }

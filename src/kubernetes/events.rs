@@ -18,7 +18,7 @@ use tracing::warn;
 
 use crate::domain::claim::{OperationKind, Phase};
 use crate::lifecycle::Request;
-use crate::reconcile::ClaimMove;
+use crate::reconcile::{ClaimMove, NodeWarning};
 
 use super::CALL_TIMEOUT;
 use super::jobs::spec;
@@ -93,10 +93,42 @@ fn job_name(m: &ClaimMove, kind: OperationKind, started_at: DateTime<Utc>) -> St
     })
 }
 
-/// The queue of moves to publish.
+/// What waits to be published.
+#[derive(Debug)]
+enum Told {
+    Move(ClaimMove),
+    Warning(NodeWarning),
+}
+
+impl Told {
+    /// The Event and its object; `None` when it is about no object.
+    fn event(&self, namespace: &str) -> Option<(Event, ObjectReference)> {
+        match self {
+            Told::Move(m) => Some((event(m), regarding(m, namespace)?)),
+            Told::Warning(w) => Some((
+                Event {
+                    type_: EventType::Warning,
+                    reason: w.reason.to_owned(),
+                    note: Some(w.note.clone()),
+                    action: "NodeCheck".to_owned(),
+                    secondary: None,
+                },
+                ObjectReference {
+                    api_version: Some("v1".to_owned()),
+                    kind: Some("Node".to_owned()),
+                    name: Some(w.node.clone()),
+                    uid: Some(w.uid.clone()),
+                    ..ObjectReference::default()
+                },
+            )),
+        }
+    }
+}
+
+/// The queue of moves and warnings to publish.
 #[derive(Clone)]
 pub struct Events {
-    queue: mpsc::Sender<ClaimMove>,
+    queue: mpsc::Sender<Told>,
     dropped: Counter,
 }
 
@@ -109,7 +141,7 @@ impl Events {
         dropped: Counter,
         stop: CancellationToken,
     ) -> Self {
-        let (queue, moves) = mpsc::channel(QUEUE);
+        let (queue, told) = mpsc::channel(QUEUE);
         let recorder = Recorder::new(
             client,
             Reporter {
@@ -117,13 +149,22 @@ impl Events {
                 instance: Some(instance),
             },
         );
-        tokio::spawn(publish(recorder, namespace, moves, stop));
+        tokio::spawn(publish(recorder, namespace, told, stop));
         Events { queue, dropped }
     }
 
     /// Queues a move; a full queue drops it, counted.
     pub fn tell(&self, m: ClaimMove) {
-        if self.queue.try_send(m).is_err() {
+        self.queue_up(Told::Move(m));
+    }
+
+    /// Queues a warning about a Node; a full queue drops it, counted.
+    pub fn warn(&self, w: NodeWarning) {
+        self.queue_up(Told::Warning(w));
+    }
+
+    fn queue_up(&self, told: Told) {
+        if self.queue.try_send(told).is_err() {
             self.dropped.inc();
         }
     }
@@ -132,29 +173,31 @@ impl Events {
 async fn publish(
     recorder: Recorder,
     namespace: String,
-    mut moves: mpsc::Receiver<ClaimMove>,
+    mut queue: mpsc::Receiver<Told>,
     stop: CancellationToken,
 ) {
     loop {
-        let m = tokio::select! {
+        let told = tokio::select! {
             () = stop.cancelled() => return,
-            m = moves.recv() => match m {
-                Some(m) => m,
+            told = queue.recv() => match told {
+                Some(told) => told,
                 None => return,
             },
         };
-        let Some(about) = regarding(&m, &namespace) else {
+        let Some((event, about)) = told.event(&namespace) else {
             continue;
         };
-        let published =
-            tokio::time::timeout(CALL_TIMEOUT, recorder.publish(&event(&m), &about)).await;
+        let published = tokio::time::timeout(CALL_TIMEOUT, recorder.publish(&event, &about)).await;
         match published {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                warn!(claim = %m.claim, error = %e, "cannot publish the claim's Event; its timeline in Redis has it")
+                warn!(reason = event.reason, error = %e, "cannot publish an Event; the log and the claim's timeline have it")
             }
             Err(_) => {
-                warn!(claim = %m.claim, "the API server did not take the claim's Event in time; its timeline in Redis has it")
+                warn!(
+                    reason = event.reason,
+                    "the API server did not take an Event in time; the log and the claim's timeline have it"
+                )
             }
         }
     }

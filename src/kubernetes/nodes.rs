@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::domain::node::{Effect, NodeView, Taint, TaintEdit};
 use crate::domain::slot::{NodeAction, NodeWrite};
-use crate::reconcile::{ClaimMove, NodeWriteError, Nodes};
+use crate::reconcile::{ClaimMove, NodeWarning, NodeWriteError, Nodes};
 
 use super::events::Events;
 
@@ -241,6 +241,12 @@ impl Nodes for KubeNodes {
     fn moved(&self, m: ClaimMove) {
         if let Some(events) = &self.events {
             events.tell(m);
+        }
+    }
+
+    fn warned(&self, w: NodeWarning) {
+        if let Some(events) = &self.events {
+            events.warn(w);
         }
     }
 

@@ -21,9 +21,10 @@ use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
-use super::NodeWriteError;
 use super::write::Written;
 use super::{Controller, Nodes};
+use super::{NodeWarning, NodeWriteError};
+use crate::domain::node::Binding;
 use crate::telemetry::{MoveLabels, NodeWriteKind, NodeWriteLabels, NodeWriteResult};
 
 /// What a pass sees of one slot.
@@ -544,6 +545,18 @@ where
         let said = self.memory.mismatched.get(&a.slot.name) == Some(&found);
         if !said {
             warn!(slot = %a.slot.name, node, found, expected = a.slot.provider_id, "the slot's Node names another provider ID: cluster-autoscaler cannot match it; fleet leaves it alone");
+            if let Binding::Bound(Some(n)) = self.binding(a.slot) {
+                self.nodes.warned(NodeWarning {
+                    node: n.name.clone(),
+                    uid: n.uid.clone(),
+                    reason: "ProviderIDMismatch",
+                    note: format!(
+                        "spec.providerID is {found:?}, slot {} has {:?}: cluster-autoscaler \
+                         cannot match this Node to its instance; fleet leaves it alone",
+                        a.slot.name, a.slot.provider_id
+                    ),
+                });
+            }
             self.memory.mismatched.insert(a.slot.name.clone(), found);
         }
         self.metrics

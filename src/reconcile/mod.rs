@@ -20,7 +20,7 @@ mod pass;
 mod write;
 
 use leadership::Leading;
-pub use nodes::{ClaimMove, NoNodes, NodeWriteError, Nodes};
+pub use nodes::{ClaimMove, NoNodes, NodeWarning, NodeWriteError, Nodes};
 use operations::Flight;
 
 use std::collections::HashMap;

@@ -44,6 +44,20 @@ pub trait Nodes: Send + Sync + 'static {
     /// A claim move the store accepted, to be told as a Kubernetes Event. Never waits: the
     /// Event is queued off the pass, and dropped (and counted) when the queue is full.
     fn moved(&self, _move: ClaimMove) {}
+
+    /// Something about a Node fleet leaves alone and wants seen (a provider ID that is not the
+    /// slot's), told as a Warning Event about the Node; queued like `moved`.
+    fn warned(&self, _warning: NodeWarning) {}
+}
+
+/// A warning about a Node (SPEC §3.12 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeWarning {
+    pub node: String,
+    pub uid: String,
+    /// PascalCase, like `ProviderIDMismatch`.
+    pub reason: &'static str,
+    pub note: String,
 }
 
 /// A claim move the store accepted (SPEC §3.12 8): what an Event about it says.
