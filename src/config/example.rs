@@ -44,7 +44,7 @@ groups:
       gpu: { label: "fleet.dev/gpu-type", types: ["nvidia-a100"] }
       power: { watts: 3500, price_per_kwh: 0.25 }
     autoscaling_options: true
-slots:
+slots:                                # kubernetes_node needs fleet serve --kubernetes
   - { name: bench-01, group: pool-a, kubernetes_node: bench-01 }
   - { name: bench-02, group: pool-a, kubernetes_node: bench-02 }
   - { name: bench-03, group: pool-a }
