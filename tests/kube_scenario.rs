@@ -499,3 +499,80 @@ async fn two_runners_firing_one_startup_make_one_job_and_the_second_adopts_it() 
     assert_eq!(api.read(|w| w.jobs().len()), 1);
     assert_granted(&served);
 }
+
+// SPEC §3.12 3: fleet's cordon "is best effort: a refused one (409) never leaves a recorded
+// shutdown unrun, and is added again by each pass while the shutdown is on its way". Someone
+// else writes the Node between fleet's read and its cordon (any status update of kubelet's
+// does), so the cordon meets 409; it must land at a later pass while the machine goes down,
+// rebuilt from the new list, the other writer's taint kept.
+//
+// Ignored: it fails today. `domain::slot::planner` `cordons()` returns early while the slot is
+// `going_down()` (a shutdown recorded, the machine not yet observed off, within the shutdown's
+// timeout plus one poll), before `node_cordons`, the one place that adds the taint again. So
+// the Node stays uncordoned for the whole power-off, and for good when the machine is observed
+// off before the shutdown's timeout (then nothing is shutting down any more). Measured here:
+// the retry comes only past the shutdown's 10 s timeout, with its Job still running. Calling
+// `node_cordons(false)` in the `going_down()` case of `cordons()` makes this pass, with the
+// domain's tests unchanged. Run it with `--ignored` once that is fixed.
+#[tokio::test]
+#[ignore = "fails: a refused cordon is not retried while the machine goes down (planner cordons() returns on going_down)"]
+async fn a_cordon_refused_by_a_concurrent_write_is_retried_while_the_machine_goes_down() {
+    let s = Scene::new("").await;
+    let fleet = s.serve("fleet-a").await;
+    let ready = s
+        .boot(node(vec![foreign(), cilium()], Some(PROVIDER_ID)))
+        .await;
+    s.api.race_next_node_patch(|n| {
+        let taints = n.spec.as_mut().unwrap().taints.as_mut().unwrap();
+        taints.push(taint(LATE, "NoSchedule"));
+    });
+    s.mark().await;
+    let shutdown = s.job(OperationKind::Shutdown).await;
+    // Well inside the shutdown's 10 s timeout: the machine is still on its way down.
+    let patches = tokio::time::timeout(
+        Duration::from_secs(3),
+        s.api.until("the cordon, again after a conflict", |w| {
+            let patches = w.calls("PATCH", A_NODE);
+            (patches.len() >= 2).then(|| [patches[0].clone(), patches[1].clone()])
+        }),
+    )
+    .await
+    .expect("the refused cordon retried within 3 s, while the shutdown runs");
+    assert_eq!(
+        s.api.read(|w| w.jobs().len()),
+        2,
+        "the shutdown Job still runs"
+    );
+    // The version the other writer's change made, right after the one fleet read.
+    let raced = s.api.read(|w| {
+        let versions = w.node_versions(NODE);
+        let read = versions.iter().position(|v| *v == ready).unwrap();
+        versions[read + 1].clone()
+    });
+    let draining = json!({ "key": DRAINING, "effect": "NoSchedule" });
+    let late = json!({ "key": LATE, "effect": "NoSchedule" });
+    assert_eq!(
+        patches.map(|p| (p.status, p.body)),
+        [
+            (
+                409,
+                json!({ "metadata": { "resourceVersion": ready },
+                        "spec": { "taints": [foreign_json(), draining] } })
+            ),
+            (
+                200,
+                json!({ "metadata": { "resourceVersion": raced },
+                        "spec": { "taints": [foreign_json(), late, draining] } })
+            ),
+        ]
+    );
+    s.power(false).await;
+    s.api.finish_job(
+        shutdown.metadata.name.as_deref().unwrap(),
+        None,
+        "powered off",
+    );
+    s.claim_until("completed", |c| c.phase == Phase::Completed)
+        .await;
+    fleet.stop().await;
+}

@@ -36,6 +36,7 @@ pub const PROVIDER_ID: &str = "fleet://bench-01";
 pub const CILIUM: &str = "node.cilium.io/agent-not-ready";
 pub const DRAINING: &str = "fleet.dev/draining";
 pub const FOREIGN: &str = "example.com/owned-by-someone-else";
+pub const LATE: &str = "example.com/tainted-meanwhile";
 /// The paths the scenes count calls on, as the API server records them.
 pub const JOBS: &str = "/apis/batch/v1/namespaces/{namespace}/jobs";
 pub const A_NODE: &str = "/api/v1/nodes/{name}";
