@@ -506,16 +506,9 @@ async fn two_runners_firing_one_startup_make_one_job_and_the_second_adopts_it() 
 // does), so the cordon meets 409; it must land at a later pass while the machine goes down,
 // rebuilt from the new list, the other writer's taint kept.
 //
-// Ignored: it fails today. `domain::slot::planner` `cordons()` returns early while the slot is
-// `going_down()` (a shutdown recorded, the machine not yet observed off, within the shutdown's
-// timeout plus one poll), before `node_cordons`, the one place that adds the taint again. So
-// the Node stays uncordoned for the whole power-off, and for good when the machine is observed
-// off before the shutdown's timeout (then nothing is shutting down any more). Measured here:
-// the retry comes only past the shutdown's 10 s timeout, with its Job still running. Calling
-// `node_cordons(false)` in the `going_down()` case of `cordons()` makes this pass, with the
-// domain's tests unchanged. Run it with `--ignored` once that is fixed.
+// Found by this scenario: the planner's `cordons()` returned early while the slot was going
+// down, before the one place that adds the taint again; fixed there.
 #[tokio::test]
-#[ignore = "fails: a refused cordon is not retried while the machine goes down (planner cordons() returns on going_down)"]
 async fn a_cordon_refused_by_a_concurrent_write_is_retried_while_the_machine_goes_down() {
     let s = Scene::new("").await;
     let fleet = s.serve("fleet-a").await;

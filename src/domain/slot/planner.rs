@@ -164,7 +164,12 @@ impl<'a> Planner<'a> {
     /// with what set it, once the machine is observed off with nothing in flight and no live
     /// claim, so it never outlives the claim.
     pub(super) fn cordons(&mut self) {
-        if self.v.blind || self.going_down() || !self.v.acting {
+        if self.v.blind || !self.v.acting {
+            return;
+        }
+        if self.going_down() {
+            // The bench's hold stays; the Node's taint is retried if a write refused it.
+            self.node_cordons(false);
             return;
         }
         let wanted = self.claims.iter().any(Claim::wants_machine);

@@ -324,3 +324,39 @@ fn fleets_cordon_taint_is_a_no_schedule_taint() {
         "fleet.dev/draining:NoSchedule"
     );
 }
+
+// A cordon refused while the machine goes down (its shutdown recorded, not yet observed off) is
+// added again by the next pass: found by tests/kube_scenario.rs.
+#[test]
+fn a_refused_cordon_is_retried_while_the_machine_goes_down() {
+    let mut c = bound(Seen::Up, "none", node_view(true, &[], PID));
+    c.stored_op = Some(SlotOp {
+        kind: OperationKind::Shutdown,
+        claim: None,
+        attempt: 0,
+        started_at: t(5),
+        timeout: Duration::from_secs(120),
+        controller: "me".to_owned(),
+        streak: 1,
+        end: Some(operation::OpEnd {
+            outcome: OperationOutcome::Completed,
+            finished_at: t(6),
+            duration_ms: 1000,
+            tail: String::new(),
+        }),
+        off_at: None,
+    });
+    let p = c.plan(t(7));
+    assert_eq!(
+        node_writes(&p),
+        [(
+            NodeAction::Taints(TaintEdit {
+                remove: vec![],
+                add: vec![node::fleet_cordon()],
+            }),
+            false
+        )],
+        "{:#?}",
+        p.steps
+    );
+}
