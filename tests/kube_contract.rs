@@ -139,7 +139,9 @@ where
 {
     tokio::time::timeout(Duration::from_secs(10), async {
         while !ok().await {
-            tokio::task::yield_now().await;
+            // A poll of state another task changes; a timer, not a bare yield, so a paused
+            // clock can advance and a loaded machine is not spun on.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     })
     .await
