@@ -326,7 +326,7 @@ fn fleets_cordon_taint_is_a_no_schedule_taint() {
 }
 
 // A cordon refused while the machine goes down (its shutdown recorded, not yet observed off) is
-// added again by the next pass: found by tests/kube_scenario.rs.
+// added again by the next pass: found by the scripted API-server scenario.
 #[test]
 fn a_refused_cordon_is_retried_while_the_machine_goes_down() {
     let mut c = bound(Seen::Up, "none", node_view(true, &[], PID));
