@@ -78,8 +78,19 @@ async fn a_wiped_store_keeps_every_view_alive_and_says_why_the_controller_is_bli
     .unwrap();
     let mut serve = start(&server, &config, "3s");
     serve.log(&["became the leader"]).await;
-    // The first start on an empty store is blind for the grace, and says so.
-    let o = fleet(&server, &["slots"]);
+    // The first start on an empty store is blind for the grace, and says so once the first
+    // pass has reported (the leadership is logged before that pass ends).
+    let o = bounded("the first pass's report", async {
+        loop {
+            let o = fleet(&server, &["slots"]);
+            if !stdout(&o).contains("no fleet serve has reported") {
+                return o;
+            }
+            // Another process's report: nothing to wake this test sooner.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     assert!(o.status.success(), "{o:?}");
     assert!(
         stdout(&o).contains("blind until") && stdout(&o).contains("first start"),
