@@ -29,6 +29,7 @@ pub mod config;
 pub mod domain;
 pub mod kubernetes;
 pub mod lifecycle;
+pub mod power;
 pub mod provider;
 pub mod reconcile;
 pub mod requests;

@@ -291,6 +291,7 @@ const RANKS: &[(&str, u8)] = &[
     ("reconcile", 5),
     ("requests", 4),
     ("lifecycle", 4),
+    ("power", 4),
     ("telemetry", 4),
     ("testing", 4),
     ("store", 3),
