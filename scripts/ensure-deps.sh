@@ -9,6 +9,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${1:-}" != "up" ]; then
   ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  # The IPMI driver's tests (tests/ipmi.rs): ipmitool is the client, ipmi_sim the BMC.
+  command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
+  command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
