@@ -157,6 +157,9 @@ pub fn waiting_text(w: &SlotWaiting, time: fn(DateTime<Utc>) -> String) -> Strin
         }
         SlotWaiting::Held { reason } => format!("the bench holds ({reason})"),
         SlotWaiting::StartupRunning => "the startup is running".to_owned(),
+        SlotWaiting::PowerBudget => {
+            "the power-on budget: as many machines are powering on as it allows".to_owned()
+        }
         SlotWaiting::Start => "to be started (another operation of the slot first)".to_owned(),
         SlotWaiting::FirstBeat { until } => {
             format!("the bench's first beat, until {}", time(*until))

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::budget::PowerOnBudget;
 use crate::domain::claim::Timings;
 use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::Taint;
@@ -44,12 +45,16 @@ pub const RESERVED_ENV: [&str; 7] = [
 pub struct Config {
     pub groups: BTreeMap<GroupName, Group>,
     pub slots: BTreeMap<BenchName, Slot>,
+    /// The whole fleet's power-on budget (SPEC §4.11); unbounded when unset.
+    pub power_on: PowerOnBudget,
 }
 
 /// A group of slots that scale together (a cluster-autoscaler node group).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
     pub name: GroupName,
+    /// The group's power-on budget (SPEC §4.11); unbounded when unset.
+    pub power_on: PowerOnBudget,
     pub min_size: u32,
     /// At most the number of slots the group has.
     pub max_size: u32,

@@ -17,9 +17,21 @@ pub(super) type Checked<T> = Result<T, String>;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     #[serde(default)]
+    pub(super) power_on: Option<RawPowerOn>,
+    #[serde(default)]
     pub(super) groups: Option<Vec<RawGroup>>,
     #[serde(default)]
     pub(super) slots: Option<Vec<RawSlot>>,
+}
+
+/// `power_on: { max_concurrent, per_minute }`, on a group or for the whole fleet.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPowerOn {
+    #[serde(default, deserialize_with = "opt_count")]
+    pub(super) max_concurrent: Option<Checked<u32>>,
+    #[serde(default, deserialize_with = "opt_count")]
+    pub(super) per_minute: Option<Checked<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -30,6 +42,8 @@ pub(super) struct RawGroup {
     pub(super) min_size: Option<Checked<u32>>,
     #[serde(deserialize_with = "count")]
     pub(super) max_size: Checked<u32>,
+    #[serde(default)]
+    pub(super) power_on: Option<RawPowerOn>,
     #[serde(default, deserialize_with = "opt_duration")]
     pub(super) max_node_provision_time: Option<Checked<Duration>>,
     #[serde(default)]

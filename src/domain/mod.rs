@@ -7,6 +7,7 @@
 //! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).
 //! - [`power`]: the machine's observed power, on or off, from its presence (SPEC §3.1).
 //! - [`law`]: the input law, the triple to the report, the state and what fires (SPEC §3.1).
+//! - [`budget`]: the power-on budget: room and grants in request order (SPEC §4.11).
 //! - [`claim`]: claim phases, legal moves, deadlines, attempts, machine-gone (SPEC §3.2–§3.8).
 //! - [`fsm`]: the node state machine (SPEC §3.4).
 //! - [`node`]: the usability predicate (SPEC §3.1).
@@ -18,6 +19,7 @@
 //! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
 //!   plans of its changes (SPEC §6.3).
 
+pub mod budget;
 pub mod claim;
 pub mod fsm;
 pub mod history;

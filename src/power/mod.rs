@@ -162,7 +162,9 @@ impl Audit {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PowerError {
     /// Credentials refused (401/403, or IPMI's session refusal): never retried.
-    #[error("{bmc}: the credentials were refused ({detail}); check the username and the password file")]
+    #[error(
+        "{bmc}: the credentials were refused ({detail}); check the username and the password file"
+    )]
     Auth { bmc: String, detail: String },
     /// The BMC could not be reached or did not answer in time.
     #[error("{bmc}: unreachable ({detail}); check its address, port and network")]

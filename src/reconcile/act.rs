@@ -36,6 +36,8 @@ pub(super) struct Seen<'a> {
     pub unreadable: bool,
     /// The slot's operation record as the store holds it.
     pub op: Option<SlotOp>,
+    /// The power-on budget lets its claim start this pass.
+    pub may_start: bool,
 }
 
 /// What one slot's pass did.
@@ -89,6 +91,7 @@ where
             provider_id: &slot.provider_id,
             binding: self.binding(slot),
             off_since: self.memory.off_since.get(&key).copied(),
+            may_start: seen.may_start,
             bench: seen.bench,
             blind: seen.blind,
             unreadable: seen.unreadable,

@@ -13,6 +13,7 @@
 //! - `nodes`: the Nodes port, where the Kubernetes client plugs in.
 
 mod act;
+mod budget;
 mod leadership;
 mod nodes;
 mod operations;

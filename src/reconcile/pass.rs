@@ -1,7 +1,7 @@
 //! One pass over every slot (SPEC §4.5): observe the store once, judge whether the controller
 //! can see (SPEC §5.2), then each group's slots through the planner, then the reports.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
 use super::act::Seen;
+use super::budget;
 use super::nodes::NodeViews;
 use super::{Controller, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
@@ -67,11 +68,16 @@ where
             read,
             ..
         } = observed;
+        let budget_now = snapshot
+            .as_ref()
+            .map(|s| s.now)
+            .or_else(|| read.first().map(|g| g.now));
+        let grants = budget_now.and_then(|now| budget::grants(&config, &read, now));
         for group_claims in read {
             let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
             match config.groups.get(&group_claims.group) {
                 Some(group) => {
-                    let seen = (snapshot.as_ref(), blind);
+                    let seen = (snapshot.as_ref(), blind, grants.as_ref());
                     self.group_pass(
                         &config,
                         group,
@@ -308,7 +314,7 @@ where
         config: &Config,
         group: &Group,
         read: GroupClaims,
-        (snapshot, blind): (Option<&Snapshot>, bool),
+        (snapshot, blind, grants): (Option<&Snapshot>, bool, Option<&BTreeSet<BenchName>>),
         now: DateTime<Utc>,
         report: &mut PassReport,
         reports: &mut Reports,
@@ -352,6 +358,7 @@ where
                 blind,
                 unreadable: unknown_unreadable || unreadable.contains(slot.name.as_str()),
                 op: ops.remove(&slot.name),
+                may_start: grants.is_none_or(|g| g.contains(&slot.name)),
             };
             let claims = by_slot.remove(&slot.name).unwrap_or_default();
             let outcome = self

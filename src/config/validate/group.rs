@@ -78,8 +78,14 @@ pub(super) fn group(
             );
         }
     }
+    let power_on = super::power_on(
+        raw.power_on.as_ref(),
+        &format!("{place}.power_on"),
+        problems,
+    );
     Some(Group {
         name: name?,
+        power_on,
         min_size: min_size?,
         max_size: max_size?,
         max_node_provision_time: max_node_provision_time?,

@@ -15,7 +15,8 @@ use std::fmt;
 use crate::domain::name::{BenchName, GroupName, InvalidName};
 
 use super::model::{Config, Group, Slot, default_provider_id};
-use super::raw::{RawConfig, RawGroup, RawSlot};
+use super::raw::{Checked, RawConfig, RawGroup, RawPowerOn, RawSlot};
+use crate::domain::budget::PowerOnBudget;
 
 /// One thing wrong with the file: where, and what is valid there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +58,39 @@ fn entry_place(list: &str, index: usize, name: Option<&str>) -> String {
     }
 }
 
+/// A power-on budget (SPEC §4.11): each bound a whole number from 1; 0 would never start a
+/// machine.
+fn power_on(raw: Option<&RawPowerOn>, place: &str, problems: &mut Problems) -> PowerOnBudget {
+    let Some(raw) = raw else {
+        return PowerOnBudget::default();
+    };
+    let mut bound = |value: &Option<Checked<u32>>, name: &str| {
+        let place = format!("{place}.{name}");
+        match value.as_ref().map(|v| match v {
+            Ok(n) => Ok(*n),
+            Err(e) => Err(e.clone()),
+        }) {
+            None => None,
+            Some(Ok(0)) => {
+                problems.push(
+                    place,
+                    format!("{name} is 0: no machine could ever power on; use 1 or more, or leave it out"),
+                );
+                None
+            }
+            Some(Ok(n)) => Some(n),
+            Some(Err(e)) => {
+                problems.push(place, e);
+                None
+            }
+        }
+    };
+    PowerOnBudget {
+        max_concurrent: bound(&raw.max_concurrent, "max_concurrent"),
+        per_minute: bound(&raw.per_minute, "per_minute"),
+    }
+}
+
 /// The typed configuration, or every problem the file has.
 pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     let mut problems = Problems::default();
@@ -70,8 +104,13 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     }
     let (declared, groups) = groups(&raw_groups, &mut problems);
     let slots = slots(&raw_slots, &declared, &mut problems);
+    let power_on = power_on(raw.power_on.as_ref(), "power_on", &mut problems);
     if problems.0.is_empty() {
-        Ok(Config { groups, slots })
+        Ok(Config {
+            groups,
+            slots,
+            power_on,
+        })
     } else {
         Err(problems.0)
     }

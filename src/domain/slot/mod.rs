@@ -60,6 +60,9 @@ pub enum SlotWaiting {
     Held { reason: String },
     /// Its startup runs.
     StartupRunning,
+    /// It waits for the power-on budget: as many machines are powering on as the group or the
+    /// fleet allows (SPEC §4.11).
+    PowerBudget,
     /// It waits to be started (an operation of the slot is in flight first).
     Start,
     /// Its startup completed; its bench has not beaten since, until this deadline.
@@ -112,6 +115,8 @@ pub struct View<'a> {
     /// The slot's provider ID: what its Node's `spec.providerID` must say.
     pub provider_id: &'a str,
     pub binding: Binding<'a>,
+    /// The power-on budget lets this slot's claim start this pass (SPEC §4.11).
+    pub may_start: bool,
     /// Since when this controller has seen the machine off without a break (its own memory:
     /// after a restart the count starts again, which only delays a stale Node's deletion).
     pub off_since: Option<DateTime<Utc>>,
@@ -333,6 +338,8 @@ struct Planner<'a> {
     state: Option<State>,
     power: Option<Power>,
     usable: bool,
+    /// A start this pass would have made waits for the power-on budget.
+    budget_waits: bool,
     /// Usability as the readiness gate judges it: of the Node as it will be once the gate's
     /// release lands (fleet's cordon and cluster-autoscaler's leftovers gone).
     gate_usable: bool,

@@ -30,6 +30,7 @@ impl<'a> Planner<'a> {
             state,
             power,
             usable,
+            budget_waits: false,
             gate_usable,
             claims,
             op: None,

@@ -78,6 +78,13 @@ impl<'a> Planner<'a> {
             ));
             return;
         }
+        if !self.v.may_start {
+            // Pending, in request order, its deadline still running (SPEC §4.11).
+            self.budget_waits = true;
+            self.steps
+                .push(Step::Note("the start waits for the power-on budget"));
+            return;
+        }
         let Ok(booting) = c.apply(Move::to(Phase::Booting), self.now) else {
             return;
         };

@@ -68,6 +68,9 @@ impl<'a> Planner<'a> {
                 Gate::Wait(claim::Waiting::Startup) if c.running_operation().is_some() => {
                     SlotWaiting::StartupRunning
                 }
+                Gate::Wait(claim::Waiting::Startup) if self.budget_waits => {
+                    SlotWaiting::PowerBudget
+                }
                 Gate::Wait(claim::Waiting::Startup) => SlotWaiting::Start,
                 Gate::Wait(claim::Waiting::FirstBeat { until }) => SlotWaiting::FirstBeat { until },
                 Gate::Wait(claim::Waiting::Usable { until }) => SlotWaiting::Usable { until },

@@ -170,6 +170,7 @@ fn plan_with_readiness(case: &mut Case, readiness: &[Taint], now: DateTime<Utc>)
             provider_id: "fleet://bench-01",
             binding: Binding::Bound(case.node.as_ref()),
             off_since: case.off_since,
+            may_start: case.may_start,
             bench: case.bench.as_ref(),
             blind: case.blind,
             unreadable: case.unreadable,

@@ -372,3 +372,27 @@ fn the_record_is_restored_and_a_fired_startup_is_never_lost() {
         assert!(!restored(&case.plan(t(5))), "{name}");
     }
 }
+
+// SPEC §4.11: a start the power-on budget does not grant waits: nothing recorded, nothing
+// fired, the claim still pending, the report saying it waits for the budget.
+#[test]
+fn a_start_beyond_the_power_on_budget_waits_pending() {
+    let mut case = Case::new(Seen::Down, claims_of("pending"));
+    case.may_start = false;
+    let p = case.plan(t(5));
+    assert_eq!(fired(&p), vec![]);
+    assert!(
+        !p.steps
+            .iter()
+            .any(|s| matches!(s, Step::Record(_) | Step::Write(_)))
+    );
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.waiting.clone()),
+        Some(SlotWaiting::PowerBudget)
+    );
+    case.may_start = true;
+    assert_eq!(
+        fired(&case.plan(t(5))),
+        vec![(OperationKind::Startup, true)]
+    );
+}
