@@ -12,6 +12,8 @@
 //! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
 //! never show them.
 
+pub mod redfish;
+
 use std::future::Future;
 use std::time::Duration;
 

@@ -1,0 +1,656 @@
+//! The Redfish driver against a real Redfish service: sushy-tools' emulator, the one OpenStack's
+//! CI drives Ironic with (issue 14's proof). Each test starts its own `sushy-emulator --fake` on a
+//! free loopback port with its own configuration and state directory, killed on drop.
+//!
+//! The emulator's fake driver serves one system, applies a new power state 1 to 11 s after a
+//! Reset (so every action here polls for real), and reads its settings from a Python
+//! configuration file (`--config`), not from the environment: `SUSHY_EMULATOR_STATE_DIR`,
+//! `SUSHY_EMULATOR_AUTH_FILE`, `SUSHY_EMULATOR_DISABLE_POWER_OFF` and
+//! `SUSHY_EMULATOR_FAKE_SYSTEMS` (which lets a test start the system On) are written there. A
+//! graceful off that does not land is made by the same file wrapping the fake driver so that
+//! it accepts `GracefulShutdown` (204) and does nothing, as an OS that ignores the ACPI button.
+//!
+//! What this cannot prove: a real BMC's timing, its session limits, vendor refusals (a 409 on
+//! On after an off, PushPowerButton as soft off), which the unit tables of `power::redfish`
+//! hold.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fleet::power::redfish::{Redfish, RedfishTarget};
+use fleet::power::{Audit, Bmc, Intent, PowerError, PowerState, Secret};
+
+/// The fake system's identity, so tests can name its path.
+const UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
+const SYSTEM: &str = "/redfish/v1/Systems/27946b59-9e44-4fa7-8e91-f3527a1ef094";
+const PASSWORD: &str = "right-horse-battery";
+
+/// How a test's emulator is set up.
+#[derive(Default)]
+struct Setup {
+    /// The fake system starts On (the emulator's default is Off).
+    start_on: bool,
+    /// Only `admin` with [`PASSWORD`] is let in (a bcrypt htpasswd file).
+    auth: bool,
+    /// `SUSHY_EMULATOR_DISABLE_POWER_OFF`: GracefulShutdown and ForceOff answer 400.
+    disable_power_off: bool,
+    /// GracefulShutdown is accepted and never lands.
+    ignore_graceful: bool,
+    /// Served over TLS with a certificate for 127.0.0.1 signed by the test's own CA.
+    tls: bool,
+}
+
+/// A running `sushy-emulator`, killed on drop.
+struct Emulator {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    tls: bool,
+}
+
+impl Emulator {
+    fn start(setup: Setup) -> Emulator {
+        let mut dir = tempfile::tempdir().expect("a temp dir");
+        if setup.tls {
+            certificates(dir.path());
+        }
+        std::fs::write(dir.path().join("sushy.conf"), config(dir.path(), &setup))
+            .expect("the emulator's configuration is written");
+        // A free port, and a fresh one if another process took it between the pick and the bind.
+        for _ in 0..5 {
+            let port = free_port();
+            let log = std::fs::File::create(dir.path().join("emulator.log")).expect("a log");
+            let mut command = Command::new("sushy-emulator");
+            command
+                .arg("--fake")
+                .arg("--config")
+                .arg(dir.path().join("sushy.conf"))
+                .args(["--interface", "127.0.0.1", "--port", &port.to_string()]);
+            if setup.tls {
+                command
+                    .arg("--ssl-certificate")
+                    .arg(dir.path().join("server.pem"))
+                    .arg("--ssl-key")
+                    .arg(dir.path().join("server.key"));
+            }
+            let child = command
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("a log"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "sushy-emulator cannot be started ({e}): run scripts/ensure-deps.sh, \
+                         which installs it with pip install sushy-tools"
+                    )
+                });
+            let mut emulator = Emulator {
+                child,
+                dir,
+                port,
+                tls: setup.tls,
+            };
+            if emulator.wait_ready() {
+                return emulator;
+            }
+            dir = emulator.stop();
+        }
+        panic!("sushy-emulator did not start on any of 5 ports");
+    }
+
+    /// Polls until the service root answers (within 30 s); false when the emulator exited
+    /// (its port was taken), panics with its log when it never answers.
+    fn wait_ready(&mut self) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if self.answers() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("sushy-emulator did not answer in 30 s:\n{}", self.log());
+    }
+
+    /// Whether the emulator serves: its service root answers 200 (without credentials: the
+    /// emulator leaves the root open), or, over TLS, its port takes a connection.
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        if self.tls {
+            return true;
+        }
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        if stream
+            .write_all(b"GET /redfish/v1/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    }
+
+    /// Kills the emulator and hands its directory back for another try.
+    fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// A target for this emulator over plain http (insecure, as a test BMC).
+    fn target(&self, password: &str) -> RedfishTarget {
+        RedfishTarget {
+            endpoint: self.endpoint(),
+            system: None,
+            username: "admin".to_string(),
+            password: Secret::new(password),
+            ca_file: None,
+            insecure: !self.tls,
+        }
+    }
+
+    fn redfish(&self) -> Redfish {
+        Redfish::new(self.target(PASSWORD)).expect("a good target")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("emulator.log")).unwrap_or_default()
+    }
+
+    /// The requests the emulator logged under `/redfish/v1/Systems` (its access log), waiting
+    /// up to 5 s for at least `at_least` of them: the log is written by another process.
+    fn system_requests(&self, at_least: usize) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let lines: Vec<String> = self
+                .log()
+                .lines()
+                .filter(|l| l.contains("/redfish/v1/Systems"))
+                .map(str::to_string)
+                .collect();
+            if lines.len() >= at_least || start.elapsed() > Duration::from_secs(5) {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The emulator's configuration: a Python file it executes at start.
+fn config(dir: &Path, setup: &Setup) -> String {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let mut config = format!(
+        "SUSHY_EMULATOR_STATE_DIR = {state:?}\n\
+         SUSHY_EMULATOR_FAKE_SYSTEMS = [{{'uuid': {UUID:?}, 'name': 'fake', \
+         'power_state': {power:?}, 'external_notifier': False, \
+         'nics': [{{'mac': '00:5c:52:31:3a:9c', 'ip': '172.22.0.100'}}]}}]\n",
+        state = path("state"),
+        power = if setup.start_on { "On" } else { "Off" },
+    );
+    if setup.auth {
+        // The htpasswd file is made with the bcrypt module sushy-tools brings, by the
+        // emulator's own interpreter, before it reads the file.
+        config.push_str(&format!(
+            "import bcrypt as _bcrypt\n\
+             with open({htpasswd:?}, 'w') as _f:\n    \
+             _f.write('admin:' + _bcrypt.hashpw({PASSWORD:?}.encode(), _bcrypt.gensalt(4)).decode() + '\\n')\n\
+             SUSHY_EMULATOR_AUTH_FILE = {htpasswd:?}\n",
+            htpasswd = path("htpasswd"),
+        ));
+    }
+    if setup.disable_power_off {
+        config.push_str("SUSHY_EMULATOR_DISABLE_POWER_OFF = True\n");
+    }
+    if setup.ignore_graceful {
+        config.push_str(
+            "from sushy_tools.emulator.resources.systems import fakedriver as _fake\n\
+             _set_power_state = _fake.FakeDriver.set_power_state\n\
+             def _ignoring_graceful(self, identity, state):\n    \
+             if state == 'GracefulShutdown':\n        \
+             return\n    \
+             return _set_power_state(self, identity, state)\n\
+             _fake.FakeDriver.set_power_state = _ignoring_graceful\n",
+        );
+    }
+    config
+}
+
+/// A CA, and a server certificate for 127.0.0.1 signed by it (`ca.pem`, `server.pem`,
+/// `server.key`).
+fn certificates(dir: &Path) {
+    for script in [
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=fleet-test-ca",
+        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1",
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr \
+         -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext",
+    ] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .expect("sh runs (openssl comes from scripts/ensure-deps.sh)");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// Awaits a driver call, failing the test if it outlives its own bound by more than 5 s.
+async fn bounded<T>(bound: Duration, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(bound + Duration::from_secs(5), call)
+        .await
+        .expect("the call ended within its bound")
+}
+
+/// The requests of an audit, as `value -> answer`.
+fn lines(audit: &Audit) -> Vec<String> {
+    audit
+        .sent
+        .iter()
+        .map(|s| format!("{} -> {}", s.value, s.answer))
+        .collect()
+}
+
+#[tokio::test]
+async fn power_on_is_read_first_sent_once_and_verified_on() {
+    let emulator = Emulator::start(Setup::default());
+    let bmc = emulator.redfish();
+    assert_eq!(
+        bounded(Duration::from_secs(20), bmc.state()).await,
+        Ok(PowerState::Off)
+    );
+
+    let timeout = Duration::from_secs(20);
+    let audit = bounded(timeout, bmc.power(Intent::On, timeout))
+        .await
+        .expect("powered on");
+    let sent = lines(&audit);
+    assert_eq!(audit.driver, "redfish");
+    assert_eq!(audit.verified, Some(PowerState::On));
+    assert_eq!((audit.attempts, audit.escalated), (1, false));
+    assert!(audit.duration < timeout, "{:?}", audit.duration);
+    // The system was discovered by state(); the action reads it, resets, and polls until On.
+    assert_eq!(
+        sent[0],
+        format!("GET {SYSTEM} -> 200 PowerState=Off"),
+        "{sent:#?}"
+    );
+    assert_eq!(sent[1], "ResetType=On -> 204 No Content", "{sent:#?}");
+    assert_eq!(
+        sent.last().map(String::as_str),
+        Some(format!("GET {SYSTEM} -> 200 PowerState=On").as_str()),
+        "{sent:#?}"
+    );
+    for poll in &sent[2..sent.len() - 1] {
+        assert_eq!(
+            poll,
+            &format!("GET {SYSTEM} -> 200 PowerState=Off"),
+            "{sent:#?}"
+        );
+    }
+    assert!(
+        audit.sent.windows(2).all(|w| w[0].at_ms <= w[1].at_ms),
+        "{sent:#?}"
+    );
+    assert!(!audit.render().contains(PASSWORD));
+
+    // Already on: read, nothing sent.
+    let again = bounded(timeout, bmc.power(Intent::On, timeout))
+        .await
+        .expect("already on");
+    assert_eq!(
+        lines(&again),
+        [format!("GET {SYSTEM} -> 200 PowerState=On")]
+    );
+    assert_eq!((again.attempts, again.verified), (0, Some(PowerState::On)));
+    assert_eq!(
+        bounded(Duration::from_secs(20), bmc.state()).await,
+        Ok(PowerState::On)
+    );
+}
+
+#[tokio::test]
+async fn a_first_action_discovers_the_only_system() {
+    let emulator = Emulator::start(Setup {
+        start_on: true,
+        ..Setup::default()
+    });
+    let bmc = emulator.redfish();
+    let timeout = Duration::from_secs(20);
+    let audit = bounded(timeout, bmc.power(Intent::On, timeout))
+        .await
+        .expect("already on");
+    assert_eq!(
+        lines(&audit),
+        [
+            format!("GET /redfish/v1/Systems -> 200 {SYSTEM}"),
+            format!("GET {SYSTEM} -> 200 PowerState=On"),
+        ]
+    );
+    assert_eq!((audit.attempts, audit.verified), (0, Some(PowerState::On)));
+}
+
+#[tokio::test]
+async fn graceful_off_lands_without_escalation() {
+    let emulator = Emulator::start(Setup {
+        start_on: true,
+        ..Setup::default()
+    });
+    let bmc = emulator.redfish();
+    // The emulator lands a state up to 11 s after the request, and the soft off has
+    // SOFT_SHARE (2/3) of the timeout: 18 s.
+    let timeout = Duration::from_secs(27);
+    let audit = bounded(timeout, bmc.power(Intent::Off, timeout))
+        .await
+        .expect("powered off");
+    let sent = lines(&audit);
+    assert_eq!(audit.verified, Some(PowerState::Off));
+    assert_eq!((audit.attempts, audit.escalated), (1, false), "{sent:#?}");
+    assert_eq!(
+        sent.iter()
+            .filter(|s| s.starts_with("ResetType="))
+            .collect::<Vec<_>>(),
+        ["ResetType=GracefulShutdown -> 204 No Content"]
+    );
+    assert_eq!(
+        sent.last().map(String::as_str),
+        Some(format!("GET {SYSTEM} -> 200 PowerState=Off").as_str())
+    );
+    assert_eq!(
+        bounded(Duration::from_secs(20), bmc.state()).await,
+        Ok(PowerState::Off)
+    );
+}
+
+#[tokio::test]
+async fn a_graceful_off_that_does_not_land_is_forced_after_its_share() {
+    let emulator = Emulator::start(Setup {
+        start_on: true,
+        ignore_graceful: true,
+        ..Setup::default()
+    });
+    let bmc = emulator.redfish();
+    // 26 s for the soft off (SOFT_SHARE), 13 s for ForceOff to land (at most 11 s here).
+    let timeout = Duration::from_secs(39);
+    let audit = bounded(timeout, bmc.power(Intent::Off, timeout))
+        .await
+        .expect("forced off");
+    let sent = lines(&audit);
+    assert_eq!(audit.verified, Some(PowerState::Off), "{sent:#?}");
+    assert_eq!((audit.attempts, audit.escalated), (2, true), "{sent:#?}");
+    let resets: Vec<_> = audit
+        .sent
+        .iter()
+        .filter(|s| s.value.starts_with("ResetType="))
+        .collect();
+    assert_eq!(
+        resets
+            .iter()
+            .map(|s| format!("{} -> {}", s.value, s.answer))
+            .collect::<Vec<_>>(),
+        [
+            "ResetType=GracefulShutdown -> 204 No Content",
+            "ResetType=ForceOff -> 204 No Content"
+        ]
+    );
+    // ForceOff went out once the soft off's share was spent, not before.
+    assert!(resets[1].at_ms >= 26_000, "{sent:#?}");
+    assert!(audit.duration <= timeout, "{:?}", audit.duration);
+    let rendered = audit.render();
+    assert!(rendered.contains("escalated soft to hard"), "{rendered}");
+}
+
+#[tokio::test]
+async fn when_every_off_is_refused_the_error_names_both_refusals() {
+    let emulator = Emulator::start(Setup {
+        start_on: true,
+        disable_power_off: true,
+        ..Setup::default()
+    });
+    let bmc = emulator.redfish();
+    let timeout = Duration::from_secs(20);
+    let started = Instant::now();
+    let error = bounded(timeout, bmc.power(Intent::Off, timeout))
+        .await
+        .expect_err("off is disabled");
+    // Refused outright: no waiting out the soft share, no polling to the timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let PowerError::Protocol { bmc: name, detail } = &error else {
+        panic!("not a protocol error: {error:?}");
+    };
+    assert_eq!(name, &emulator.endpoint());
+    let refusal = "400 Bad Request: Can not request power off transition. It is disabled via \
+                   the SUSHY_EMULATOR_DISABLE_POWER_OFF configurationoption.; the state read \
+                   after it did not show it done";
+    assert_eq!(
+        detail,
+        &format!(
+            "ResetType=ForceOff was refused: {refusal} (after the soft off: \
+             ResetType=GracefulShutdown was refused: {refusal})"
+        )
+    );
+    assert_eq!(
+        bounded(Duration::from_secs(20), bmc.state()).await,
+        Ok(PowerState::On)
+    );
+}
+
+#[tokio::test]
+async fn refused_credentials_are_an_auth_error_asked_once() {
+    let emulator = Emulator::start(Setup {
+        auth: true,
+        ..Setup::default()
+    });
+    let wrong = Redfish::new(emulator.target("wrong-password")).expect("a good target");
+    let timeout = Duration::from_secs(20);
+    let started = Instant::now();
+    let error = bounded(timeout, wrong.power(Intent::On, timeout))
+        .await
+        .expect_err("refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        error,
+        PowerError::Auth {
+            bmc: emulator.endpoint(),
+            detail: "GET /redfish/v1/Systems answered 401".to_string(),
+        }
+    );
+    assert!(!format!("{error} {error:?} {wrong:?}").contains("wrong-password"));
+    // Never retried: the emulator saw exactly one request past its open service root.
+    let requests = emulator.system_requests(1);
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert!(
+        requests[0].contains("\"GET /redfish/v1/Systems HTTP/1.1\" 401"),
+        "{requests:#?}"
+    );
+
+    // The right password is let in: the refusal above was the credentials, nothing else.
+    assert_eq!(
+        bounded(Duration::from_secs(20), emulator.redfish().state()).await,
+        Ok(PowerState::Off)
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_bmc_is_unreachable_at_the_timeout_and_a_reading_fails_at_once() {
+    let port = free_port();
+    let bmc = Redfish::new(RedfishTarget {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        system: None,
+        username: "admin".to_string(),
+        password: Secret::new(PASSWORD),
+        ca_file: None,
+        insecure: true,
+    })
+    .expect("a good target");
+
+    let started = Instant::now();
+    let reading = bounded(Duration::from_secs(20), bmc.state()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let Err(PowerError::Unreachable { bmc: name, detail }) = reading else {
+        panic!("not unreachable: {reading:?}");
+    };
+    assert_eq!(name, format!("http://127.0.0.1:{port}"));
+    assert!(
+        detail.starts_with("connect: Connection refused (os error 111), for 0."),
+        "{detail}"
+    );
+
+    // An action keeps trying until its timeout (a BMC may be rebooting), and no longer.
+    let timeout = Duration::from_secs(3);
+    let started = Instant::now();
+    let error = bounded(timeout, bmc.power(Intent::On, timeout))
+        .await
+        .expect_err("unreachable");
+    let took = started.elapsed();
+    assert!(
+        (timeout..timeout + Duration::from_secs(1)).contains(&took),
+        "{took:?}"
+    );
+    let PowerError::Unreachable { detail, .. } = &error else {
+        panic!("not unreachable: {error:?}");
+    };
+    assert!(
+        detail.starts_with("connect: Connection refused (os error 111), for 3."),
+        "{detail}"
+    );
+    assert!(
+        error
+            .to_string()
+            .ends_with("check its address, port and network")
+    );
+}
+
+#[tokio::test]
+async fn a_configured_system_is_read_and_a_wrong_one_is_named() {
+    let emulator = Emulator::start(Setup {
+        start_on: true,
+        ..Setup::default()
+    });
+    let at = |system: &str| {
+        Redfish::new(RedfishTarget {
+            system: Some(system.to_string()),
+            ..emulator.target(PASSWORD)
+        })
+        .expect("a good target")
+    };
+    let bound = Duration::from_secs(20);
+    assert_eq!(bounded(bound, at(SYSTEM).state()).await, Ok(PowerState::On));
+    // Only the configured path was asked: no discovery.
+    let requests = emulator.system_requests(1);
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+
+    let missing = bounded(bound, at("/redfish/v1/Systems/nope").state()).await;
+    let Err(PowerError::Protocol { detail, .. }) = missing else {
+        panic!("not a protocol error: {missing:?}");
+    };
+    assert!(
+        detail.starts_with("GET /redfish/v1/Systems/nope answered 404 Not Found")
+            && detail.ends_with("; check system"),
+        "{detail}"
+    );
+    // The emulator's name for the system redirects to its identity: fleet names it.
+    let alias = bounded(bound, at("/redfish/v1/Systems/fake").state()).await;
+    let Err(PowerError::Protocol { detail, .. }) = alias else {
+        panic!("not a protocol error: {alias:?}");
+    };
+    assert_eq!(
+        detail,
+        format!(
+            "GET /redfish/v1/Systems/fake answered 307 Temporary Redirect; set system to {SYSTEM}"
+        )
+    );
+}
+
+#[tokio::test]
+async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
+    let emulator = Emulator::start(Setup {
+        tls: true,
+        ..Setup::default()
+    });
+    let bound = Duration::from_secs(20);
+    let ca_file = emulator.dir.path().join("ca.pem");
+    let verified = Redfish::new(RedfishTarget {
+        ca_file: Some(ca_file.clone()),
+        ..emulator.target(PASSWORD)
+    })
+    .expect("a good target");
+    assert_eq!(bounded(bound, verified.state()).await, Ok(PowerState::Off));
+
+    // The system's roots do not know the test's CA.
+    let unverified = Redfish::new(emulator.target(PASSWORD)).expect("a good target");
+    let refused = bounded(bound, unverified.state()).await;
+    let Err(PowerError::Protocol { detail, .. }) = refused else {
+        panic!("not a protocol error: {refused:?}");
+    };
+    assert!(
+        detail.starts_with(
+            "its TLS certificate was refused (invalid peer certificate: UnknownIssuer)"
+        ),
+        "{detail}"
+    );
+    assert!(detail.ends_with(
+        "give the CA that signed it in ca_file, or set insecure: true for a self-signed BMC"
+    ));
+
+    let insecure = Redfish::new(RedfishTarget {
+        insecure: true,
+        ..emulator.target(PASSWORD)
+    })
+    .expect("a good target");
+    assert_eq!(bounded(bound, insecure.state()).await, Ok(PowerState::Off));
+
+    let unreadable: PathBuf = emulator.dir.path().join("absent.pem");
+    let error = Redfish::new(RedfishTarget {
+        ca_file: Some(unreadable.clone()),
+        ..emulator.target(PASSWORD)
+    })
+    .expect_err("no such file");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "redfish ca_file {}: cannot be read; check the path and its permissions",
+            unreadable.display()
+        )
+    );
+}
