@@ -4,6 +4,19 @@
 # test). `ensure-deps.sh up` is what the local stack needs: redis-server only.
 set -euo pipefail
 
+# The Redfish driver's tests (tests/redfish.rs) drive sushy-tools' emulator, which is on PyPI and
+# not in Debian: installed with pip, only when sushy-emulator is missing.
+if [ "${1:-}" != "up" ] && ! command -v sushy-emulator >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "fleet's Redfish tests need sushy-emulator: install python3 and pip, then pip install sushy-tools" >&2
+    exit 1
+  fi
+  echo "installing sushy-tools" >&2
+  # A Python whose packages the OS manages refuses a plain install (PEP 668).
+  python3 -m pip install -q sushy-tools || python3 -m pip install -q --break-system-packages sushy-tools
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+fi
+
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${1:-}" != "up" ]; then
