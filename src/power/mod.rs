@@ -12,6 +12,7 @@
 //! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
 //! never show them.
 
+pub mod ipmi;
 pub mod redfish;
 
 use std::future::Future;
