@@ -12,6 +12,8 @@
 //! - [`fsm`]: the node state machine (SPEC §3.4).
 //! - [`node`]: the usability predicate (SPEC §3.1).
 //! - [`operation`]: the slot's operation record and the rules that read it (SPEC §4.3, §5.4).
+//! - [`energy`]: the energy ledger: time on and off by UTC day, what powering off saved
+//!   (SPEC §4.12).
 //! - [`history`]: the slot's history and the group's status, one writer (SPEC §3.10).
 //! - [`slot`]: one slot's pass as a plan of steps, with its report (SPEC §4.5).
 //! - [`timeline`]: a claim's timeline entries (SPEC §4.4).
@@ -21,6 +23,7 @@
 
 pub mod budget;
 pub mod claim;
+pub mod energy;
 pub mod fsm;
 pub mod history;
 pub mod law;
