@@ -398,8 +398,9 @@ async fn a_graceful_off_that_does_not_land_is_forced_after_its_share() {
         ..Setup::default()
     });
     let bmc = emulator.redfish();
-    // 26 s for the soft off (SOFT_SHARE), 13 s for ForceOff to land (at most 11 s here).
-    let timeout = Duration::from_secs(39);
+    // 28 s for the soft off (SOFT_SHARE), 14 s for ForceOff to land (at most 11 s here) and be
+    // read (the last read is READ_RESERVE, 1 s, before the deadline).
+    let timeout = Duration::from_secs(42);
     let audit = bounded(timeout, bmc.power(Intent::Off, timeout))
         .await
         .expect("forced off");
@@ -422,7 +423,7 @@ async fn a_graceful_off_that_does_not_land_is_forced_after_its_share() {
         ]
     );
     // ForceOff went out once the soft off's share was spent, not before.
-    assert!(resets[1].at_ms >= 26_000, "{sent:#?}");
+    assert!(resets[1].at_ms >= 28_000, "{sent:#?}");
     assert!(audit.duration <= timeout, "{:?}", audit.duration);
     let rendered = audit.render();
     assert!(rendered.contains("escalated soft to hard"), "{rendered}");
@@ -653,4 +654,370 @@ async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
             unreadable.display()
         )
     );
+}
+
+/// What the emulator cannot be made to do, against a scripted BMC on loopback: a 409 to On, a
+/// 400 that means "already off", a BMC whose soft off is PushPowerButton or that lists no off at
+/// all, a 503, garbage, a BMC that never answers, and the headers and the one-at-a-time rule
+/// as the BMC sees them.
+mod scripted {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use axum::body::Bytes;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    use axum::response::{IntoResponse, Response};
+    use fleet::power::redfish::{Redfish, RedfishTarget};
+    use fleet::power::{Bmc, Intent, PowerError, PowerState, Secret};
+    use serde_json::json;
+
+    use super::{bounded, lines};
+
+    const PATH: &str = "/redfish/v1/Systems/1";
+
+    /// One scripted answer: status, body, and how long the BMC takes to give it.
+    #[derive(Clone)]
+    struct Answer(u16, String, Duration);
+
+    fn system(state: &str, allowable: &[&str]) -> Answer {
+        let body = json!({
+            "PowerState": state,
+            "Actions": {"#ComputerSystem.Reset": {
+                "target": format!("{PATH}/Actions/ComputerSystem.Reset"),
+                "ResetType@Redfish.AllowableValues": allowable,
+            }}
+        });
+        Answer(200, body.to_string(), Duration::ZERO)
+    }
+
+    fn status(code: u16, message: &str) -> Answer {
+        let body = json!({"error": {"code": "Base.1.0.GeneralError", "message": message}});
+        Answer(code, body.to_string(), Duration::ZERO)
+    }
+
+    const ALL: &[&str] = &["On", "ForceOff", "GracefulShutdown", "ForceOn"];
+
+    /// The BMC's script (GET and POST answers in order, the last one repeated) and what it saw.
+    #[derive(Default)]
+    struct Script {
+        gets: Mutex<VecDeque<Answer>>,
+        posts: Mutex<VecDeque<Answer>>,
+        seen: Mutex<Vec<String>>,
+        headers: Mutex<Vec<HeaderMap>>,
+        in_flight: Mutex<(usize, usize)>,
+    }
+
+    fn next(queue: &Mutex<VecDeque<Answer>>) -> Answer {
+        let mut queue = queue.lock().unwrap();
+        match queue.len() {
+            0 => status(500, "the script is empty"),
+            1 => queue[0].clone(),
+            _ => queue.pop_front().unwrap(),
+        }
+    }
+
+    async fn serve(
+        State(script): State<Arc<Script>>,
+        method: Method,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        {
+            let mut flight = script.in_flight.lock().unwrap();
+            flight.0 += 1;
+            flight.1 = flight.1.max(flight.0);
+        }
+        script.seen.lock().unwrap().push(
+            format!("{method} {uri} {}", String::from_utf8_lossy(&body))
+                .trim_end()
+                .to_string(),
+        );
+        script.headers.lock().unwrap().push(headers);
+        let Answer(code, body, delay) = match method {
+            Method::POST => next(&script.posts),
+            _ => next(&script.gets),
+        };
+        tokio::time::sleep(delay).await;
+        script.in_flight.lock().unwrap().0 -= 1;
+        let code = StatusCode::from_u16(code).unwrap();
+        (code, [("content-type", "application/json")], body).into_response()
+    }
+
+    /// A scripted BMC on a loopback port, stopped on drop.
+    struct Peer {
+        script: Arc<Script>,
+        endpoint: String,
+        server: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Peer {
+        fn drop(&mut self) {
+            self.server.abort();
+        }
+    }
+
+    async fn scripted_bmc(gets: Vec<Answer>, posts: Vec<Answer>) -> Peer {
+        let script = Arc::new(Script {
+            gets: Mutex::new(gets.into()),
+            posts: Mutex::new(posts.into()),
+            ..Script::default()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .fallback(serve)
+            .with_state(script.clone());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Peer {
+            script,
+            endpoint,
+            server,
+        }
+    }
+
+    impl Peer {
+        fn redfish(&self) -> Redfish {
+            Redfish::new(RedfishTarget {
+                endpoint: self.endpoint.clone(),
+                system: Some(PATH.to_string()),
+                username: "admin".to_string(),
+                password: Secret::new("pw"),
+                ca_file: None,
+                insecure: true,
+            })
+            .unwrap()
+        }
+
+        fn seen(&self) -> Vec<String> {
+            self.script.seen.lock().unwrap().clone()
+        }
+    }
+
+    const RESET: &str = "POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset";
+
+    #[tokio::test]
+    async fn a_409_to_on_is_sent_again_until_accepted() {
+        let peer = scripted_bmc(
+            // The read before, the fresh read after each 409, a poll before each retry.
+            vec![
+                system("Off", ALL),
+                system("Off", ALL),
+                system("Off", ALL),
+                system("Off", ALL),
+                system("Off", ALL),
+                system("On", ALL),
+            ],
+            vec![
+                status(409, "not yet"),
+                status(409, "not yet"),
+                Answer(204, String::new(), Duration::ZERO),
+            ],
+        )
+        .await;
+        let timeout = Duration::from_secs(20);
+        let audit = bounded(timeout, peer.redfish().power(Intent::On, timeout))
+            .await
+            .expect("on after two refusals");
+        assert_eq!((audit.attempts, audit.verified), (3, Some(PowerState::On)));
+        let posts: Vec<_> = lines(&audit)
+            .into_iter()
+            .filter(|l| l.starts_with("ResetType"))
+            .collect();
+        assert_eq!(
+            posts,
+            [
+                "ResetType=On -> 409 Conflict: not yet",
+                "ResetType=On -> 409 Conflict: not yet",
+                "ResetType=On -> 204 No Content"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_400_is_already_off_once_a_fresh_read_shows_it() {
+        let peer = scripted_bmc(
+            vec![system("On", ALL), system("Off", ALL)],
+            vec![status(400, "already powered off")],
+        )
+        .await;
+        let timeout = Duration::from_secs(20);
+        let audit = bounded(timeout, peer.redfish().power(Intent::Off, timeout))
+            .await
+            .expect("off");
+        assert_eq!(
+            lines(&audit),
+            [
+                format!("GET {PATH} -> 200 PowerState=On"),
+                "ResetType=GracefulShutdown -> 400 Bad Request: already powered off".to_string(),
+                format!("GET {PATH} -> 200 PowerState=Off"),
+            ]
+        );
+        assert_eq!(
+            (audit.escalated, audit.verified),
+            (false, Some(PowerState::Off))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bmc_without_graceful_shutdown_gets_its_power_button() {
+        let listed = &["On", "PushPowerButton", "ForceOff"];
+        let peer = scripted_bmc(
+            vec![system("On", listed), system("Off", listed)],
+            vec![Answer(204, String::new(), Duration::ZERO)],
+        )
+        .await;
+        let timeout = Duration::from_secs(20);
+        let audit = bounded(timeout, peer.redfish().power(Intent::Off, timeout))
+            .await
+            .expect("off");
+        assert_eq!(audit.verified, Some(PowerState::Off));
+        assert_eq!(
+            peer.seen()[1],
+            format!(r#"{RESET} {{"ResetType":"PushPowerButton"}}"#)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bmc_that_lists_no_off_gets_nothing_sent() {
+        let peer = scripted_bmc(vec![system("On", &["On", "Nmi"])], vec![]).await;
+        let timeout = Duration::from_secs(20);
+        let error = bounded(timeout, peer.redfish().power(Intent::Off, timeout))
+            .await
+            .expect_err("no off listed");
+        assert_eq!(
+            error,
+            PowerError::Protocol {
+                bmc: peer.endpoint.clone(),
+                detail: "the system lists no ResetType for a forced power off (it lists On, \
+                         Nmi); fleet sends none it does not list (after the soft off: the \
+                         system lists no ResetType for a graceful power off (it lists On, Nmi); \
+                         fleet sends none it does not list)"
+                    .to_string(),
+            }
+        );
+        assert!(
+            peer.seen().iter().all(|s| s.starts_with("GET")),
+            "{:?}",
+            peer.seen()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_bmc_is_read_again_and_garbage_is_an_error() {
+        let peer = scripted_bmc(vec![status(503, "busy"), system("On", ALL)], vec![]).await;
+        let timeout = Duration::from_secs(20);
+        let audit = bounded(timeout, peer.redfish().power(Intent::On, timeout))
+            .await
+            .expect("on after a 503");
+        assert_eq!(
+            lines(&audit),
+            [
+                format!("GET {PATH} -> 503 Service Unavailable: busy"),
+                format!("GET {PATH} -> 200 PowerState=On"),
+            ]
+        );
+
+        let garbage = scripted_bmc(
+            vec![Answer(200, "<html>".to_string(), Duration::ZERO)],
+            vec![],
+        )
+        .await;
+        let reading = bounded(timeout, garbage.redfish().state()).await;
+        let Err(PowerError::Protocol { detail, .. }) = reading else {
+            panic!("not a protocol error: {reading:?}");
+        };
+        assert!(
+            detail.starts_with(&format!("GET {PATH}: the ComputerSystem is not JSON")),
+            "{detail}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_bmc_that_never_answers_is_unreachable_at_the_timeout() {
+        let peer = scripted_bmc(
+            vec![Answer(200, String::new(), Duration::from_secs(3600))],
+            vec![],
+        )
+        .await;
+        let timeout = Duration::from_secs(2);
+        let started = Instant::now();
+        let error = bounded(timeout, peer.redfish().power(Intent::On, timeout))
+            .await
+            .expect_err("no answer");
+        let took = started.elapsed();
+        assert!(
+            (timeout..timeout + Duration::from_secs(1)).contains(&took),
+            "{took:?}"
+        );
+        let PowerError::Unreachable { detail, .. } = error else {
+            panic!("not unreachable: {error:?}");
+        };
+        // The one request was bounded by what was left of the action's time.
+        assert!(
+            detail.starts_with("no answer within 2.0s, for 2."),
+            "{detail}"
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_go_one_at_a_time_with_the_headers_bmcs_take() {
+        let mut slow = system("On", ALL);
+        slow.2 = Duration::from_millis(100);
+        let peer = scripted_bmc(vec![slow], vec![Answer(204, String::new(), Duration::ZERO)]).await;
+        let redfish = peer.redfish();
+        let bound = Duration::from_secs(20);
+        let readings = bounded(
+            bound,
+            futures::future::join_all((0..4).map(|_| redfish.state())),
+        )
+        .await;
+        assert_eq!(readings, vec![Ok(PowerState::On); 4]);
+        assert_eq!(
+            peer.script.in_flight.lock().unwrap().1,
+            1,
+            "at most one in flight"
+        );
+        // The script keeps the machine on: soft, then hard, then not reached.
+        let short = Duration::from_secs(2);
+        let error = bounded(short, redfish.power(Intent::Off, short)).await;
+        assert!(
+            matches!(
+                error,
+                Err(PowerError::NotReached {
+                    intent: Intent::Off,
+                    ..
+                })
+            ),
+            "{error:?}"
+        );
+        let resets: Vec<_> = peer
+            .seen()
+            .into_iter()
+            .filter(|s| s.starts_with("POST"))
+            .collect();
+        assert_eq!(
+            resets,
+            [
+                format!(r#"{RESET} {{"ResetType":"GracefulShutdown"}}"#),
+                format!(r#"{RESET} {{"ResetType":"ForceOff"}}"#),
+            ]
+        );
+        let headers = peer.script.headers.lock().unwrap().clone();
+        let post = peer
+            .seen()
+            .iter()
+            .position(|s| s.starts_with("POST"))
+            .unwrap();
+        for (i, h) in headers.iter().enumerate() {
+            assert_eq!(h["connection"], "close", "{i}");
+            assert_eq!(h["authorization"], "Basic YWRtaW46cHc=", "{i}");
+            assert_eq!(h["accept"], "application/json", "{i}");
+        }
+        assert_eq!(headers[post]["content-type"], "application/json");
+    }
 }

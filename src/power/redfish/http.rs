@@ -94,8 +94,8 @@ impl Transport {
         match tokio::time::timeout(bound, self.exchange_unbounded(method, path, json)).await {
             Ok(reply) => reply,
             Err(_) => Err(Failure::Unreachable(format!(
-                "no answer within {}",
-                humantime::format_duration(bound)
+                "no answer within {:.1}s",
+                bound.as_secs_f64()
             ))),
         }
     }

@@ -39,6 +39,10 @@ pub use crate::power::redfish::target::{RedfishTarget, TargetError};
 /// The longest one request may take: BMCs answer in tens of seconds when busy.
 pub const REQUEST_BOUND: Duration = Duration::from_secs(20);
 
+/// The time kept for a read before an action's deadline, so the reading that would confirm the
+/// state is not cut short by the deadline itself.
+pub const READ_RESERVE: Duration = Duration::from_secs(1);
+
 /// How long a 409 to `On` is sent again: some BMCs refuse On for up to a minute after an off.
 pub const ON_CONFLICT_WINDOW: Duration = Duration::from_secs(60);
 
@@ -309,15 +313,29 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Sleeps the backoff of `poll`, cut short at `until`; false when `until` has passed.
+    /// Sleeps the backoff of `poll`, cut short at `until`; false when no read should follow.
+    /// One pause ends [`READ_RESERVE`] before the deadline, so a read still has the time to be
+    /// answered there; the pauses after it (an unreachable BMC) go on to the deadline itself, so
+    /// an action does not give up before its time.
     async fn pause(&self, poll: u32, until: Instant) -> bool {
         let now = Instant::now();
-        if now >= until {
+        let until = until.min(self.deadline);
+        let reserve = self
+            .deadline
+            .checked_sub(READ_RESERVE)
+            .unwrap_or(self.start);
+        let end = if now < reserve.min(until) {
+            reserve.min(until)
+        } else {
+            until
+        };
+        if now >= end {
             return false;
         }
-        let pause = wire::backoff(poll, rand::random::<f64>()).min(until - now);
+        let pause = wire::backoff(poll, rand::random::<f64>()).min(end - now);
         tokio::time::sleep(pause).await;
-        true
+        // A read begun at the deadline could not be answered: the time is up.
+        Instant::now() < self.deadline
     }
 
     /// Reads the system once (discovering it first when none is configured). `None` when the
