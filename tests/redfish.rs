@@ -10,9 +10,11 @@
 //! graceful off that does not land is made by the same file wrapping the fake driver so that
 //! it accepts `GracefulShutdown` (204) and does nothing, as an OS that ignores the ACPI button.
 //!
-//! What this cannot prove: a real BMC's timing, its session limits, vendor refusals (a 409 on
-//! On after an off, PushPowerButton as soft off), which the unit tables of `power::redfish`
-//! hold.
+//! What the emulator cannot be made to do (a 409 to On, a 400 meaning "already off", a BMC that
+//! lists PushPowerButton or no off at all, a 503, garbage, a BMC that never answers) is played by
+//! a scripted BMC on loopback in `mod scripted`, which also sees the headers and that requests
+//! never overlap. Neither proves a real BMC's timing, its TLS stack or its session limits (fleet
+//! opens no session).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
