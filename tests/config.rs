@@ -820,19 +820,29 @@ fn unknown_keys_are_refused_at_every_level_naming_the_key() {
 
 #[test]
 fn missing_required_fields_are_refused_naming_the_field() {
-    for (from, field) in [
-        ("    max_size: 2\n", "max_size"),
-        (
-            "    shutdown: { command: [\"/usr/local/bin/power\", \"off\"] }\n",
-            "shutdown",
-        ),
-    ] {
-        let message = parse_error(&edit(from, ""));
-        assert!(
-            message.contains(&format!("missing field `{field}`")),
-            "{message}"
-        );
-    }
+    let message = parse_error(&edit("    max_size: 2\n", ""));
+    assert!(message.contains("missing field `max_size`"), "{message}");
+    // Since the drivers (SPEC §4.10) a group's operations are optional: a shutdown missing is a
+    // problem of each slot it would power off, naming the slot and what to give.
+    let missing = problems(&edit(
+        "    shutdown: { command: [\"/usr/local/bin/power\", \"off\"] }\n",
+        "",
+    ));
+    assert_eq!(
+        missing
+            .iter()
+            .map(|p| (p.place.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [1, 2].map(|n| (
+            if n == 1 {
+                "slots[0] (bench-01).driver"
+            } else {
+                "slots[1] (bench-02).driver"
+            },
+            "the slot has no driver and its group pool-a has no shutdown: give the slot a driver \
+             (type: wol, redfish or ipmi), or the group shutdown (a command or a job)"
+        ))
+    );
     let message = parse_error(&edit(
         "{ name: bench-01, group: pool-a }",
         "{ name: bench-01 }",
@@ -1025,7 +1035,7 @@ fn holds(outcome: &Result<Config, ConfigError>) -> Result<(), String> {
                         Run::Job(job) if job.image.is_empty() => {
                             return Err(format!("{name}: a Job without an image"));
                         }
-                        Run::Command(_) | Run::Job(_) => {}
+                        Run::Command(_) | Run::Job(_) | Run::Driver => {}
                     }
                 }
             }
@@ -1344,4 +1354,468 @@ fn an_operation_timeout_reaching_the_stuck_threshold_is_refused() {
             .any(|p| p.place.ends_with("startup.timeout") && p.message.contains("stuck_threshold")),
         "{found:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Power drivers (SPEC §4.10): a group's `driver` gives defaults, a slot's overrides them field by
+// field; a slot with a driver needs no operation of its group.
+
+/// Three groups: one whose slots are Redfish machines (defaults in the group), one of
+/// Wake-on-LAN minis powered off by their agents, and one with commands, where one slot has an
+/// IPMI driver of its own and the other runs the group's commands.
+const DRIVERS: &str = r#"
+groups:
+  - name: rack
+    max_size: 2
+    driver: { type: redfish, username: admin, password_file: /etc/fleet/bmc-password, ca_file: /etc/fleet/bmc-ca.pem }
+  - name: minis
+    max_size: 1
+    driver: { type: wol, broadcast: "192.168.1.255:9", off: agent }
+  - name: old
+    max_size: 2
+    startup: { command: [on] }
+    shutdown: { command: [off] }
+slots:
+  - { name: n1, group: rack, driver: { endpoint: "https://10.0.0.21", system: /redfish/v1/Systems/1 } }
+  - { name: n2, group: rack, driver: { endpoint: "https://10.0.0.22", username: root, password_env: BMC_N2 } }
+  - { name: mini-1, group: minis, driver: { mac: "52:54:00:12:34:56" } }
+  - { name: ipmi-1, group: old, driver: { type: ipmi, host: 10.0.0.31, username: admin, password_env: IPMI_PASS } }
+  - { name: old-2, group: old }
+"#;
+
+/// DRIVERS with `from` replaced by `to`, exactly once.
+fn dedit(from: &str, to: &str) -> String {
+    assert_eq!(
+        DRIVERS.matches(from).count(),
+        1,
+        "{from:?} is not once in DRIVERS"
+    );
+    DRIVERS.replacen(from, to, 1)
+}
+
+#[test]
+fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
+    use fleet::config::{
+        Driver, DriverKind, IpmiDriver, OffBy, RedfishDriver, SecretSource, WolDriver,
+    };
+    let config = ok(DRIVERS);
+    let driver = |slot: &str| config.slots[&bench(slot)].driver.clone();
+    assert_eq!(
+        driver("n1"),
+        Some(Driver {
+            kind: DriverKind::Redfish(RedfishDriver {
+                endpoint: "https://10.0.0.21".into(),
+                system: Some("/redfish/v1/Systems/1".into()),
+                username: "admin".into(),
+                password: SecretSource::File("/etc/fleet/bmc-password".into()),
+                ca_file: Some("/etc/fleet/bmc-ca.pem".into()),
+                insecure: false,
+            }),
+            off: OffBy::Driver,
+        })
+    );
+    // The slot's password_env replaces the group's password_file: one choice, not two fields.
+    assert_eq!(
+        driver("n2"),
+        Some(Driver {
+            kind: DriverKind::Redfish(RedfishDriver {
+                endpoint: "https://10.0.0.22".into(),
+                system: None,
+                username: "root".into(),
+                password: SecretSource::Env("BMC_N2".into()),
+                ca_file: Some("/etc/fleet/bmc-ca.pem".into()),
+                insecure: false,
+            }),
+            off: OffBy::Driver,
+        })
+    );
+    assert_eq!(
+        driver("mini-1"),
+        Some(Driver {
+            kind: DriverKind::Wol(WolDriver {
+                mac: "52:54:00:12:34:56".parse().unwrap(),
+                broadcast: "192.168.1.255:9".parse().unwrap(),
+            }),
+            off: OffBy::Agent,
+        })
+    );
+    assert_eq!(
+        driver("ipmi-1"),
+        Some(Driver {
+            kind: DriverKind::Ipmi(IpmiDriver {
+                host: "10.0.0.31".into(),
+                port: 623,
+                username: "admin".into(),
+                password: SecretSource::Env("IPMI_PASS".into()),
+                cipher_suite: None,
+            }),
+            off: OffBy::Driver,
+        })
+    );
+    assert_eq!(driver("old-2"), None);
+    // A group that names no operation: its slots' drivers run both, within its job_timeout.
+    let rack = &config.groups[&group("rack")];
+    for op in [&rack.startup, &rack.shutdown] {
+        assert_eq!(op.run, Run::Driver);
+        assert_eq!(op.timeout, Timings::default().job_timeout);
+        assert!(op.env.is_empty() && op.dir.is_none());
+    }
+    assert_eq!(config.groups[&group("old")].startup.run, command(&["on"]));
+    assert!(config.kubernetes_settings().is_empty());
+}
+
+#[test]
+fn a_driver_takes_its_defaults_and_a_slot_naming_another_type_takes_none_of_its_groups() {
+    use fleet::config::{DriverKind, OffBy};
+    // No broadcast: 255.255.255.255:9. A bare address: port 9. No port: 623.
+    let text = dedit(
+        r#"{ name: mini-1, group: minis, driver: { mac: "52:54:00:12:34:56" } }"#,
+        r#"{ name: mini-1, group: minis, driver: { mac: "52-54-00-AB-CD-EF", broadcast: 10.1.2.255 } }"#,
+    );
+    let config = ok(&text);
+    let Some(DriverKind::Wol(wol)) = config.slots[&bench("mini-1")]
+        .driver
+        .as_ref()
+        .map(|d| d.kind.clone())
+    else {
+        panic!("a wol driver")
+    };
+    assert_eq!(wol.mac.to_string(), "52:54:00:ab:cd:ef");
+    assert_eq!(wol.broadcast, "10.1.2.255:9".parse().unwrap());
+    let bare = ok(&DRIVERS.replace(r#"broadcast: "192.168.1.255:9", "#, ""));
+    let Some(DriverKind::Wol(wol)) = bare.slots[&bench("mini-1")]
+        .driver
+        .as_ref()
+        .map(|d| d.kind.clone())
+    else {
+        panic!("a wol driver")
+    };
+    assert_eq!(wol.broadcast, "255.255.255.255:9".parse().unwrap());
+    // n1 names wol in a redfish group: the group's username and password are not its.
+    let other = ok(&dedit(
+        r#"driver: { endpoint: "https://10.0.0.21", system: /redfish/v1/Systems/1 }"#,
+        r#"driver: { type: wol, mac: "52:54:00:00:00:01", off: agent }"#,
+    ));
+    let n1 = other.slots[&bench("n1")].driver.clone().unwrap();
+    assert_eq!((n1.type_name(), n1.off), ("wol", OffBy::Agent));
+    // A slot's off overrides its group's: agent off on one Redfish machine, and back.
+    let agent = ok(&dedit(
+        r#"system: /redfish/v1/Systems/1 }"#,
+        r#"system: /redfish/v1/Systems/1, off: agent }"#,
+    ));
+    assert_eq!(
+        agent.slots[&bench("n1")].driver.as_ref().unwrap().off,
+        OffBy::Agent
+    );
+    assert_eq!(
+        agent.slots[&bench("n2")].driver.as_ref().unwrap().off,
+        OffBy::Driver
+    );
+}
+
+#[test]
+fn every_invalid_driver_is_refused_naming_its_place_and_what_is_valid() {
+    const N1: &str = r#"{ endpoint: "https://10.0.0.21", system: /redfish/v1/Systems/1 }"#;
+    const MINI: &str = r#"{ mac: "52:54:00:12:34:56" }"#;
+    const IPMI: &str = "{ type: ipmi, host: 10.0.0.31, username: admin, password_env: IPMI_PASS }";
+    const RACK: &str = "{ type: redfish, username: admin, password_file: /etc/fleet/bmc-password, ca_file: /etc/fleet/bmc-ca.pem }";
+    let n1 = |fields: &str| dedit(N1, &format!("{{ {fields} }}"));
+    let mini = |fields: &str| dedit(MINI, &format!("{{ {fields} }}"));
+    let ipmi = |fields: &str| {
+        dedit(
+            IPMI,
+            &format!(
+                "{{ type: ipmi, host: 10.0.0.31, username: admin, password_env: IPMI_PASS, {fields} }}"
+            ),
+        )
+    };
+    let rack = |fields: &str| dedit(RACK, &format!("{{ {fields} }}"));
+    let s0 = "slots[0] (n1).driver";
+    let s2 = "slots[2] (mini-1).driver";
+    let s3 = "slots[3] (ipmi-1).driver";
+    let g0 = "groups[0] (rack).driver";
+
+    // (case, file, place, a piece of the message)
+    let rows: Vec<(&str, String, String, &str)> = vec![
+        (
+            "a password written in the file",
+            n1(r#"endpoint: "https://10.0.0.21", password: hunter2"#),
+            format!("{s0}.password"),
+            "a password is never written in the configuration: give password_file (a file holding it, readable by fleet serve) or password_env (the name of an environment variable of fleet serve)",
+        ),
+        (
+            "an unknown type",
+            rack("type: amt, username: admin, password_file: /p"),
+            format!("{g0}.type"),
+            "invalid driver type \"amt\": the type is wol (Wake-on-LAN), redfish or ipmi",
+        ),
+        (
+            "no type here or in the group",
+            DRIVERS.replace(
+                "{ name: old-2, group: old }",
+                "{ name: old-2, group: old, driver: { host: 10.0.0.32 } }",
+            ),
+            "slots[4] (old-2).driver.type".into(),
+            "the driver has no type: give type: wol (Wake-on-LAN), redfish or ipmi (here or in the group's driver)",
+        ),
+        (
+            "a field of another type",
+            n1(r#"endpoint: "https://10.0.0.21", mac: "52:54:00:12:34:56""#),
+            format!("{s0}.mac"),
+            "mac does not apply to a redfish driver: it takes endpoint, system, username, password_file, password_env, ca_file, insecure, off",
+        ),
+        (
+            "an off that is neither agent nor driver",
+            n1(r#"endpoint: "https://10.0.0.21", off: bmc"#),
+            format!("{s0}.off"),
+            "invalid off \"bmc\": agent (the bench's own fleet agent powers the machine off) or driver (the driver's own power-off, the default)",
+        ),
+        (
+            "Wake-on-LAN without the agent's off",
+            mini(r#"mac: "52:54:00:12:34:56", off: driver"#),
+            format!("{s2}.off"),
+            "Wake-on-LAN has no power-off: add off: agent (the bench's own fleet agent powers the machine off, started with --power-off-command)",
+        ),
+        (
+            "Wake-on-LAN without a MAC",
+            mini(""),
+            s2.into(),
+            "a wol driver needs mac: the machine's MAC address, like 52:54:00:12:34:56 (here or in the group's driver)",
+        ),
+        (
+            "a MAC that is not one",
+            mini(r#"mac: "52:54:00:12:34""#),
+            format!("{s2}.mac"),
+            "invalid MAC address \"52:54:00:12:34\": six pairs of hex digits separated by ':' or '-', like 52:54:00:12:34:56",
+        ),
+        (
+            "a broadcast that is no address",
+            mini(r#"mac: "52:54:00:12:34:56", broadcast: lan.example"#),
+            format!("{s2}.broadcast"),
+            "invalid broadcast \"lan.example\": an IP address with an optional port, like 192.168.1.255:9 (the subnet's broadcast address, or the machine's own)",
+        ),
+        (
+            "a broadcast to port 0",
+            mini(r#"mac: "52:54:00:12:34:56", broadcast: "10.0.0.255:0""#),
+            format!("{s2}.broadcast"),
+            "invalid broadcast \"10.0.0.255:0\": port 0 reaches nothing; use 9 or 7",
+        ),
+        (
+            "Redfish without an endpoint",
+            n1("system: /redfish/v1/Systems/1"),
+            s0.into(),
+            "a redfish driver needs endpoint: the BMC's URL, like https://10.0.0.21 (here or in the group's driver)",
+        ),
+        (
+            "an endpoint that is no URL",
+            n1("endpoint: 10.0.0.21"),
+            format!("{s0}.endpoint"),
+            "invalid endpoint \"10.0.0.21\": it is not an https:// (or http://) URL; the BMC's URL is https://host[:port], like https://10.0.0.21 (http:// only with insecure: true, for a test BMC)",
+        ),
+        (
+            "an endpoint with a path",
+            n1(r#"endpoint: "https://10.0.0.21/redfish/v1""#),
+            format!("{s0}.endpoint"),
+            "it has a path or a query (the system's path goes in system)",
+        ),
+        (
+            "an endpoint with credentials, never shown",
+            n1(r#"endpoint: "https://admin:hunter2@10.0.0.21""#),
+            format!("{s0}.endpoint"),
+            "invalid endpoint: it holds credentials (give them as username and password_file)",
+        ),
+        (
+            "plain http without insecure",
+            n1(r#"endpoint: "http://10.0.0.21""#),
+            format!("{s0}.endpoint"),
+            "endpoint http://10.0.0.21 is plain http, which shows the BMC's password to the network: use https://, or set insecure: true for a test BMC on a trusted link",
+        ),
+        (
+            "a system outside /redfish/v1/",
+            n1(r#"endpoint: "https://10.0.0.21", system: /Systems/1"#),
+            format!("{s0}.system"),
+            "invalid system \"/Systems/1\": the ComputerSystem's path under /redfish/v1/, like /redfish/v1/Systems/1; leave it out for the BMC's only system",
+        ),
+        (
+            "a CA file and insecure both",
+            n1(r#"endpoint: "https://10.0.0.21", insecure: true, ca_file: /ca.pem"#),
+            s0.into(),
+            "both ca_file and insecure: true: insecure accepts any certificate, so the CA is never used; keep ca_file (verified TLS) or, for a self-signed BMC, insecure",
+        ),
+        (
+            "an empty CA file path",
+            n1(r#"endpoint: "https://10.0.0.21", ca_file: " ""#),
+            format!("{s0}.ca_file"),
+            "the path is empty or holds a NUL: give the path of the CA certificate (PEM), like /etc/fleet/…",
+        ),
+        (
+            "no username here or in the group",
+            rack("type: redfish, password_file: /p"),
+            s0.into(),
+            "a redfish driver needs username: the BMC user fleet logs in as (here or in the group's driver)",
+        ),
+        (
+            "an empty username",
+            n1(r#"endpoint: "https://10.0.0.21", username: " ""#),
+            format!("{s0}.username"),
+            "the username is empty or has a control character: give the BMC user fleet logs in as, like admin",
+        ),
+        (
+            "a Redfish username basic auth cannot carry",
+            n1(r#"endpoint: "https://10.0.0.21", username: "ad:min""#),
+            format!("{s0}.username"),
+            "invalid username \"ad:min\": a Redfish username holds no ':' (basic auth could not carry it)",
+        ),
+        (
+            "an IPMI username past 16 bytes",
+            dedit(
+                IPMI,
+                "{ type: ipmi, host: 10.0.0.31, username: administrator-0001, password_env: IPMI_PASS }",
+            ),
+            format!("{s3}.username"),
+            "invalid username \"administrator-0001\": an IPMI username is at most 16 bytes",
+        ),
+        (
+            "no password source here or in the group",
+            rack("type: redfish, username: admin"),
+            s0.into(),
+            "a redfish driver needs password_file or password_env: where the BMC's password is (a file, or an environment variable of fleet serve); never the password itself (here or in the group's driver)",
+        ),
+        (
+            "a password file and a variable both",
+            n1(r#"endpoint: "https://10.0.0.21", password_file: /p, password_env: P"#),
+            s0.into(),
+            "both password_file and password_env: the password comes from one of them; keep one",
+        ),
+        (
+            "a password variable fleet keeps for itself",
+            n1(r#"endpoint: "https://10.0.0.21", password_env: FLEET_BMC"#),
+            format!("{s0}.password_env"),
+            "environment variable name \"FLEET_BMC\" is reserved",
+        ),
+        (
+            "a password variable that is no name",
+            n1(r#"endpoint: "https://10.0.0.21", password_env: "BMC-PASS""#),
+            format!("{s0}.password_env"),
+            "invalid environment variable name \"BMC-PASS\"",
+        ),
+        (
+            "an empty password file path",
+            n1(r#"endpoint: "https://10.0.0.21", password_file: """#),
+            format!("{s0}.password_file"),
+            "the path is empty or holds a NUL: give the path of the file holding the password, like /etc/fleet/…",
+        ),
+        (
+            "IPMI without a host",
+            dedit(IPMI, "{ type: ipmi, username: admin, password_env: IPMI_PASS }"),
+            s3.into(),
+            "an ipmi driver needs host: the BMC's address, like 10.0.0.31 (here or in the group's driver)",
+        ),
+        (
+            "a host ipmitool would read as an option",
+            dedit(IPMI, "{ type: ipmi, host: -f/etc/shadow, username: admin, password_env: IPMI_PASS }"),
+            format!("{s3}.host"),
+            "invalid host \"-f/etc/shadow\": the BMC's host name or IP address (letters, digits, '.', '-', ':', starting with a letter or digit), like 10.0.0.31",
+        ),
+        (
+            "port 0",
+            ipmi("port: 0"),
+            format!("{s3}.port"),
+            "invalid port 0: a port from 1 to 65535 (IPMI's is 623)",
+        ),
+        (
+            "a port past 65535",
+            ipmi("port: 70000"),
+            format!("{s3}.port"),
+            "invalid port 70000: a port from 1 to 65535 (IPMI's is 623)",
+        ),
+        (
+            "a port that is no number",
+            ipmi("port: ipmi"),
+            format!("{s3}.port"),
+            "invalid number \"ipmi\": a whole number from 0 to 4294967295",
+        ),
+        (
+            "a cipher suite fleet does not send",
+            ipmi("cipher_suite: 0"),
+            format!("{s3}.cipher_suite"),
+            "invalid cipher_suite 0: leave it out for 17 (HMAC-SHA256, AES-128), or give 3 (HMAC-SHA1, AES-128) for an older BMC; suites without authentication or encryption are never sent",
+        ),
+        (
+            "a slot with neither a driver nor its group's operations",
+            dedit(
+                "    max_size: 1\n    driver: { type: wol",
+                "    max_size: 1\n    startup: { command: [on] }\n    driver: { type: wol",
+            )
+            .replace("{ name: mini-1, group: minis, driver: { mac: \"52:54:00:12:34:56\" } }", "{ name: mini-1, group: rack }\n  - { name: mini-2, group: old }")
+            .replace("    driver: { type: redfish, username: admin, password_file: /etc/fleet/bmc-password, ca_file: /etc/fleet/bmc-ca.pem }\n", "")
+            .replace(r#", driver: { endpoint: "https://10.0.0.21", system: /redfish/v1/Systems/1 }"#, "")
+            .replace(r#", driver: { endpoint: "https://10.0.0.22", username: root, password_env: BMC_N2 }"#, ""),
+            "slots[0] (n1).driver".into(),
+            "the slot has no driver and its group rack has no startup and shutdown: give the slot a driver (type: wol, redfish or ipmi), or the group startup and shutdown (a command or a job)",
+        ),
+        (
+            "a driver group's job_timeout reaching the stuck threshold",
+            dedit(
+                "    max_size: 2\n    driver: { type: redfish",
+                "    max_size: 2\n    timings: { stuck_threshold: 5m }\n    driver: { type: redfish",
+            ),
+            "groups[0] (rack).timings.job_timeout".into(),
+            "plus the 30s the wrapper has to report it reaches timings.stuck_threshold (5m)",
+        ),
+    ];
+    for (case, text, place, want) in &rows {
+        let problems = problems(text);
+        assert!(
+            problems
+                .iter()
+                .any(|p| &p.place == place && p.message.contains(want)),
+            "{case}: want {place}: ...{want}...; got {problems:#?}\n---\n{text}"
+        );
+        let shown = parse(text).unwrap_err().to_string();
+        assert!(
+            shown.contains(&format!("{PATH}: {place}: ")),
+            "{case}: the message names the file and the place: {shown}"
+        );
+        assert!(
+            !shown.contains("hunter2"),
+            "{case}: a password shown: {shown}"
+        );
+    }
+}
+
+#[test]
+fn a_groups_bad_default_is_said_once_however_many_slots_take_it() {
+    let text = dedit(
+        "username: admin, password_file",
+        r#"username: "ad:min", password_file"#,
+    );
+    let found = problems(&text);
+    assert_eq!(
+        found
+            .iter()
+            .map(|p| (p.place.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "groups[0] (rack).driver.username",
+            "invalid username \"ad:min\": a Redfish username holds no ':' (basic auth could not carry it)"
+        )]
+    );
+    // A group's own value is checked even when no slot takes it.
+    let lonely = ok(DRIVERS).slots.len();
+    assert_eq!(lonely, 5);
+    let unused = problems(&DRIVERS.replace(
+        "    driver: { type: wol, broadcast: \"192.168.1.255:9\", off: agent }",
+        "    driver: { type: wol, broadcast: \"192.168.1.255:9\", off: agent }\n  - name: spare\n    max_size: 0\n    driver: { type: wol, mac: nope }",
+    ));
+    assert_eq!(
+        unused.iter().map(|p| p.place.as_str()).collect::<Vec<_>>(),
+        ["groups[2] (spare).driver.mac"]
+    );
+}
+
+#[test]
+fn a_driver_refuses_unknown_keys_naming_the_key() {
+    let message = parse_error(&dedit("username: root,", "usernme: root,"));
+    assert!(message.contains("unknown field `usernme`"), "{message}");
 }

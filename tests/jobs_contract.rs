@@ -66,6 +66,7 @@ fn startup() -> Request {
         started_at: at(1_800_000_000_000),
         job: Some(template()),
         fence: Some("17".into()),
+        driver: None,
     }
 }
 

@@ -453,7 +453,7 @@ async fn two_runners_firing_one_startup_make_one_job_and_the_second_adopts_it() 
     let (one, two) = (runner(), runner());
     let template = match &config("").groups[&group()].startup.run {
         config::Run::Job(t) => t.clone(),
-        config::Run::Command(_) => unreachable!("the startup is a Job"),
+        config::Run::Command(_) | config::Run::Driver => unreachable!("the startup is a Job"),
     };
     let request = Request {
         kind: OperationKind::Startup,
@@ -470,6 +470,7 @@ async fn two_runners_firing_one_startup_make_one_job_and_the_second_adopts_it() 
         started_at: chrono::Utc::now(),
         job: Some(template),
         fence: Some("7".into()),
+        driver: None,
     };
     api.hold_job_creates(true);
     let both = tokio::spawn({

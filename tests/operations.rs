@@ -32,6 +32,7 @@ fn request(script: &str, timeout: Duration) -> Request {
         started_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
         job: None,
         fence: None,
+        driver: None,
     }
 }
 

@@ -17,6 +17,8 @@ use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::Taint;
 use crate::units::Quantity;
 
+use super::driver::Driver;
+
 /// The readiness taint a group gets when it names none: the node is not usable until Cilium's
 /// agent is up on it.
 pub const DEFAULT_READINESS_TAINT: &str = "node.cilium.io/agent-not-ready:NoExecute";
@@ -116,6 +118,10 @@ pub enum Run {
     Command(Vec<String>),
     /// A pod template run as a Kubernetes Job in fleet's namespace.
     Job(JobTemplate),
+    /// The group names no operation of this kind: every slot of it has a driver that runs it
+    /// (SPEC §4.10; validated, a slot without one is a problem). Its timeout is the group's
+    /// `job_timeout`.
+    Driver,
 }
 
 /// The pod a Job operation runs (SPEC §4.2, Jobs as operations). It travels inside the
@@ -178,6 +184,9 @@ pub struct Slot {
     /// The Kubernetes Node the machine registers as, when it joins a cluster; an RFC 1123
     /// subdomain, unique across the file.
     pub kubernetes_node: Option<String>,
+    /// fleet's own power driver for the machine (SPEC §4.10): its group's `driver` with the
+    /// slot's fields over it. With one, it runs both operations instead of the group's.
+    pub driver: Option<Driver>,
 }
 
 /// The node a group's machines become, described before any exists.

@@ -50,8 +50,14 @@ pub(super) struct RawGroup {
     pub(super) readiness_taints: Option<Vec<String>>,
     #[serde(default)]
     pub(super) node_taints: Option<Vec<String>>,
-    pub(super) startup: RawOperation,
-    pub(super) shutdown: RawOperation,
+    /// Optional since the drivers (SPEC §4.10): a slot whose driver powers it needs neither.
+    #[serde(default)]
+    pub(super) startup: Option<RawOperation>,
+    #[serde(default)]
+    pub(super) shutdown: Option<RawOperation>,
+    /// The defaults of the group's slots' drivers, each field overridable by a slot.
+    #[serde(default)]
+    pub(super) driver: Option<RawDriver>,
     #[serde(default)]
     pub(super) timings: Option<RawTimings>,
     #[serde(default)]
@@ -220,6 +226,47 @@ pub(super) struct RawSlot {
     pub(super) provider_id: Option<String>,
     #[serde(default)]
     pub(super) kubernetes_node: Option<String>,
+    #[serde(default)]
+    pub(super) driver: Option<RawDriver>,
+}
+
+/// A driver as the file gives it, on a group (defaults) or a slot (overrides): every field
+/// optional here, since a slot's fields merge over its group's; what a driver of each type needs
+/// is checked once they are merged (SPEC §4.10).
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDriver {
+    #[serde(default, rename = "type")]
+    pub(super) kind: Option<String>,
+    #[serde(default)]
+    pub(super) mac: Option<String>,
+    #[serde(default)]
+    pub(super) broadcast: Option<String>,
+    #[serde(default)]
+    pub(super) endpoint: Option<String>,
+    #[serde(default)]
+    pub(super) system: Option<String>,
+    #[serde(default)]
+    pub(super) username: Option<String>,
+    /// Read only to be refused with its own message: a password never lives in the file.
+    #[serde(default)]
+    pub(super) password: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    pub(super) password_file: Option<String>,
+    #[serde(default)]
+    pub(super) password_env: Option<String>,
+    #[serde(default)]
+    pub(super) ca_file: Option<String>,
+    #[serde(default)]
+    pub(super) insecure: Option<bool>,
+    #[serde(default)]
+    pub(super) host: Option<String>,
+    #[serde(default, deserialize_with = "opt_count")]
+    pub(super) port: Option<Checked<u32>>,
+    #[serde(default, deserialize_with = "opt_count")]
+    pub(super) cipher_suite: Option<Checked<u32>>,
+    #[serde(default)]
+    pub(super) off: Option<String>,
 }
 
 /// A duration in the humantime form (`30s`, `12m10s`, `1h`), read from a string. A YAML plain

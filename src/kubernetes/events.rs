@@ -90,6 +90,7 @@ fn job_name(m: &ClaimMove, kind: OperationKind, started_at: DateTime<Utc>) -> St
         started_at,
         job: None,
         fence: None,
+        driver: None,
     })
 }
 

@@ -212,6 +212,7 @@ mod tests {
             started_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
             job: None,
             fence: None,
+            driver: None,
         }
     }
 

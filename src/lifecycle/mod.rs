@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-use crate::config::JobTemplate;
+use crate::config::{Driver, JobTemplate};
 use crate::domain::claim::{OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 
@@ -64,6 +64,11 @@ pub struct Request {
     /// operation where it runs (a Job's annotations) so an operator can tell which leader did.
     #[serde(default)]
     pub fence: Option<String>,
+    /// The slot's own power driver, run by the wrapper instead of a command (SPEC §4.10); then
+    /// `command` is empty and `job` unset. It names where the BMC's password is, never the
+    /// password, which the wrapper reads when it runs. Absent from an older fleet's request.
+    #[serde(default)]
+    pub driver: Option<Driver>,
 }
 
 impl Request {
@@ -101,10 +106,10 @@ pub trait Runner: Send + Sync + 'static {
     fn run(&self, request: Request) -> impl Future<Output = Report> + Send;
 }
 
-/// Runs a request with a job through `jobs` and one with a command through `commands`, so the
-/// controller keeps one runner whatever its groups' operations are (`fleet serve --kubernetes`
-/// gives it `Dispatch { commands: Exec, jobs: kubernetes::jobs::JobRunner }`). Generic, because
-/// this layer knows no Kubernetes.
+/// Runs a request with a job through `jobs`, and one with a command or a driver through
+/// `commands` (the wrapper runs both, SPEC §4.10), so the controller keeps one runner whatever
+/// its groups' operations are (`fleet serve --kubernetes` gives it `Dispatch { commands: Exec,
+/// jobs: kubernetes::jobs::JobRunner }`). Generic, because this layer knows no Kubernetes.
 #[derive(Clone, Debug)]
 pub struct Dispatch<C, J> {
     pub commands: C,
@@ -113,7 +118,8 @@ pub struct Dispatch<C, J> {
 
 impl<C: Runner, J: Runner> Runner for Dispatch<C, J> {
     async fn run(&self, request: Request) -> Report {
-        if request.job.is_some() {
+        // A slot's driver wins over its group's Job: the driver is the slot's own word.
+        if request.job.is_some() && request.driver.is_none() {
             self.jobs.run(request).await
         } else {
             self.commands.run(request).await
@@ -189,9 +195,9 @@ impl Exec {
 impl Runner for Exec {
     async fn run(&self, request: Request) -> Report {
         let start = std::time::Instant::now();
-        // The wrapper runs commands only: a Job given here would run nothing and say so less
-        // clearly than this.
-        if request.job.is_some() {
+        // The wrapper runs commands and drivers only: a Job given here would run nothing and
+        // say so less clearly than this.
+        if request.job.is_some() && request.driver.is_none() {
             return Self::failed(
                 "this operation is a Kubernetes Job, and this fleet serve runs commands only: \
                  run it with --kubernetes"
@@ -329,6 +335,7 @@ mod tests {
             started_at: DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
             job,
             fence: None,
+            driver: None,
         }
     }
 
@@ -383,6 +390,40 @@ mod tests {
         );
     }
 
+    // A slot's driver runs through the wrapper even when its group's operation is a Job
+    // (SPEC §4.10): the driver is the slot's own word.
+    #[tokio::test]
+    async fn dispatch_sends_a_request_with_a_driver_to_the_wrapper_whatever_its_job() {
+        let d = Dispatch {
+            commands: Named {
+                name: "commands",
+                ..Named::default()
+            },
+            jobs: Named {
+                name: "jobs",
+                ..Named::default()
+            },
+        };
+        let driver = crate::config::Driver {
+            kind: crate::config::DriverKind::Wol(crate::config::WolDriver {
+                mac: "52:54:00:12:34:56".parse().unwrap(),
+                broadcast: "10.0.0.255:9".parse().unwrap(),
+            }),
+            off: crate::config::OffBy::Agent,
+        };
+        let with = |job| Request {
+            driver: Some(driver.clone()),
+            ..request(job)
+        };
+        assert_eq!(d.run(with(None)).await.tail, "commands");
+        assert_eq!(d.run(with(Some(template()))).await.tail, "commands");
+        assert!(d.jobs.given.lock().unwrap().is_empty());
+        // It travels to the wrapper whole, and reads back the same.
+        let back: Request =
+            serde_json::from_str(&serde_json::to_string(&with(None)).unwrap()).unwrap();
+        assert_eq!(back, with(None));
+    }
+
     #[tokio::test]
     async fn the_wrapper_runner_refuses_a_job_saying_what_to_do() {
         let r = Exec::new("/nonexistent/fleet")
@@ -392,13 +433,14 @@ mod tests {
         assert!(r.tail.contains("run it with --kubernetes"), "{}", r.tail);
     }
 
-    // A request an older fleet wrote (no job, no fence) still reads, as a command.
+    // A request an older fleet wrote (no job, no fence, no driver) still reads, as a command.
     #[test]
     fn a_request_without_job_or_fence_reads_as_a_command() {
         let mut value = serde_json::to_value(request(None)).unwrap();
         let object = value.as_object_mut().unwrap();
         object.remove("job");
         object.remove("fence");
+        object.remove("driver");
         let back: Request = serde_json::from_value(value).unwrap();
         assert_eq!(back, request(None));
         // A template without the fields a later fleet added takes their defaults.

@@ -164,7 +164,8 @@ where
                     OperationKind::Startup => &group.startup,
                     OperationKind::Shutdown => &group.shutdown,
                 };
-                matches!(op.run, crate::config::Run::Job(_))
+                // A slot's driver runs its operations, never its group's Job (SPEC §4.10).
+                slot.driver.is_none() && matches!(op.run, crate::config::Run::Job(_))
             }),
         });
     }

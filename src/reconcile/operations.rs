@@ -63,9 +63,12 @@ where
             OperationKind::Startup => &group.startup,
             OperationKind::Shutdown => &group.shutdown,
         };
-        let (command, job) = match &op.run {
-            Run::Command(command) => (command.clone(), None),
-            Run::Job(job) => (Vec::new(), Some(job.clone())),
+        // A slot's driver runs both of its operations, whatever its group names (SPEC §4.10);
+        // a group that names none has a driver on every slot (the configuration holds it).
+        let (command, job) = match (&slot.driver, &op.run) {
+            (Some(_), _) | (None, Run::Driver) => (Vec::new(), None),
+            (None, Run::Command(command)) => (command.clone(), None),
+            (None, Run::Job(job)) => (Vec::new(), Some(job.clone())),
         };
         let request = Request {
             kind,
@@ -82,6 +85,7 @@ where
             started_at,
             job,
             fence: self.leading.token.clone(),
+            driver: slot.driver.clone(),
         };
         self.flight.running.insert(slot.name.clone(), kind);
         let (runner, done, slot_name) = (

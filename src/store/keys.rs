@@ -230,6 +230,12 @@ impl GroupKeys {
         format!("{}:last:", self.tag)
     }
 
+    /// A slot's energy ledger (SPEC §4.12): a hash of daily buckets (`YYYY-MM-DD`) and its
+    /// `mark`, written by the leader under the fence; no TTL, bounded by trimming old days.
+    pub fn energy(&self, slot: &BenchName) -> String {
+        format!("{}:energy:{}", self.tag, slot)
+    }
+
     /// The group's fence: the token of the leader allowed to write the group's claims and
     /// statuses. Raised by each new leader; a write carrying another token is refused.
     pub fn fence(&self) -> String {

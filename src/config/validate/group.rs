@@ -45,10 +45,20 @@ pub(super) fn group(
     let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
     let [startup, shutdown] =
         [("startup", &raw.startup), ("shutdown", &raw.shutdown)].map(|(name, raw)| {
+            // No operation of this kind: the slots' drivers run it (SPEC §4.10), which the
+            // slots' own check holds; it waits as long as a command would.
+            let Some(raw) = raw else {
+                return Some(by_drivers(&timings));
+            };
             let op = operation(raw, &timings, &format!("{place}.{name}"), problems)?;
             reported_before_stuck(&op, &timings, &format!("{place}.{name}.timeout"), problems);
             Some(op)
         });
+    if raw.startup.is_none() || raw.shutdown.is_none() {
+        let place = format!("{place}.timings.job_timeout");
+        reported_before_stuck(&by_drivers(&timings), &timings, &place, problems);
+    }
+    super::driver::defaults(raw.driver.as_ref(), &format!("{place}.driver"), problems);
     let options = autoscaling_options(
         raw.autoscaling_options.as_ref(),
         &format!("{place}.autoscaling_options"),
@@ -115,6 +125,17 @@ fn sizes(raw: &RawGroup, place: &str, problems: &mut Problems) -> (Option<u32>, 
         );
     }
     (min_size, max_size)
+}
+
+/// The operation of a kind the group names none of: its slots' drivers run it, within the
+/// group's `job_timeout`.
+fn by_drivers(timings: &Timings) -> Operation {
+    Operation {
+        run: Run::Driver,
+        env: BTreeMap::new(),
+        dir: None,
+        timeout: timings.job_timeout,
+    }
 }
 
 /// An operation whose outcome was lost is abandoned at stuck_threshold (SPEC §5.4); one that

@@ -6,6 +6,7 @@
 //! fields are checked in `group`, a Job operation's pod template in `job`. Pure: no I/O, never a
 //! panic on any input.
 
+mod driver;
 mod group;
 mod job;
 
@@ -14,8 +15,9 @@ use std::fmt;
 
 use crate::domain::name::{BenchName, GroupName, InvalidName};
 
+use super::driver::Driver;
 use super::model::{Config, Group, Slot, default_provider_id};
-use super::raw::{Checked, RawConfig, RawGroup, RawPowerOn, RawSlot};
+use super::raw::{Checked, RawConfig, RawDriver, RawGroup, RawPowerOn, RawSlot};
 use crate::domain::budget::PowerOnBudget;
 
 /// One thing wrong with the file: where, and what is valid there.
@@ -103,7 +105,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         );
     }
     let (declared, groups) = groups(&raw_groups, &mut problems);
-    let slots = slots(&raw_slots, &declared, &mut problems);
+    let slots = slots(&raw_slots, &raw_groups, &declared, &mut problems);
     let power_on = power_on(raw.power_on.as_ref(), "power_on", &mut problems);
     if problems.0.is_empty() {
         Ok(Config {
@@ -176,24 +178,31 @@ struct Taken {
 
 fn slots(
     raw_slots: &[RawSlot],
+    raw_groups: &[RawGroup],
     declared: &BTreeMap<GroupName, usize>,
     problems: &mut Problems,
 ) -> BTreeMap<BenchName, Slot> {
     let mut slots = BTreeMap::new();
     let mut taken = Taken::default();
     for (index, raw) in raw_slots.iter().enumerate() {
-        if let Some(slot) = slot(index, raw, declared, &mut taken, problems) {
+        let group = GroupName::parse(&raw.group)
+            .ok()
+            .and_then(|name| Some((declared.get(&name)?, name)))
+            .and_then(|(at, name)| Some((raw_groups.get(*at)?, name, *at)));
+        if let Some(slot) = slot(index, raw, declared, group, &mut taken, problems) {
             slots.insert(slot.name.clone(), slot);
         }
     }
     slots
 }
 
-/// One slot; `None` when it has a problem (in `problems`).
+/// One slot; `None` when it has a problem (in `problems`). `group` is the slot's declared group
+/// as the file gives it, with its name and index, for the driver's defaults.
 fn slot(
     index: usize,
     raw: &RawSlot,
     declared: &BTreeMap<GroupName, usize>,
+    group: Option<(&RawGroup, GroupName, usize)>,
     taken: &mut Taken,
     problems: &mut Problems,
 ) -> Option<Slot> {
@@ -224,20 +233,68 @@ fn slot(
             taken.names.insert(name.clone(), index);
         }
     }
-    let group = slot_group(&raw.group, declared, &place, problems);
+    let group_name = slot_group(&raw.group, declared, &place, problems);
     let provider_id = provider_id(raw, name.as_ref(), duplicate, &place, taken, problems);
     if let Some(node) = &raw.kubernetes_node {
         kubernetes_node(node, &place, taken, problems);
     }
+    let driver = slot_driver(raw, group, &place, problems);
     if problems.len() != before {
         return None;
     }
     Some(Slot {
         name: name?,
-        group: group?,
+        group: group_name?,
         provider_id: provider_id?,
         kubernetes_node: raw.kubernetes_node.clone(),
+        driver: driver?,
     })
+}
+
+/// The slot's driver, its group's defaults merged under its own fields (SPEC §4.10); a slot with
+/// none is powered by its group's operations, which the group must then have.
+fn slot_driver(
+    raw: &RawSlot,
+    group: Option<(&RawGroup, GroupName, usize)>,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<Option<Driver>> {
+    let group_place = group
+        .as_ref()
+        .map(|(_, name, at)| format!("{}.driver", entry_place("groups", *at, Some(name.as_str()))));
+    let defaults = group.as_ref().and_then(|(g, _, _)| g.driver.as_ref());
+    fn given<'a>(raw: Option<&'a RawDriver>, place: &'a str) -> Option<driver::Given<'a>> {
+        raw.map(|raw| driver::Given { raw, place })
+    }
+    let slot_place = format!("{place}.driver");
+    let driver = driver::slot_driver(
+        given(defaults, group_place.as_deref().unwrap_or_default()),
+        given(raw.driver.as_ref(), &slot_place),
+        place,
+        problems,
+    )?;
+    if let (None, Some((g, name, _))) = (&driver, &group) {
+        let lacking: Vec<&str> = [
+            ("startup", g.startup.is_none()),
+            ("shutdown", g.shutdown.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(op, absent)| absent.then_some(op))
+        .collect();
+        if !lacking.is_empty() {
+            problems.push(
+                slot_place,
+                format!(
+                    "the slot has no driver and its group {name} has no {}: give the slot a \
+                     driver (type: wol, redfish or ipmi), or the group {} (a command or a job)",
+                    lacking.join(" and "),
+                    lacking.join(" and ")
+                ),
+            );
+            return None;
+        }
+    }
+    Some(driver)
 }
 
 /// The slot's group, which the file must declare.

@@ -54,6 +54,7 @@ fn request(kind: OperationKind, claim: Option<&str>) -> Request {
         started_at: at(1_800_000_000_123),
         job: Some(template()),
         fence: Some("1712345678901234".into()),
+        driver: None,
     }
 }
 

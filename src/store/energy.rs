@@ -1,0 +1,241 @@
+//! The energy ledger's store (SPEC §4.12): per slot, one hash of daily buckets (`YYYY-MM-DD` →
+//! `on_ms off_ms activations`) and the field `mark` (`power known at_ms`: the power observed
+//! last, the last power known, and the server's instant accounted up to).
+//!
+//! The leader keeps each slot's ledger in memory and writes each step as a compare-and-set on
+//! the mark, fenced by the group's token (`account`, one script): a step that finds another
+//! mark (a successor, a predecessor that wrote after the read) is refused and the writer reads
+//! again, so no interval is counted twice. The accounting itself is `domain::energy`; this
+//! module only reads and writes its stored form. The hash is bounded: one field per day, days
+//! older than the retention deleted in the same step. Every call is one round trip; the
+//! decoding is pure and never panics on a foreign write (a field it cannot read is skipped,
+//! with the reason).
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::NaiveDate;
+use redis::aio::ConnectionLike;
+
+use crate::domain::energy::{Advance, Bucket, Ledger, Mark, date_of, day_of_date};
+use crate::domain::name::{BenchName, GroupName};
+
+use super::keys::Keys;
+use super::script::{eval, script};
+
+const ACCOUNT: &str = script!("energy_account.lua");
+
+/// The field of the mark.
+const MARK: &str = "mark";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnergyError {
+    #[error("reading the energy ledger of slot {slot} in group {group}")]
+    Read {
+        group: GroupName,
+        slot: BenchName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("writing the energy ledger of slot {slot} in group {group}")]
+    Account {
+        group: GroupName,
+        slot: BenchName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("a write to group {group} was refused: a newer leader holds the group's fence")]
+    Fenced { group: GroupName },
+    #[error("unexpected reply from Redis: {0}")]
+    Reply(String),
+}
+
+/// A slot's ledger as stored, and the fields that could not be read (each with its reason).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    pub ledger: Ledger,
+    pub skipped: Vec<String>,
+}
+
+/// What a step's write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accounted {
+    Written,
+    /// Another writer moved the mark since the read: read again before the next step.
+    Moved,
+}
+
+/// The field name of a day.
+fn day_field(day: i64) -> Option<String> {
+    date_of(day).map(|d| d.format("%Y-%m-%d").to_string())
+}
+
+/// Reads a ledger hash. Pure; a field that is not a day or a mark is skipped with its reason.
+pub fn decode(fields: HashMap<String, String>) -> Stored {
+    let mut days = BTreeMap::new();
+    let mut mark = None;
+    let mut skipped = Vec::new();
+    for (field, value) in fields {
+        if field == MARK {
+            match Mark::parse(&value) {
+                Ok(m) => mark = Some(m),
+                Err(why) => skipped.push(format!("field {MARK}: {why}")),
+            }
+            continue;
+        }
+        let Ok(date) = NaiveDate::parse_from_str(&field, "%Y-%m-%d") else {
+            skipped.push(format!("field {field:?} is neither a day nor the mark"));
+            continue;
+        };
+        match Bucket::parse(&value) {
+            Ok(b) => {
+                days.insert(day_of_date(date), b);
+            }
+            Err(why) => skipped.push(format!("field {field}: {why}")),
+        }
+    }
+    skipped.sort();
+    Stored {
+        ledger: Ledger::from_parts(days, mark),
+        skipped,
+    }
+}
+
+/// The energy ledgers over one connection.
+#[derive(Clone)]
+pub struct EnergyStore<C> {
+    conn: C,
+    keys: Keys,
+    /// The leadership token the writes carry (SPEC §5.1); `None` for readers.
+    fence: Option<String>,
+}
+
+impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
+    pub fn new(conn: C, keys: Keys) -> Self {
+        Self {
+            conn,
+            keys,
+            fence: None,
+        }
+    }
+
+    /// The same store, its writes carrying the leadership `token`.
+    pub fn fenced(&self, token: &str) -> Self {
+        Self {
+            fence: Some(token.to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// Reads one slot's ledger. One round trip.
+    pub async fn read(&self, group: &GroupName, slot: &BenchName) -> Result<Stored, EnergyError> {
+        let mut conn = self.conn.clone();
+        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.group(group).energy(slot))
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| EnergyError::Read {
+                group: group.clone(),
+                slot: slot.clone(),
+                source,
+            })?;
+        Ok(decode(fields))
+    }
+
+    /// Reads the ledgers of a group's slots, in their order. One round trip (a pipeline).
+    pub async fn read_all(
+        &self,
+        group: &GroupName,
+        slots: &[BenchName],
+    ) -> Result<Vec<Stored>, EnergyError> {
+        let Some(first) = slots.first() else {
+            return Ok(Vec::new());
+        };
+        let g = self.keys.group(group);
+        let mut pipe = redis::pipe();
+        for slot in slots {
+            pipe.cmd("HGETALL").arg(g.energy(slot));
+        }
+        let mut conn = self.conn.clone();
+        let all: Vec<HashMap<String, String>> =
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(|source| EnergyError::Read {
+                    group: group.clone(),
+                    slot: first.clone(),
+                    source,
+                })?;
+        Ok(all.into_iter().map(decode).collect())
+    }
+
+    /// Writes one step: `before` is the mark the ledger had when read (or last written),
+    /// `after` the ledger once the step is taken, `advance` what the step changed. One round
+    /// trip (a script).
+    pub async fn account(
+        &self,
+        group: &GroupName,
+        slot: &BenchName,
+        before: Option<Mark>,
+        after: &Ledger,
+        advance: &Advance,
+    ) -> Result<Accounted, EnergyError> {
+        let g = self.keys.group(group);
+        let mark = after
+            .mark()
+            .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
+        let mut cmd = eval(ACCOUNT, &[g.energy(slot), g.fence()]);
+        cmd.arg(self.fence.as_deref().unwrap_or(""))
+            .arg(before.map(|m| m.render()).unwrap_or_default())
+            .arg(mark.render());
+        let set: Vec<(String, String)> = advance
+            .increments
+            .keys()
+            .filter_map(|d| Some((day_field(*d)?, after.days().get(d)?.render())))
+            .collect();
+        cmd.arg(set.len());
+        for (field, value) in &set {
+            cmd.arg(field).arg(value);
+        }
+        for day in &advance.trimmed {
+            if let Some(field) = day_field(*day) {
+                cmd.arg(field);
+            }
+        }
+        let mut conn = self.conn.clone();
+        let (code, why): (i64, String) =
+            cmd.query_async(&mut conn)
+                .await
+                .map_err(|source| EnergyError::Account {
+                    group: group.clone(),
+                    slot: slot.clone(),
+                    source,
+                })?;
+        match (code, why.as_str()) {
+            (1, _) => Ok(Accounted::Written),
+            (_, "moved") => Ok(Accounted::Moved),
+            (_, "fenced") => Err(EnergyError::Fenced {
+                group: group.clone(),
+            }),
+            (c, w) => Err(EnergyError::Reply(format!("account returned {c} {w}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_in_the_hash_is_skipped_with_its_reason() {
+        let fields = HashMap::from([
+            ("2026-11-30".to_owned(), "1000 2000 1".to_owned()),
+            ("2026-11-31".to_owned(), "1 2 3".to_owned()),
+            ("2026-11-29".to_owned(), "x".to_owned()),
+            ("mark".to_owned(), "on".to_owned()),
+        ]);
+        let stored = decode(fields);
+        assert_eq!(stored.ledger.days().len(), 1);
+        assert_eq!(stored.ledger.mark(), None);
+        assert_eq!(stored.skipped.len(), 3, "{:?}", stored.skipped);
+        assert!(stored.skipped[0].starts_with("field \"2026-11-31\" is neither"));
+    }
+}

@@ -1,0 +1,241 @@
+//! The energy ledger's store (SPEC §4.12) against a real redis-server: a scripted day of
+//! observations, written step by step as the leader writes them, reads back to the expected
+//! hours and kWh to the second; a controller restart in between (a successor that reads the
+//! ledger back) changes nothing; a writer that read a stale mark or lost the fence writes
+//! nothing.
+
+mod support;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use fleet::domain::energy::{Bucket, Draw, Figures, Ledger, day_of};
+use fleet::domain::name::GroupName;
+use fleet::domain::power::Power;
+use fleet::store::claims::ClaimStore;
+use fleet::store::energy::{Accounted, EnergyError, EnergyStore};
+use fleet::store::keys::Keys;
+use redis::aio::MultiplexedConnection;
+use support::*;
+
+fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 30, h, m, s).unwrap()
+}
+
+fn group() -> GroupName {
+    GroupName::parse("rack").unwrap()
+}
+
+/// Off at midnight, on 08:00–12:30, blind 14:00–15:00, on 18:15:30–22:00, off to midnight, with
+/// the once-a-minute re-accounting of an unchanged power in between at a few points.
+fn scripted_day() -> Vec<(Option<Power>, DateTime<Utc>)> {
+    use Power::*;
+    vec![
+        (Some(Off), at(0, 0, 0)),
+        (Some(Off), at(0, 1, 0)),
+        (Some(On), at(8, 0, 0)),
+        (Some(On), at(8, 0, 59)),
+        (Some(Off), at(12, 30, 0)),
+        (None, at(14, 0, 0)),
+        (None, at(14, 30, 0)),
+        (Some(Off), at(15, 0, 0)),
+        (Some(On), at(18, 15, 30)),
+        (Some(Off), at(22, 0, 0)),
+        (Some(Off), at(23, 59, 0)),
+        (Some(Off), at(0, 0, 0) + Duration::days(1)),
+    ]
+}
+
+/// The leader's side: its ledger in memory, read from the store when it has none.
+struct Leader {
+    store: EnergyStore<MultiplexedConnection>,
+    ledger: Option<Ledger>,
+}
+
+impl Leader {
+    async fn observe(&mut self, power: Option<Power>, now: DateTime<Utc>) -> Accounted {
+        let slot = name("n1");
+        let mut ledger = match self.ledger.take() {
+            Some(l) => l,
+            None => {
+                let stored = self.store.read(&group(), &slot).await.unwrap();
+                assert_eq!(stored.skipped, Vec::<String>::new());
+                stored.ledger
+            }
+        };
+        let before = ledger.mark();
+        let advance = ledger.observe(power, now);
+        let done = self
+            .store
+            .account(&group(), &slot, before, &ledger, &advance)
+            .await
+            .unwrap();
+        if done == Accounted::Written {
+            self.ledger = Some(ledger);
+        }
+        done
+    }
+}
+
+async fn leader(server: &fleet::testing::RedisServer, token: &str) -> Leader {
+    let c = conn(server).await;
+    let claims = ClaimStore::new(c.clone(), Keys::default());
+    assert!(claims.raise_fence(&group(), token).await.unwrap());
+    Leader {
+        store: EnergyStore::new(c, Keys::default()).fenced(token),
+        ledger: None,
+    }
+}
+
+const ON_MS: u64 = (4 * 3600 + 1800 + 3 * 3600 + 44 * 60 + 30) * 1000;
+
+fn expected() -> Bucket {
+    Bucket {
+        on_ms: ON_MS,
+        off_ms: 86_400_000 - 3_600_000 - ON_MS,
+        activations: 2,
+    }
+}
+
+async fn stored_day(server: &fleet::testing::RedisServer) -> Ledger {
+    let reader = EnergyStore::new(conn(server).await, Keys::default());
+    let stored = reader.read(&group(), &name("n1")).await.unwrap();
+    assert_eq!(stored.skipped, Vec::<String>::new());
+    stored.ledger
+}
+
+#[tokio::test]
+async fn a_scripted_day_reads_back_to_the_second() {
+    let server = server();
+    let mut l = leader(&server, "1").await;
+    for (p, t) in scripted_day() {
+        assert_eq!(l.observe(p, t).await, Accounted::Written);
+    }
+    let ledger = stored_day(&server).await;
+    let day = day_of(at(0, 0, 0));
+    assert_eq!(ledger.days().len(), 1);
+    assert_eq!(ledger.days().get(&day), Some(&expected()));
+    let f = Figures::of(
+        ledger.totals(day),
+        Draw {
+            watts: 200.0,
+            standby_watts: 5.0,
+            price_per_kwh: 0.30,
+        },
+    );
+    let hours_on = 29_670.0 / 3600.0;
+    let hours_off = (86_400.0 - 3600.0 - 29_670.0) / 3600.0;
+    assert!((f.hours_on - hours_on).abs() < 1e-12);
+    assert!((f.hours_off - hours_off).abs() < 1e-12);
+    assert!((f.kwh - (hours_on * 0.2 + hours_off * 0.005)).abs() < 1e-12);
+    assert!((f.kwh_saved - hours_off * 0.195).abs() < 1e-12);
+    assert!((f.cost_saved - hours_off * 0.195 * 0.30).abs() < 1e-12);
+    assert_eq!(f.activations, 2);
+    // The stored form is the one the module documents.
+    let raw: String = raw(&server, &["HGET", "{fleet:rack}:energy:n1", "2026-11-30"]).await;
+    assert_eq!(
+        raw,
+        format!("{} {} 2", ON_MS, 86_400_000 - 3_600_000 - ON_MS)
+    );
+}
+
+#[tokio::test]
+async fn a_controller_restart_at_any_step_changes_nothing() {
+    let events = scripted_day();
+    for cut in 1..events.len() {
+        let server = server();
+        let mut first = leader(&server, "1").await;
+        for (p, t) in &events[..cut] {
+            assert_eq!(first.observe(*p, *t).await, Accounted::Written);
+        }
+        // The successor raises the fence and starts from what the store holds.
+        let mut second = leader(&server, "2").await;
+        for (p, t) in &events[cut..] {
+            assert_eq!(second.observe(*p, *t).await, Accounted::Written);
+        }
+        let ledger = stored_day(&server).await;
+        assert_eq!(
+            ledger.days().get(&day_of(at(0, 0, 0))),
+            Some(&expected()),
+            "restart before step {cut}"
+        );
+        // The old leader, fenced out, writes nothing.
+        let last = events[events.len() - 1].1 + Duration::hours(1);
+        let mut stale = first.ledger.take().unwrap();
+        let before = stale.mark();
+        let advance = stale.observe(Some(Power::On), last);
+        let refused = first
+            .store
+            .account(&group(), &name("n1"), before, &stale, &advance)
+            .await;
+        assert!(
+            matches!(refused, Err(EnergyError::Fenced { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(stored_day(&server).await, ledger);
+    }
+}
+
+#[tokio::test]
+async fn a_step_from_a_stale_mark_is_refused_and_writes_nothing() {
+    let server = server();
+    let mut a = leader(&server, "1").await;
+    a.observe(Some(Power::Off), at(0, 0, 0)).await;
+    // Another writer of the same token (a pass of a process that read earlier) moved on.
+    let mut b = Leader {
+        store: a.store.clone(),
+        ledger: None,
+    };
+    assert_eq!(
+        b.observe(Some(Power::On), at(1, 0, 0)).await,
+        Accounted::Written
+    );
+    assert_eq!(
+        a.observe(Some(Power::Off), at(2, 0, 0)).await,
+        Accounted::Moved
+    );
+    let ledger = stored_day(&server).await;
+    assert_eq!(
+        ledger.totals(0),
+        Bucket {
+            on_ms: 0,
+            off_ms: 3_600_000,
+            activations: 1
+        }
+    );
+    // Read again, the writer continues from the other's mark.
+    assert_eq!(
+        a.observe(Some(Power::Off), at(2, 0, 0)).await,
+        Accounted::Written
+    );
+    assert_eq!(stored_day(&server).await.totals(0).on_ms, 3_600_000);
+}
+
+#[tokio::test]
+async fn garbage_in_the_ledger_hash_is_skipped_with_a_reason() {
+    let server = server();
+    let _: i64 = raw(
+        &server,
+        &[
+            "HSET",
+            "{fleet:rack}:energy:n1",
+            "2026-11-30",
+            "12 34 1",
+            "2026-11-29",
+            "twelve",
+            "mark",
+            "on on 1764460800000",
+        ],
+    )
+    .await;
+    let stored = EnergyStore::new(conn(&server).await, Keys::default())
+        .read(&group(), &name("n1"))
+        .await
+        .unwrap();
+    assert_eq!(stored.ledger.totals(0).on_ms, 12);
+    assert_eq!(
+        stored.skipped,
+        vec![
+            "field 2026-11-29: bucket \"twelve\": on_ms \"twelve\" is not a whole number"
+                .to_owned()
+        ]
+    );
+}
