@@ -43,21 +43,7 @@ pub(super) fn group(
         Some(list) => taints(list, &format!("{place}.readiness_taints"), problems),
     };
     let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
-    let [startup, shutdown] =
-        [("startup", &raw.startup), ("shutdown", &raw.shutdown)].map(|(name, raw)| {
-            // No operation of this kind: the slots' drivers run it (SPEC §4.10), which the
-            // slots' own check holds; it waits as long as a command would.
-            let Some(raw) = raw else {
-                return Some(by_drivers(&timings));
-            };
-            let op = operation(raw, &timings, &format!("{place}.{name}"), problems)?;
-            reported_before_stuck(&op, &timings, &format!("{place}.{name}.timeout"), problems);
-            Some(op)
-        });
-    if raw.startup.is_none() || raw.shutdown.is_none() {
-        let place = format!("{place}.timings.job_timeout");
-        reported_before_stuck(&by_drivers(&timings), &timings, &place, problems);
-    }
+    let [startup, shutdown] = operations(raw, &timings, place, problems);
     super::driver::defaults(raw.driver.as_ref(), &format!("{place}.driver"), problems);
     let options = autoscaling_options(
         raw.autoscaling_options.as_ref(),
@@ -127,15 +113,33 @@ fn sizes(raw: &RawGroup, place: &str, problems: &mut Problems) -> (Option<u32>, 
     (min_size, max_size)
 }
 
-/// The operation of a kind the group names none of: its slots' drivers run it, within the
-/// group's `job_timeout`.
-fn by_drivers(timings: &Timings) -> Operation {
-    Operation {
+/// The group's startup and shutdown. One it does not name is run by its slots' drivers (SPEC
+/// §4.10), which the slots' own check holds; it waits as long as a command would.
+fn operations(
+    raw: &RawGroup,
+    timings: &Timings,
+    place: &str,
+    problems: &mut Problems,
+) -> [Option<Operation>; 2] {
+    let by_drivers = || Operation {
         run: Run::Driver,
         env: BTreeMap::new(),
         dir: None,
         timeout: timings.job_timeout,
+    };
+    let ops = [("startup", &raw.startup), ("shutdown", &raw.shutdown)].map(|(name, raw)| {
+        let Some(raw) = raw else {
+            return Some(by_drivers());
+        };
+        let op = operation(raw, timings, &format!("{place}.{name}"), problems)?;
+        reported_before_stuck(&op, timings, &format!("{place}.{name}.timeout"), problems);
+        Some(op)
+    });
+    if raw.startup.is_none() || raw.shutdown.is_none() {
+        let place = format!("{place}.timings.job_timeout");
+        reported_before_stuck(&by_drivers(), timings, &place, problems);
     }
+    ops
 }
 
 /// An operation whose outcome was lost is abandoned at stuck_threshold (SPEC §5.4); one that
