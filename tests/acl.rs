@@ -306,6 +306,7 @@ async fn the_agent_beats_and_stops_through_a_url_with_its_benchs_user_and_passwo
             ttl: Duration::from_secs(60),
             final_ttl: Duration::ZERO,
             final_hold: None,
+            power_off: None,
         },
         Endpoint::new(acl.url("bench-a"), Duration::from_secs(10)),
         Keys::default(),
@@ -632,4 +633,145 @@ async fn a_lapsed_request_is_not_carried_and_waits_for_the_operator_to_clear_it(
     acl.ok("fleet-controller", &["release", "bench-a"]);
     let left: Option<String> = raw(&acl.server, &["HGET", &holds, "bench-a"]).await;
     assert_eq!(left, None);
+}
+
+// SPEC §4.10, §2.11: a bench's user reads its own power-off request (in its beat) and writes its
+// own answer, and nothing of another bench's; the controller's user writes the requests. The
+// agent, as its bench's user, answers and powers "off".
+#[tokio::test]
+async fn a_bench_reads_its_own_power_off_request_and_answers_it_and_no_other_benchs() {
+    use fleet::store::power_off::{Answer, OffAck, PowerOff};
+    let acl = Acl::start();
+    let keys = Keys::default();
+    let controller = PowerOff::new(acl.conn("fleet-controller").await, keys.clone());
+    controller
+        .ask(&name("bench-a"), "na", Duration::from_secs(60))
+        .await
+        .unwrap();
+    controller
+        .ask(&name("bench-b"), "nb", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let b_request: String = raw(&acl.server, &["GET", &keys.off_request(&name("bench-b"))]).await;
+
+    let mark = acl.dir.path().join("bench-a.off");
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let agent = Agent::new(
+        AgentConfig {
+            name: name("bench-a"),
+            interval: Duration::from_millis(100),
+            ttl: Duration::from_secs(60),
+            final_ttl: Duration::ZERO,
+            final_hold: None,
+            power_off: Some(format!("echo off > '{}'", mark.display())),
+        },
+        Endpoint::new(acl.url("bench-a"), Duration::from_secs(10)),
+        keys.clone(),
+    )
+    .with_events(tx);
+    let task = tokio::spawn(agent.run(shutdown.clone()));
+    let ran = bounded("the power-off command", async {
+        loop {
+            match events.recv().await.expect("the agent stopped") {
+                Event::OffRan { nonce, result } => return (nonce, result),
+                Event::Beat(receipt) => assert_eq!(receipt.off_problem, None),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(ran, ("na".to_owned(), Ok(())));
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "off\n");
+    assert_eq!(
+        controller.answer(&name("bench-a")).await.unwrap(),
+        Some(Ok(OffAck {
+            nonce: "na".into(),
+            answer: Answer::Accepted,
+            why: None,
+        }))
+    );
+    shutdown.cancel();
+    bounded("the agent to stop", task).await.unwrap();
+
+    // Raw, as a tool holding bench-a's credentials would try.
+    let mut c = acl.conn("bench-a").await;
+    let (a_request, a_ack) = (
+        keys.off_request(&name("bench-a")),
+        keys.off_ack(&name("bench-a")),
+    );
+    let (b_key, b_ack) = (
+        keys.off_request(&name("bench-b")),
+        keys.off_ack(&name("bench-b")),
+    );
+    for args in [
+        // Another bench's request and answer: neither read nor written.
+        &["GET", &b_key][..],
+        &["SET", &b_key, "{}"],
+        &["DEL", &b_key],
+        &["GET", &b_ack],
+        &["SET", &b_ack, r#"{"v":1,"nonce":"nb","answer":"accepted"}"#],
+        &[
+            "EVAL",
+            "return redis.call('SET', ARGV[1], 'x')",
+            "0",
+            &b_ack,
+        ],
+        // Its own request: read only (only fleet's controller asks).
+        &["SET", &a_request, "{}"],
+        &["DEL", &a_request],
+        &["PEXPIRE", &a_request, "1"],
+    ] {
+        nope(&mut c, args).await;
+    }
+    // What it may: read its own request, write its own answer.
+    let own: Option<String> = redis::cmd("GET")
+        .arg(&a_request)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(own.is_some_and(|r| r.contains(r#""nonce":"na""#)));
+    let () = redis::cmd("SET")
+        .arg(&a_ack)
+        .arg(r#"{"v":1,"nonce":"na","answer":"accepted"}"#)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // bench-b's request stands as the controller wrote it, unanswered.
+    let b_after: String = raw(&acl.server, &["GET", &b_key]).await;
+    assert_eq!(b_after, b_request);
+    assert_eq!(controller.answer(&name("bench-b")).await.unwrap(), None);
+}
+
+// A bench user from an ACL file written before the power-off keys (SPEC §4.10) still beats: the
+// beat reads the request with pcall, says what to repair, and lands.
+#[tokio::test]
+async fn a_bench_user_from_an_older_acl_file_still_beats_and_is_told_to_renew_it() {
+    let acl = Acl::start();
+    let keys = Keys::default();
+    let old_rules = format!(
+        "~{} ~{} -@all +del +eval +ping +select +set +time (%R~{} -@all +hget) (~{} -@all +sadd)",
+        keys.heartbeat(&name("bench-a")),
+        keys.joined_key(&name("bench-a")),
+        keys.hold_requests(),
+        keys.joined()
+    );
+    let mut args = vec!["ACL", "SETUSER", "bench-a", "reset", "on", ">pw-bench-a"];
+    args.extend(old_rules.split_whitespace());
+    let () = raw(&acl.server, &args).await;
+    let presence = fleet::store::presence::Presence::new(acl.conn("bench-a").await, keys);
+    let receipt = presence
+        .beat(&beat("bench-a", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(receipt.off_request, None);
+    let problem = receipt
+        .off_problem
+        .expect("the beat says what it could not read");
+    assert!(
+        problem.starts_with("this bench's Redis user may not read its power-off request (")
+            && problem.contains("write the ACL file again with `fleet acl`"),
+        "{problem}"
+    );
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
 }

@@ -21,6 +21,7 @@ fn config(final_ttl: Duration, final_hold: Option<&str>) -> Config {
         ttl: Duration::from_secs(30),
         final_ttl,
         final_hold: final_hold.map(reason),
+        power_off: None,
     }
 }
 
@@ -284,4 +285,212 @@ async fn an_agent_whose_final_beat_cannot_land_stops_in_time_and_exits_1() {
     );
     assert!(rest.contains("the final beat did not land"), "{rest}");
     drop(silent);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's power-off (SPEC §4.10): a real `fleet agent` process reads its bench's power-off
+// request on each beat, answers its nonce, and runs its --power-off-command once per nonce.
+
+/// A `fleet agent` process beating every 100 ms, its log lines read as they come.
+struct AgentProcess {
+    child: tokio::process::Child,
+    lines: mpsc::UnboundedReceiver<String>,
+    /// Every line read so far.
+    seen: Vec<String>,
+}
+
+impl AgentProcess {
+    fn start(server: &RedisServer, bench: &str, power_off: Option<&str>) -> AgentProcess {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"));
+        cmd.args([
+            "--redis",
+            &server.url(),
+            "agent",
+            bench,
+            "--interval",
+            "100ms",
+        ]);
+        if let Some(command) = power_off {
+            cmd.args(["--power-off-command", command]);
+        }
+        let mut child = cmd
+            .env("FLEET_LOG", "debug")
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        AgentProcess {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a log line holding every one of `words`, and returns it.
+    async fn log(&mut self, words: &[&str]) -> String {
+        bounded(&format!("a log line with {words:?}"), async {
+            loop {
+                let line = self.lines.recv().await.expect("the agent ended");
+                self.seen.push(line.clone());
+                if words.iter().all(|w| line.contains(w)) {
+                    return line;
+                }
+            }
+        })
+        .await
+    }
+
+    /// Waits for `n` more beats.
+    async fn beats(&mut self, n: usize) {
+        for _ in 0..n {
+            self.log(&["beat written"]).await;
+        }
+    }
+
+    /// Stops it with SIGTERM, as a supervisor would, and waits for its exit.
+    async fn stop(mut self) {
+        let pid = self.child.id().unwrap().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = bounded("agent exit", self.child.wait()).await.unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
+fn power_off_store(
+    conn: redis::aio::MultiplexedConnection,
+) -> fleet::store::power_off::PowerOff<redis::aio::MultiplexedConnection> {
+    fleet::store::power_off::PowerOff::new(conn, Keys::default())
+}
+
+fn read_file(path: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+#[tokio::test]
+async fn a_real_agent_powers_off_its_own_bench_when_asked_once_per_nonce_and_no_other() {
+    use fleet::store::power_off::{Answer, OffAck};
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let marks = [dir.path().join("bench-01"), dir.path().join("bench-02")];
+    let command = |mark: &std::path::Path| format!("echo off >> '{}'", mark.display());
+    let mut one = AgentProcess::start(&server, "bench-01", Some(&command(&marks[0])));
+    let mut two = AgentProcess::start(&server, "bench-02", Some(&command(&marks[1])));
+    one.beats(1).await;
+    two.beats(1).await;
+    let store = power_off_store(conn(&server).await);
+
+    store
+        .ask(&name("bench-01"), "nonce1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ran = one.log(&["the power-off command ended"]).await;
+    assert!(ran.contains("nonce1"), "{ran}");
+    assert_eq!(read_file(&marks[0]).as_deref(), Some("off\n"));
+    assert_eq!(
+        store.answer(&name("bench-01")).await.unwrap(),
+        Some(Ok(OffAck {
+            nonce: "nonce1".into(),
+            answer: Answer::Accepted,
+            why: None,
+        }))
+    );
+    // The request still stands (until its lapse): more beats see it answered and run nothing,
+    // and the other bench, asked nothing, powers nothing off.
+    one.beats(3).await;
+    two.beats(3).await;
+    assert_eq!(read_file(&marks[0]).as_deref(), Some("off\n"));
+    assert_eq!(read_file(&marks[1]), None);
+    assert_eq!(store.answer(&name("bench-02")).await.unwrap(), None);
+    assert!(
+        !two.seen.iter().any(|l| l.contains("powering off")),
+        "{:?}",
+        two.seen
+    );
+
+    // A restarted agent (a machine back on) finds the request answered: once per nonce, not once
+    // per process.
+    one.stop().await;
+    let mut one = AgentProcess::start(&server, "bench-01", Some(&command(&marks[0])));
+    one.beats(3).await;
+    assert_eq!(read_file(&marks[0]).as_deref(), Some("off\n"));
+    assert!(!one.seen.iter().any(|l| l.contains("powering off")));
+
+    // A new request, a new nonce: obeyed once more.
+    store
+        .ask(&name("bench-01"), "nonce2", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ran = one.log(&["the power-off command ended"]).await;
+    assert!(ran.contains("nonce2"), "{ran}");
+    assert_eq!(read_file(&marks[0]).as_deref(), Some("off\noff\n"));
+    assert_eq!(read_file(&marks[1]), None);
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_without_a_power_off_command_refuses_saying_why_and_says_so_once() {
+    use fleet::store::power_off::{Answer, OffAck};
+    let server = server();
+    let mut agent = AgentProcess::start(&server, "bench-01", None);
+    let said = agent
+        .log(&["no --power-off-command", "never powers its machine off"])
+        .await;
+    assert!(said.contains("INFO"), "{said}");
+    agent.beats(1).await;
+    let store = power_off_store(conn(&server).await);
+    store
+        .ask(&name("bench-01"), "nonce1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let refused = agent.log(&["a power-off was asked and refused"]).await;
+    assert!(refused.contains("nonce1"), "{refused}");
+    assert_eq!(
+        store.answer(&name("bench-01")).await.unwrap(),
+        Some(Ok(OffAck {
+            nonce: "nonce1".into(),
+            answer: Answer::Refused,
+            why: Some(fleet::agent::REFUSAL.to_owned()),
+        }))
+    );
+    agent.beats(3).await;
+    let starts = agent
+        .seen
+        .iter()
+        .filter(|l| l.contains("never powers its machine off"))
+        .count();
+    let refusals = agent
+        .seen
+        .iter()
+        .filter(|l| l.contains("a power-off was asked and refused"))
+        .count();
+    assert_eq!((starts, refusals), (1, 1), "{:?}", agent.seen);
+    agent.stop().await;
+}
+
+#[test]
+fn a_blank_power_off_command_is_refused_at_start() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["agent", "bench-01", "--power-off-command", " "])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the power-off command is empty or holds a NUL"),
+        "{err}"
+    );
 }

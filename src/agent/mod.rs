@@ -4,6 +4,11 @@
 //! reports the host's load and cores beside the key, carries an operator's hold request, and
 //! keeps beating through Redis outages with a bounded backoff. On shutdown it writes a final beat,
 //! by default with TTL 0, so the bench reads DOWN at once instead of a TTL later.
+//!
+//! It powers its own machine off when fleet asks (SPEC §4.10): each beat reads the bench's
+//! power-off request in its one round trip; the agent answers the request's nonce first, then
+//! runs its `--power-off-command` (through `sh -c`), once per nonce. An agent started without the
+//! option refuses every request, saying why in the answer, and powers nothing off.
 
 use std::time::Duration;
 
@@ -11,11 +16,12 @@ use rand::Rng;
 use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::domain::name::{BenchName, Reason};
 use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
+use crate::store::power_off::{Answer, OffAck, OffRequest, PowerOff};
 use crate::store::presence::{Beat, Presence, Receipt};
 
 /// The first retry after a failed beat; it doubles per failure up to the interval.
@@ -31,14 +37,49 @@ pub struct Config {
     /// The TTL of the beat written on shutdown; zero deletes the key (DOWN at once).
     pub final_ttl: Duration,
     pub final_hold: Option<Reason>,
+    /// The shell command that powers the machine off when fleet asks (`systemctl poweroff`),
+    /// run with `sh -c`; `None` refuses every request.
+    pub power_off: Option<String>,
 }
+
+/// Why an agent without `--power-off-command` refuses: the words the operation's tail shows.
+pub const REFUSAL: &str = "this bench's fleet agent was started without --power-off-command, so \
+                           it powers nothing off; start it with --power-off-command \"systemctl \
+                           poweroff\" (or the command that powers this machine off)";
 
 /// What the agent did, for a caller that watches it (tests, `fleet up`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     Beat(Receipt),
-    Failed { failures: u32, error: String },
+    Failed {
+        failures: u32,
+        error: String,
+    },
     Final(Result<Receipt, String>),
+    /// A power-off request answered (SPEC §4.10): accepted (the command runs) or refused.
+    OffAnswered {
+        nonce: String,
+        answer: Answer,
+    },
+    /// The power-off command of an accepted request ended: its exit, or why it could not run.
+    OffRan {
+        nonce: String,
+        result: Result<(), String>,
+    },
+}
+
+/// What the agent said once and says again only when it changes.
+#[derive(Default)]
+struct Said {
+    /// The last refused hold request.
+    refused: Option<String>,
+    store_problem: Option<String>,
+    off_problem: Option<String>,
+    /// The hold carried.
+    carried: Option<String>,
+    /// The nonce whose power-off command ran: never run twice, even when its answer must be
+    /// written again.
+    obeyed: Option<String>,
 }
 
 pub struct Agent {
@@ -64,33 +105,34 @@ impl Agent {
         self
     }
 
-    /// Beats until `shutdown`, then writes the final beat. Redis failures are logged and retried;
-    /// they never end the loop.
-    /// Beats until `shutdown`, then writes the final beat, bounded by the call timeout. Says
-    /// whether the final beat landed: a stop's exit code tells a supervisor (SPEC §2.9).
+    /// Beats until `shutdown`, then writes the final beat, bounded by the call timeout. Redis
+    /// failures are logged and retried; they never end the loop. Says whether the final beat
+    /// landed: a stop's exit code tells a supervisor (SPEC §2.9).
     pub async fn run(self, shutdown: CancellationToken) -> Stopped {
-        let mut presence: Option<Presence<ConnectionManager>> = None;
+        let mut stores: Option<Stores> = None;
         let mut failures: u32 = 0;
         let name = self.config.name.clone();
         info!(bench = %name, interval = ?self.config.interval, ttl = ?self.config.ttl, redis = %self.endpoint.redacted(), "agent started");
-        let mut carried: Option<String> = None;
-        // The last refused hold request: said once, not on every beat.
-        let mut refused: Option<String> = None;
-        let mut store_problem: Option<String> = None;
+        if self.config.power_off.is_none() {
+            info!(bench = %name, "no --power-off-command: this agent never powers its machine off, and refuses a power-off fleet asks of it");
+        }
+        let mut said = Said::default();
         loop {
-            let outcome = match &presence {
-                Some(p) => p
+            let outcome = match &stores {
+                Some(s) => s
+                    .presence
                     .beat(&self.beat(self.config.ttl, None))
                     .await
                     .map_err(error_chain),
                 None => match self.endpoint.manager().await {
                     Ok(conn) => {
-                        let p = Presence::new(conn, self.keys.clone());
-                        let outcome = p
+                        let s = Stores::new(conn, &self.keys);
+                        let outcome = s
+                            .presence
                             .beat(&self.beat(self.config.ttl, None))
                             .await
                             .map_err(error_chain);
-                        presence = Some(p);
+                        stores = Some(s);
                         outcome
                     }
                     Err(e) => Err(error_chain(e)),
@@ -102,27 +144,11 @@ impl Agent {
                         info!(bench = %name, failures, "beat restored");
                     }
                     failures = 0;
-                    if let Some(why) = &receipt.refused_request
-                        && refused.as_ref() != Some(why)
-                    {
-                        warn!(bench = %name, error = why.as_str(), "the hold request was not carried; withdraw it with `fleet release` and ask again");
+                    let off = receipt.off_request.clone();
+                    self.heard(receipt, &mut said);
+                    if let (Some(request), Some(s)) = (off, &stores) {
+                        self.answer_off(&s.power_off, request, &mut said).await;
                     }
-                    refused.clone_from(&receipt.refused_request);
-                    if let Some(problem) = &receipt.problem
-                        && store_problem.as_ref() != Some(problem)
-                    {
-                        warn!(bench = %name, "{problem}");
-                    }
-                    store_problem.clone_from(&receipt.problem);
-                    if receipt.hold != carried {
-                        match &receipt.hold {
-                            Some(hold) => info!(bench = %name, hold, "holding"),
-                            None => info!(bench = %name, "hold released"),
-                        }
-                        carried = receipt.hold.clone();
-                    }
-                    debug!(bench = %name, at = %receipt.at, "beat written");
-                    self.emit(Event::Beat(receipt));
                     jittered(self.config.interval)
                 }
                 Err(error) => {
@@ -137,7 +163,95 @@ impl Agent {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-        self.final_beat(presence).await
+        self.final_beat(stores.map(|s| s.presence)).await
+    }
+
+    /// Logs what a beat's receipt says that changed since the last, and reports the beat.
+    fn heard(&self, receipt: Receipt, said: &mut Said) {
+        let name = &self.config.name;
+        if let Some(why) = &receipt.refused_request
+            && said.refused.as_ref() != Some(why)
+        {
+            warn!(bench = %name, error = why.as_str(), "the hold request was not carried; withdraw it with `fleet release` and ask again");
+        }
+        said.refused.clone_from(&receipt.refused_request);
+        if let Some(problem) = &receipt.problem
+            && said.store_problem.as_ref() != Some(problem)
+        {
+            warn!(bench = %name, "{problem}");
+        }
+        said.store_problem.clone_from(&receipt.problem);
+        if let Some(problem) = &receipt.off_problem
+            && said.off_problem.as_ref() != Some(problem)
+        {
+            warn!(bench = %name, "{problem}");
+        }
+        said.off_problem.clone_from(&receipt.off_problem);
+        if receipt.hold != said.carried {
+            match &receipt.hold {
+                Some(hold) => info!(bench = %name, hold, "holding"),
+                None => info!(bench = %name, "hold released"),
+            }
+            said.carried = receipt.hold.clone();
+        }
+        debug!(bench = %name, at = %receipt.at, "beat written");
+        self.emit(Event::Beat(receipt));
+    }
+
+    /// Answers a power-off request (SPEC §4.10): the answer first, so fleet learns of it before
+    /// the machine goes; then, accepted, the command, once per nonce. An answer that does not
+    /// land is given again on the next beat, which still sees the request; the command is not
+    /// run until one has landed.
+    async fn answer_off(
+        &self,
+        store: &PowerOff<ConnectionManager>,
+        request: OffRequest,
+        said: &mut Said,
+    ) {
+        let name = &self.config.name;
+        let nonce = request.nonce.clone();
+        let ack = match &self.config.power_off {
+            Some(_) => OffAck {
+                nonce: nonce.clone(),
+                answer: Answer::Accepted,
+                why: None,
+            },
+            None => OffAck {
+                nonce: nonce.clone(),
+                answer: Answer::Refused,
+                why: Some(REFUSAL.to_owned()),
+            },
+        };
+        if let Err(e) = store.acknowledge(name, &request, &ack).await {
+            warn!(bench = %name, nonce, error = error_chain(e), "the power-off request could not be answered; answering it on the next beat");
+            return;
+        }
+        self.emit(Event::OffAnswered {
+            nonce: nonce.clone(),
+            answer: ack.answer,
+        });
+        let Some(command) = &self.config.power_off else {
+            warn!(bench = %name, nonce, "a power-off was asked and refused: this agent was started without --power-off-command");
+            return;
+        };
+        if said.obeyed.as_deref() == Some(nonce.as_str()) {
+            return;
+        }
+        said.obeyed = Some(nonce.clone());
+        info!(bench = %name, nonce, command, "powering off, as fleet asked");
+        let (name, command, events) = (name.clone(), command.clone(), self.events.clone());
+        tokio::spawn(async move {
+            let result = power_off(&command).await;
+            match &result {
+                Ok(()) => info!(bench = %name, nonce, "the power-off command ended"),
+                Err(error) => {
+                    error!(bench = %name, nonce, error, "the power-off command failed; the machine stays on, and fleet asks again when its shutdown is retried")
+                }
+            }
+            if let Some(events) = events {
+                let _ = events.send(Event::OffRan { nonce, result });
+            }
+        });
     }
 
     async fn final_beat(&self, presence: Option<Presence<ConnectionManager>>) -> Stopped {
@@ -193,6 +307,38 @@ impl Agent {
         if let Some(events) = &self.events {
             let _ = events.send(event);
         }
+    }
+}
+
+/// The agent's stores, over one connection.
+struct Stores {
+    presence: Presence<ConnectionManager>,
+    power_off: PowerOff<ConnectionManager>,
+}
+
+impl Stores {
+    fn new(conn: ConnectionManager, keys: &Keys) -> Self {
+        Stores {
+            presence: Presence::new(conn.clone(), keys.clone()),
+            power_off: PowerOff::new(conn, keys.clone()),
+        }
+    }
+}
+
+/// Runs the power-off command through `sh -c`, as an operator would type it (`systemctl
+/// poweroff`, `ssh ipmi-host ... && shutdown -h now`): its exit says whether it worked.
+async fn power_off(command: &str) -> Result<(), String> {
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .await
+        .map_err(|e| format!("cannot start sh: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the power-off command ended with {status}"))
     }
 }
 

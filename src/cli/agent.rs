@@ -1,4 +1,5 @@
-//! `fleet agent NAME [--interval DUR] [--ttl DUR] [--final-ttl DUR] [--final-hold REASON]`.
+//! `fleet agent NAME [--interval DUR] [--ttl DUR] [--final-ttl DUR] [--final-hold REASON]
+//! [--power-off-command CMD]`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -26,6 +27,23 @@ pub struct Args {
     /// A hold carried by the final beat (for a planned sleep: --final-ttl 1h --final-hold sleeping).
     #[arg(long, env = "FLEET_AGENT_FINAL_HOLD")]
     pub final_hold: Option<Reason>,
+    /// The command that powers this machine off when fleet asks (a slot whose driver has
+    /// `off: agent`), run with `sh -c`, once per request: like "systemctl poweroff". Without
+    /// it, the agent powers nothing off and refuses fleet's requests, saying why.
+    #[arg(long, env = "FLEET_AGENT_POWER_OFF_COMMAND", value_parser = power_off_command)]
+    pub power_off_command: Option<String>,
+}
+
+/// A command `sh -c` can run: not blank, no NUL (it could not cross exec).
+fn power_off_command(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() || text.contains('\0') {
+        return Err(
+            "the power-off command is empty or holds a NUL: give the command that powers this \
+             machine off, like \"systemctl poweroff\""
+                .to_owned(),
+        );
+    }
+    Ok(text.to_owned())
 }
 
 impl Args {
@@ -48,6 +66,7 @@ impl Args {
             ttl,
             final_ttl: self.final_ttl,
             final_hold: self.final_hold.clone(),
+            power_off: self.power_off_command.clone(),
         })
     }
 

@@ -3,8 +3,8 @@
 //! Three kinds of user. `fleet-controller` runs `fleet serve` and the verbs that write (claims,
 //! holds, forget): every key under the prefix, and only the commands fleet sends. `fleet-viewer`
 //! runs the views: it reads the same keys and writes none. Each bench has a user of its own name
-//! that can write its own heartbeat and join key, read the hold requests and add its name to the
-//! join set, and nothing else, so a bench's credentials cannot change another bench's heartbeat,
+//! that can write its own heartbeat, join key and power-off acknowledgement, read the hold
+//! requests and its own power-off request, and add its name to the join set, and nothing else, so a bench's credentials cannot change another bench's heartbeat,
 //! hold or registration (SPEC §2.3 says why the join set may hold any name and still registers
 //! none).
 //!
@@ -66,6 +66,11 @@ const BEAT_HOLDS: &[&str] = &["hget"];
 /// The only thing a bench may do to the join set: add a name.
 const BEAT_JOIN: &[&str] = &["sadd"];
 
+/// The only thing a bench may do to its power-off request, and the read of its own
+/// acknowledgement, both in its beat (SPEC §4.10): a `GET` of each. It writes its acknowledgement
+/// with the root's `SET`, since that key is its own.
+const BEAT_OFF: &[&str] = &["get"];
+
 /// One of fleet's Redis users.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum User {
@@ -126,12 +131,15 @@ impl User {
                 grants(&[CONNECTION, READS])
             ),
             User::Bench(name) => format!(
-                "~{} ~{} {} ({}) ({})",
+                "~{} ~{} ~{} {} ({}) ({}) (%R~{} {})",
                 keys.heartbeat(name),
                 keys.joined_key(name),
+                keys.off_ack(name),
                 grants(&[CONNECTION, BEAT]),
                 selector("%R~", &keys.hold_requests(), BEAT_HOLDS),
                 selector("~", &keys.joined(), BEAT_JOIN),
+                keys.off_request(name),
+                selector("%R~", &keys.off_ack(name), BEAT_OFF),
             ),
         }
     }
@@ -242,8 +250,10 @@ mod tests {
         );
         assert_eq!(
             User::Bench(bench("bench-a")).rules(&keys),
-            "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a -@all +del +eval +ping +select +set \
-             +time (%R~{team-a}:holds -@all +hget) (~{team-a}:joined -@all +sadd)"
+            "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack -@all \
+             +del +eval +ping +select +set +time (%R~{team-a}:holds -@all +hget) \
+             (~{team-a}:joined -@all +sadd) \
+             (%R~{team-a}:off:bench-a %R~{team-a}:off:bench-a:ack -@all +get)"
         );
     }
 

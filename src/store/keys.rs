@@ -105,6 +105,22 @@ impl Keys {
         format!("{}:joined:", self.tag)
     }
 
+    /// A bench's power-off request (SPEC §4.10): JSON `{"v":1,"nonce":…,"at":<server ms>,
+    /// "until":<server ms>}`, written by the operation wrapper of a slot whose driver has
+    /// `off: agent`, expiring at `until` (the operation's timeout), read by the bench's own beat.
+    /// One key per bench, so an ACL can let a bench read its own request and no other.
+    pub fn off_request(&self, name: &BenchName) -> String {
+        format!("{}:off:{}", self.tag, name)
+    }
+
+    /// A bench's acknowledgement of its power-off request (SPEC §4.10): JSON `{"v":1,
+    /// "nonce":…,"answer":"accepted"|"refused","why":…}`, written by the bench's agent before it
+    /// runs its power-off command, expiring a while after the request it answers. Only that
+    /// bench's user (and fleet's controller) may write it; the wrapper reads it.
+    pub fn off_ack(&self, name: &BenchName) -> String {
+        format!("{}:off:{}:ack", self.tag, name)
+    }
+
     /// The ACL key pattern of every key under the prefix's own hash tag (presence, leadership,
     /// the configuration), for `fleet acl`. The prefix holds no glob character (`Keys::new`).
     pub fn acl_pattern(&self) -> String {
@@ -288,6 +304,8 @@ mod tests {
             keys.joined_key(&name)
                 .starts_with(&keys.joined_key_prefix())
         );
+        assert_eq!(keys.off_request(&name), "{fleet}:off:bench-01");
+        assert_eq!(keys.off_ack(&name), "{fleet}:off:bench-01:ack");
     }
 
     #[test]

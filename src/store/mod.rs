@@ -13,6 +13,7 @@ pub mod keys;
 pub mod lease;
 pub mod operation_record;
 pub mod operations;
+pub mod power_off;
 pub mod presence;
 pub mod script;
 pub mod slots;

@@ -28,6 +28,7 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::Bench;
 
 use super::keys::Keys;
+use super::power_off::{OffRequest, pending};
 use super::script::{eval, script};
 
 mod decode;
@@ -107,7 +108,16 @@ pub struct Receipt {
     /// A store problem the beat went past (the hold-request key holds another type), with its
     /// repair: the beat landed, but no request can be carried until it is repaired.
     pub problem: Option<String>,
+    /// The power-off request the bench has not answered yet (SPEC §4.10).
+    pub off_request: Option<OffRequest>,
+    /// Why the power-off request could not be read (a user whose ACL predates it, a foreign
+    /// write), with the repair: the beat landed all the same.
+    pub off_problem: Option<String>,
 }
+
+/// The beat script's reply: the time, the hold, why a request was not carried, a store problem,
+/// the power-off request, its acknowledgement, why those could not be read.
+type BeatReply = (i64, Option<String>, String, String, String, String, String);
 
 /// The fleet as one read saw it: every bench, sorted by name, and the server's time of the read.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,27 +163,68 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.joined_key(&beat.name),
         ];
         let mut conn = self.conn.clone();
-        let (at_ms, hold, refused, problem): (i64, Option<String>, String, String) =
-            eval(BEAT, &keys)
-                .arg(beat.name.as_str())
-                .arg(ttl_ms)
-                .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
-                .arg(beat.load.map_or(String::new(), |l| l.to_string()))
-                .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
-                .arg(self.keys.hold_requests())
-                .arg(self.keys.joined())
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| PresenceError::Beat {
-                    name: beat.name.clone(),
-                    source,
-                })?;
+        let (at_ms, hold, refused, problem, off, ack, off_problem): BeatReply = eval(BEAT, &keys)
+            .arg(beat.name.as_str())
+            .arg(ttl_ms)
+            .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
+            .arg(beat.load.map_or(String::new(), |l| l.to_string()))
+            .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
+            .arg(self.keys.hold_requests())
+            .arg(self.keys.joined())
+            .arg(self.keys.off_request(&beat.name))
+            .arg(self.keys.off_ack(&beat.name))
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| PresenceError::Beat {
+                name: beat.name.clone(),
+                source,
+            })?;
+        fn given(text: &str) -> Option<&str> {
+            (!text.is_empty()).then_some(text)
+        }
+        let (off_request, off_problem) =
+            match (off_problem.is_empty(), pending(given(&off), given(&ack))) {
+                (false, _) => (None, Some(self.off_problem(&beat.name, &off_problem))),
+                (true, Ok(request)) => (request, None),
+                (true, Err(why)) => (
+                    None,
+                    Some(format!(
+                        "{} holds no request fleet wrote ({why}); delete it (redis-cli DEL {})",
+                        self.keys.off_request(&beat.name),
+                        self.keys.off_request(&beat.name)
+                    )),
+                ),
+            };
         Ok(Receipt {
             at: DateTime::from_timestamp_millis(at_ms).unwrap_or_default(),
             hold,
             refused_request: (!refused.is_empty()).then_some(refused),
             problem: (!problem.is_empty()).then(|| self.holds_problem()),
+            off_request,
+            off_problem,
         })
+    }
+
+    /// Why the bench's power-off keys could not be read, with the repair.
+    fn off_problem(&self, name: &BenchName, error: &str) -> String {
+        // Redis says a refusal inside a script in its own words, not as NOPERM.
+        if ["NOPERM", "permission", "can't run this command"]
+            .iter()
+            .any(|w| error.contains(w))
+        {
+            format!(
+                "this bench's Redis user may not read its power-off request ({error}); write the \
+                 ACL file again with `fleet acl` (SPEC §2.11) and load it, or no power-off asked \
+                 of {name} is ever seen"
+            )
+        } else {
+            format!(
+                "the power-off keys of {name} cannot be read ({error}); delete them (redis-cli \
+                 DEL {} {})",
+                self.keys.off_request(name),
+                self.keys.off_ack(name)
+            )
+        }
     }
 
     /// Asks a bench to hold: the bench carries the request on its own next beat. With `ttl`, the

@@ -4,7 +4,8 @@
 -- beat with a TTL: a report for the views).
 -- ARGV[1] the bench name, ARGV[2] the TTL in ms, ARGV[3] an explicit hold ('' for none),
 -- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown), ARGV[6] the
--- hold-request hash, ARGV[7] the join set.
+-- hold-request hash, ARGV[7] the join set, ARGV[8] the bench's power-off request and ARGV[9] its
+-- acknowledgement of one (both absent from an older caller).
 --
 -- The hold-request hash and the join set are arguments, not KEYS: EVAL asks for write permission
 -- on every key it declares, and a bench's own Redis user may only read the hold requests and add
@@ -26,8 +27,15 @@
 -- (a foreign write) is not carried, so it cannot make a running bench read DOWN; the beat
 -- reports it instead.
 --
+-- The power-off request and the bench's own acknowledgement (SPEC §4.10) are read here, like the
+-- hold request, so the agent learns of an off in the beat's one round trip; the agent decides
+-- from them. They are read with pcall: a bench user from an ACL file written before them may
+-- not read them, which costs the off (said in the reply), never the beat.
+--
 -- Returns { now, the hold carried (nil for none), why a request was not carried ('' if none),
--- the hold-request key when it holds another type than a hash ('' if not) }.
+-- the hold-request key when it holds another type than a hash ('' if not), the power-off
+-- request ('' if none), the acknowledgement ('' if none), why they could not be read ('' if
+-- they could) }.
 
 -- White space that is not a control character (Unicode White_Space, as Rust's
 -- char::is_whitespace; the control ones are refused before).
@@ -123,4 +131,14 @@ else
   if ARGV[5] ~= '' then beat.cores = tonumber(ARGV[5]) end
   redis.call('SET', KEYS[1], cjson.encode(beat), 'PXAT', now + ttl)
 end
-return { now, hold, ignored, problem }
+local off, ack, off_problem = '', '', ''
+if ARGV[8] and ARGV[8] ~= '' then
+  local request = redis.pcall('GET', ARGV[8])
+  local answer = redis.pcall('GET', ARGV[9])
+  for _, got in ipairs({ request, answer }) do
+    if type(got) == 'table' and got.err and off_problem == '' then off_problem = got.err end
+  end
+  if type(request) == 'string' then off = request end
+  if type(answer) == 'string' then ack = answer end
+end
+return { now, hold, ignored, problem, off, ack, off_problem }
