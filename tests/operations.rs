@@ -234,3 +234,223 @@ fn the_command_does_not_inherit_the_controllers_secrets() {
     );
     assert!(report.tail.starts_with("FLEET_ATTEMPT FLEET_CLAIM FLEET_CONTROLLER FLEET_GROUP FLEET_OPERATION FLEET_PROVIDER_ID FLEET_SLOT"), "{}", report.tail);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Drivers through the wrapper (SPEC §4.10): the same process, report and store record as a
+// command; the tail is the audit record or the error's words.
+
+fn wol_driver(target: std::net::SocketAddr) -> fleet::config::Driver {
+    fleet::config::Driver {
+        kind: fleet::config::DriverKind::Wol(fleet::config::WolDriver {
+            mac: "52:54:00:12:34:56".parse().unwrap(),
+            broadcast: target,
+        }),
+        off: fleet::config::OffBy::Agent,
+    }
+}
+
+/// A request of `kind` run by a Wake-on-LAN driver whose off is the agent's, with no command.
+fn driven(kind: OperationKind, target: std::net::SocketAddr, timeout: Duration) -> Request {
+    Request {
+        kind,
+        command: Vec::new(),
+        driver: Some(wol_driver(target)),
+        ..request("", timeout)
+    }
+}
+
+fn report_to(server: &fleet::testing::RedisServer) -> fleet::lifecycle::ReportTo {
+    fleet::lifecycle::ReportTo {
+        url: server.url(),
+        ca_file: None,
+        timeout: Duration::from_secs(10),
+        prefix: Keys::default().prefix().to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_wake_on_lan_startup_sends_the_magic_packets_through_the_wrapper() {
+    let listener = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap();
+    let job = Job {
+        request: driven(OperationKind::Startup, target, Duration::from_secs(10)),
+        report_to: None,
+    };
+    let (report, _) = tokio::task::spawn_blocking(move || wrapper(&job))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome,
+        OperationOutcome::Completed,
+        "{}",
+        report.tail
+    );
+    let mut packet = vec![0xFF; 6];
+    for _ in 0..16 {
+        packet.extend_from_slice(&[0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+    }
+    for n in 0..3 {
+        let mut buf = [0u8; 256];
+        let (len, _) = bounded("a magic packet", listener.recv_from(&mut buf))
+            .await
+            .unwrap();
+        assert_eq!(&buf[..len], packet.as_slice(), "packet {n}");
+    }
+    let lines: Vec<&str> = report.tail.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", report.tail);
+    assert!(
+        lines[0].starts_with("wol +0ms: magic packet for 52:54:00:12:34:56 to 127.0.0.1:"),
+        "{}",
+        report.tail
+    );
+    assert!(
+        lines[3].starts_with("wol: 3 attempt(s) in ")
+            && lines[3].ends_with("verified nothing, no escalation"),
+        "{}",
+        report.tail
+    );
+}
+
+/// Runs the shutdown of a slot whose driver's off is its agent's, with an agent of `bench-01`
+/// running in this process (`power_off`: its command, `None` for none), and returns the report
+/// and what the store recorded for it.
+async fn agent_off(
+    power_off: Option<String>,
+    agent_runs: bool,
+    timeout: Duration,
+) -> (Report, fleet::domain::operation::OpEnd) {
+    let server = server();
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let group = GroupName::parse("pool-a").unwrap();
+    let started_at = stamp(store.now().await.unwrap());
+    let op = SlotOp {
+        kind: OperationKind::Shutdown,
+        claim: None,
+        attempt: 0,
+        started_at,
+        timeout,
+        controller: "test".into(),
+        streak: 1,
+        end: None,
+        off_at: None,
+    };
+    store
+        .record_unclaimed(&group, &name("bench-01"), &op)
+        .await
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let agent = agent_runs.then(|| {
+        let agent = fleet::agent::Agent::new(
+            fleet::agent::Config {
+                name: name("bench-01"),
+                interval: Duration::from_millis(100),
+                ttl: Duration::from_secs(60),
+                final_ttl: Duration::ZERO,
+                final_hold: None,
+                power_off,
+            },
+            server.endpoint(),
+            Keys::default(),
+        );
+        tokio::spawn(agent.run(shutdown.clone()))
+    });
+    let mut req = driven(
+        OperationKind::Shutdown,
+        "127.0.0.1:9".parse().unwrap(),
+        timeout,
+    );
+    req.started_at = started_at;
+    let job = Job {
+        request: req,
+        report_to: Some(report_to(&server)),
+    };
+    let (report, _) = tokio::task::spawn_blocking(move || wrapper(&job))
+        .await
+        .unwrap();
+    shutdown.cancel();
+    if let Some(task) = agent {
+        bounded("the agent to stop", task).await.unwrap();
+    }
+    let end = bounded("the outcome in the store", async {
+        loop {
+            let read = store
+                .read_groups(std::slice::from_ref(&group))
+                .await
+                .unwrap()
+                .remove(0);
+            if let Some(end) = read.operations.by_slot[&name("bench-01")].end.clone() {
+                return end;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    (report, end)
+}
+
+#[tokio::test]
+async fn an_off_through_the_agent_completes_when_the_agent_accepts_and_its_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("off");
+    let command = format!("echo off > '{}'", mark.display());
+    let (report, end) = agent_off(Some(command), true, Duration::from_secs(10)).await;
+    assert_eq!(
+        report.outcome,
+        OperationOutcome::Completed,
+        "{}",
+        report.tail
+    );
+    let lines: Vec<&str> = report.tail.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", report.tail);
+    assert!(
+        lines[0].starts_with("agent +")
+            && lines[0].contains("ms: power-off request ")
+            && lines[0].ends_with(
+                " to the agent of bench-01 -> accepted: it runs its power-off command; the \
+                 heartbeat's end shows the machine off"
+            ),
+        "{}",
+        report.tail
+    );
+    assert_eq!((end.outcome, end.tail), (report.outcome, report.tail));
+    bounded("the power-off command's mark", async {
+        while std::fs::read_to_string(&mark).ok().as_deref() != Some("off\n") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_off_refused_by_an_agent_without_the_option_fails_with_its_reason() {
+    let (report, end) = agent_off(None, true, Duration::from_secs(10)).await;
+    assert_eq!(report.outcome, OperationOutcome::Failed);
+    assert!(
+        report
+            .tail
+            .starts_with("agent of bench-01: refused power-off request ")
+            && report.tail.ends_with(fleet::agent::REFUSAL),
+        "{}",
+        report.tail
+    );
+    assert_eq!(end.outcome, OperationOutcome::Failed);
+}
+
+#[tokio::test]
+async fn an_off_no_agent_answers_times_out_at_the_timeout_saying_what_to_look_at() {
+    let started = std::time::Instant::now();
+    let (report, end) = agent_off(None, false, Duration::from_secs(2)).await;
+    assert_eq!(report.outcome, OperationOutcome::TimedOut);
+    assert!(
+        report.tail.starts_with("agent of bench-01 (no answer): the power-off request had no answer within 2s")
+            && report.tail.ends_with("is the bench's fleet agent running, reaching Redis, with an ACL file written by this fleet's `fleet acl`?"),
+        "{}",
+        report.tail
+    );
+    assert_eq!(end.outcome, OperationOutcome::TimedOut);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

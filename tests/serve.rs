@@ -283,3 +283,66 @@ async fn an_api_server_out_of_reach_at_start_is_blindness_not_a_failed_start() {
     assert_eq!(rows[0]["usable"], serde_json::Value::Null, "usable unknown");
     serve.stop().await;
 }
+
+// SPEC §4.10: what the file cannot show about a driver is checked at start and on every reload:
+// a password file that cannot be read, or a password its driver cannot take, is refused naming
+// the slot (exit 2 at start; the running configuration kept on reload), and no password is ever
+// shown.
+#[tokio::test]
+async fn a_drivers_password_is_checked_at_start_and_on_reload_and_never_shown() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    let secret = dir.path().join("ipmi-pass");
+    let text = format!(
+        "{}  - {{ name: ipmi-1, group: pool-a, driver: {{ type: ipmi, host: 10.0.0.31, username: admin, password_file: {} }} }}\n",
+        yaml(&server, &["bench-01"]),
+        secret.display()
+    );
+    std::fs::write(&path, &text).unwrap();
+    let config = path.to_str().unwrap();
+
+    let o = fleet(&server, &["serve", "--config", config]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "slots (ipmi-1).driver: password_file {}: cannot be read (No such file or directory",
+            secret.display()
+        )),
+        "{err}"
+    );
+    // A password IPMI 2.0 cannot carry (past 20 bytes): the driver's own words, not the password.
+    let long = "correct-horse-battery-staple";
+    std::fs::write(&secret, format!("{long}\n")).unwrap();
+    let o = fleet(&server, &["serve", "--config", config]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "slots (ipmi-1).driver: ipmi: the password is 28 bytes, and IPMI 2.0 takes at most 20"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains(long), "{err}");
+
+    std::fs::write(&secret, "hunter22\n").unwrap();
+    let args = ["--metrics-addr", "127.0.0.1:0", "--interval", "100ms"];
+    let mut serve = Serve::start("serve", &server, &path, &args);
+    serve.log(&["fleet serve started"]).await;
+    std::fs::remove_file(&secret).unwrap();
+    serve.signal("-HUP");
+    let refused = serve.log(&["new configuration refused"]).await;
+    assert!(
+        refused.contains("slots (ipmi-1).driver: password_file"),
+        "{refused}"
+    );
+    std::fs::write(&secret, "hunter22\n").unwrap();
+    serve.signal("-HUP");
+    serve.log(&["configuration reloaded", "slots=2"]).await;
+    let lines = serve.stop().await;
+    assert!(
+        !lines.iter().any(|l| l.contains("hunter22")),
+        "a password in the log: {lines:#?}"
+    );
+}

@@ -163,6 +163,7 @@ impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         self.check_lease()?;
         let config = config::load(&self.config).map_err(config_error)?;
+        check_drivers(&self.config, &config).map_err(config_error)?;
         check_kubernetes(&config, self.kubernetes)?;
         let kube = self.kube().await?;
         let (tls, transport) = self.tls()?;
@@ -418,6 +419,21 @@ fn report_to(ctx: &Ctx) -> ReportTo {
 
 /// A configuration that asks for what only Kubernetes can do, without `--kubernetes`, is the
 /// caller's input (exit 2), naming the flag and every such setting.
+/// What the drivers need that the file cannot show (SPEC §4.10): every password where the file
+/// says it is, and every target one its driver takes. Refused like the file's own problems, at
+/// start (exit 2) and on reload (the running configuration kept); no password is shown.
+fn check_drivers(path: &Path, config: &Config) -> Result<(), ConfigError> {
+    let problems = crate::power::drive::check_drivers(config);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            problems,
+        })
+    }
+}
+
 fn check_kubernetes(config: &Config, kubernetes: bool) -> Result<(), Error> {
     let settings = config.kubernetes_settings();
     if kubernetes || settings.is_empty() {
@@ -527,7 +543,9 @@ async fn reload(
             continue;
         }
         seen = now;
-        let loaded = config::load(&path).map_err(|e| crate::store::connect::chain(&e));
+        let loaded = config::load(&path)
+            .and_then(|config| check_drivers(&path, &config).map(|()| config))
+            .map_err(|e| crate::store::connect::chain(&e));
         let loaded = loaded.and_then(|config| {
             let settings = config.kubernetes_settings();
             if kubernetes || settings.is_empty() {

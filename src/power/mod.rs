@@ -12,8 +12,10 @@
 //! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
 //! never show them.
 
+pub mod drive;
 pub mod ipmi;
 pub mod redfish;
+pub mod wol;
 
 use std::future::Future;
 use std::time::Duration;
