@@ -85,6 +85,18 @@ const NOT_OBJECTS: &[(&str, &str)] = &[
         "a fleet configuration: the_fleet_configurations_…",
     ),
     (
+        "examples/ipmi.yaml",
+        "a fleet configuration: the_driver_examples_…",
+    ),
+    (
+        "examples/redfish.yaml",
+        "a fleet configuration: the_driver_examples_…",
+    ),
+    (
+        "examples/wol-agent.yaml",
+        "a fleet configuration: the_driver_examples_…",
+    ),
+    (
         "overlays/example/fleet.yaml",
         "a fleet configuration: the_fleet_configurations_…",
     ),
@@ -1141,6 +1153,42 @@ fn fleets_rbac_is_exactly_its_rule_list_and_the_job_account_has_none() {
 
 // ---------------------------------------------------------------------------------------------
 // The fleet configurations.
+
+// SPEC §4.10: one example per driver, each loaded by fleet's own loader, every slot with the
+// driver its file is about and no operation of its group.
+#[test]
+fn the_driver_examples_load_with_fleets_own_loader_one_driver_each() {
+    use fleet::config::{OffBy, Run};
+    for (file, driver, off) in [
+        ("examples/wol-agent.yaml", "wol", OffBy::Agent),
+        ("examples/redfish.yaml", "redfish", OffBy::Driver),
+        ("examples/ipmi.yaml", "ipmi", OffBy::Driver),
+    ] {
+        let config = fleet::config::load(&deploy().join(file)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!config.slots.is_empty(), "{file}");
+        for slot in config.slots.values() {
+            let d = slot
+                .driver
+                .as_ref()
+                .unwrap_or_else(|| panic!("{file}: {}", slot.name));
+            assert_eq!(
+                (d.type_name(), d.off),
+                (driver, off),
+                "{file}: {}",
+                slot.name
+            );
+        }
+        for group in config.groups.values() {
+            assert_eq!(
+                (&group.startup.run, &group.shutdown.run),
+                (&Run::Driver, &Run::Driver),
+                "{file}: {}",
+                group.name
+            );
+        }
+        assert!(config.doubts().is_empty(), "{file}: {:?}", config.doubts());
+    }
+}
 
 #[test]
 fn the_fleet_configurations_load_with_fleets_own_loader() {
