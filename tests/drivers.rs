@@ -120,7 +120,7 @@ slots:
         startup["detail"]
             .as_str()
             .unwrap()
-            .starts_with("wol +0ms: magic packet for 52:54:00:12:34:56 to 127.0.0.1:"),
+            .contains("ms: magic packet for 52:54:00:12:34:56 to 127.0.0.1:"),
         "{startup:#}"
     );
     // The claim ended when the machine was seen off, which may come before the shutdown's
