@@ -423,9 +423,11 @@ slots:
             .collect();
         assert_eq!(
             problems,
-            ["slots (r2).driver: https://127.0.0.1:1: password_env TEST_SURELY_UNSET_BMC_PASS: \
+            [
+                "slots (r2).driver: https://127.0.0.1:1: password_env TEST_SURELY_UNSET_BMC_PASS: \
               the variable is not set in fleet serve's environment; set it where fleet serve \
-              starts (a systemd EnvironmentFile, say)"]
+              starts (a systemd EnvironmentFile, say)"
+            ]
         );
     }
 
