@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::domain::claim::{OperationKind, Phase};
-use crate::lifecycle::Request;
 use crate::reconcile::{ClaimMove, NodeWarning};
 
 use super::CALL_TIMEOUT;
@@ -75,22 +74,13 @@ pub fn regarding(m: &ClaimMove, namespace: &str) -> Option<ObjectReference> {
 
 /// The name the Job runner gave the claim's operation's Job (the same deterministic name).
 fn job_name(m: &ClaimMove, kind: OperationKind, started_at: DateTime<Utc>) -> String {
-    spec::name(&Request {
-        kind,
-        slot: m.slot.clone(),
+    spec::name_of(&spec::Identity {
         group: m.group.clone(),
+        slot: m.slot.clone(),
         claim: Some(m.claim.clone()),
+        kind,
         attempt: m.attempt,
-        provider_id: String::new(),
-        command: Vec::new(),
-        env: Default::default(),
-        dir: None,
-        timeout: Default::default(),
-        controller: String::new(),
         started_at,
-        job: None,
-        fence: None,
-        driver: None,
     })
 }
 

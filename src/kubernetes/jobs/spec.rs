@@ -74,24 +74,30 @@ pub fn digest(text: &str, hex: usize) -> String {
 /// RFC 1123 label of at most 63 characters. The slot is there for people; the digest makes it
 /// unique.
 pub fn name(request: &Request) -> String {
-    let kind = request.kind.as_str();
-    let claim = request.claim.as_ref().map_or("", ClaimName::as_str);
-    let identity = match (request.kind, &request.claim) {
+    name_of(&Identity::of(request))
+}
+
+/// The Job's name for an operation known by its identity (an Event about a claim's Job names it
+/// without the whole request).
+pub fn name_of(op: &Identity) -> String {
+    let kind = op.kind.as_str();
+    let claim = op.claim.as_ref().map_or("", ClaimName::as_str);
+    let identity = match (op.kind, &op.claim) {
         (OperationKind::Startup, Some(_)) => format!(
             "v1\0{}\0{}\0{kind}\0{claim}\0{}",
-            request.group, request.slot, request.attempt
+            op.group, op.slot, op.attempt
         ),
         (OperationKind::Startup, None) | (OperationKind::Shutdown, _) => format!(
             "v1\0{}\0{}\0{kind}\0{claim}\0{}\0{}",
-            request.group,
-            request.slot,
-            request.attempt,
-            request.started_at.timestamp_millis()
+            op.group,
+            op.slot,
+            op.attempt,
+            op.started_at.timestamp_millis()
         ),
     };
     let hash = digest(&identity, NAME_DIGEST);
     let room = MAX_NAME - "fleet-".len() - kind.len() - 2 - hash.len();
-    let slot: String = request
+    let slot: String = op
         .slot
         .as_str()
         .chars()
