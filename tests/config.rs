@@ -578,6 +578,30 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "a finite number, zero or more",
         ),
         (
+            "a standby draw above the draw when on",
+            with_template("power: { watts: 350, standby_watts: 400, price_per_kwh: 0.2 }"),
+            format!("{g}.template.power.standby_watts"),
+            "standby_watts 400 is more than watts 350",
+        ),
+        (
+            "a negative standby draw",
+            with_template("power: { watts: 350, standby_watts: -1, price_per_kwh: 0.2 }"),
+            format!("{g}.template.power.standby_watts"),
+            "a finite number, zero or more, like 5",
+        ),
+        (
+            "a slot's power in a group that declares none, without a price",
+            edit("{ name: bench-01, group: pool-a }", "{ name: bench-01, group: pool-a, power: { watts: 90 } }"),
+            "slots[0] (bench-01).power".to_owned(),
+            "the slot's group declares no template.power, so the slot's power needs price_per_kwh",
+        ),
+        (
+            "a slot's standby draw above its watts",
+            edit("{ name: bench-01, group: pool-a }", "{ name: bench-01, group: pool-a, power: { watts: 90, standby_watts: 91, price_per_kwh: 0.3 } }"),
+            "slots[0] (bench-01).power.standby_watts".to_owned(),
+            "standby_watts 91 is more than watts 90",
+        ),
+        (
             "a utilization threshold above one",
             edit(SIZES, &format!("{SIZES}    autoscaling_options: {{ scale_down_utilization_threshold: 1.5 }}\n")),
             format!("{g}.autoscaling_options.scale_down_utilization_threshold"),
@@ -1818,4 +1842,58 @@ fn a_groups_bad_default_is_said_once_however_many_slots_take_it() {
 fn a_driver_refuses_unknown_keys_naming_the_key() {
     let message = parse_error(&dedit("username: root,", "usernme: root,"));
     assert!(message.contains("unknown field `usernme`"), "{message}");
+}
+
+/// The energy ledger's draw (SPEC §4.12): a slot takes its group's `template.power`, standby 0
+/// unless set, and each of its own `power` fields overrides the group's.
+#[test]
+fn a_slots_power_is_its_groups_with_its_own_fields_over_it() {
+    let text = BASE
+        .replacen(
+            "{ name: bench-01, group: pool-a }",
+            "{ name: bench-01, group: pool-a, power: { standby_watts: 4.5 } }",
+            1,
+        )
+        .replacen(
+            "{ name: bench-02, group: pool-a }",
+            "{ name: bench-02, group: pool-a, power: { watts: 120, price_per_kwh: 0.5 } }",
+            1,
+        );
+    let text = text.replacen(
+        "    startup:",
+        "    template: { capacity: { cpu: \"4\", memory: 8Gi }, power: { watts: 300, price_per_kwh: 0.2 } }\n    startup:",
+        1,
+    );
+    let config = ok(&text);
+    let draw = |name: &str| config.slots.get(&bench(name)).unwrap().power.unwrap();
+    let b1 = draw("bench-01");
+    assert_eq!(
+        (b1.watts, b1.standby_watts, b1.price_per_kwh),
+        (300.0, 4.5, 0.2)
+    );
+    let b2 = draw("bench-02");
+    assert_eq!(
+        (b2.watts, b2.standby_watts, b2.price_per_kwh),
+        (120.0, 0.0, 0.5)
+    );
+    let group_draw = config
+        .group(&group("pool-a"))
+        .unwrap()
+        .template
+        .as_ref()
+        .unwrap()
+        .power;
+    assert_eq!(group_draw.map(|p| p.standby_watts), Some(0.0));
+    // Without a group draw, a slot declares its own in full, or has none.
+    let alone = ok(&BASE.replacen(
+        "{ name: bench-01, group: pool-a }",
+        "{ name: bench-01, group: pool-a, power: { watts: 60, standby_watts: 2, price_per_kwh: 0.4 } }",
+        1,
+    ));
+    let b1 = alone.slots.get(&bench("bench-01")).unwrap().power.unwrap();
+    assert_eq!(
+        (b1.watts, b1.standby_watts, b1.price_per_kwh),
+        (60.0, 2.0, 0.4)
+    );
+    assert_eq!(alone.slots.get(&bench("bench-02")).unwrap().power, None);
 }

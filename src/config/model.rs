@@ -175,7 +175,7 @@ pub struct Toleration {
 }
 
 /// One machine's place in a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Slot {
     pub name: BenchName,
     pub group: GroupName,
@@ -187,6 +187,9 @@ pub struct Slot {
     /// fleet's own power driver for the machine (SPEC §4.10): its group's `driver` with the
     /// slot's fields over it. With one, it runs both operations instead of the group's.
     pub driver: Option<Driver>,
+    /// What the machine draws and costs (SPEC §4.12): its group's `template.power` with the
+    /// slot's `power` fields over it; `None` when neither gives one.
+    pub power: Option<PowerDraw>,
 }
 
 /// The node a group's machines become, described before any exists.
@@ -207,11 +210,13 @@ pub struct Gpu {
     pub types: Vec<String>,
 }
 
-/// What a machine of the group draws and what its energy costs, for pricing.
+/// What a machine draws and what its energy costs, for pricing and the energy ledger.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PowerDraw {
     /// Finite, above zero.
     pub watts: f64,
+    /// The draw when off: finite, zero or more, at most `watts`.
+    pub standby_watts: f64,
     /// Finite, zero or more.
     pub price_per_kwh: f64,
 }

@@ -215,6 +215,21 @@ pub(super) struct RawGpu {
 pub(super) struct RawPower {
     pub(super) watts: f64,
     pub(super) price_per_kwh: f64,
+    /// The draw when off (SPEC §4.12); 0 when unset.
+    #[serde(default)]
+    pub(super) standby_watts: Option<f64>,
+}
+
+/// A slot's `power`: each field overrides its group's `template.power` (SPEC §4.12).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSlotPower {
+    #[serde(default)]
+    pub(super) watts: Option<f64>,
+    #[serde(default)]
+    pub(super) standby_watts: Option<f64>,
+    #[serde(default)]
+    pub(super) price_per_kwh: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -228,6 +243,8 @@ pub(super) struct RawSlot {
     pub(super) kubernetes_node: Option<String>,
     #[serde(default)]
     pub(super) driver: Option<RawDriver>,
+    #[serde(default)]
+    pub(super) power: Option<RawSlotPower>,
 }
 
 /// A driver as the file gives it, on a group (defaults) or a slot (overrides): every field

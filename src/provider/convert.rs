@@ -388,6 +388,7 @@ mod tests {
     fn the_price_is_the_energy_a_machine_draws_over_the_interval() {
         let power = PowerDraw {
             watts: 3500.0,
+            standby_watts: 0.0,
             price_per_kwh: 0.25,
         };
         let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
@@ -447,6 +448,7 @@ mod tests {
     fn a_time_out_of_range_has_no_price() {
         let power = PowerDraw {
             watts: 1000.0,
+            standby_watts: 0.0,
             price_per_kwh: 1.0,
         };
         let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };

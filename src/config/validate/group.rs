@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::model::{
-    AutoscalingOptions, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation, PowerDraw,
-    Run, Template, check_env_name,
+    AutoscalingOptions, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation, Run,
+    Template, check_env_name,
 };
 use crate::config::raw::{
-    Checked, RawGpu, RawGroup, RawOperation, RawOptions, RawPower, RawTemplate, RawTimings,
+    Checked, RawGpu, RawGroup, RawOperation, RawOptions, RawTemplate, RawTimings,
 };
 use crate::domain::claim::Timings;
 use crate::domain::name::GroupName;
@@ -19,6 +19,7 @@ use crate::domain::node::Taint;
 use crate::domain::operation::REPORT_SLACK;
 use crate::units::Quantity;
 
+use super::power::power_draw;
 use super::{Problems, job};
 
 /// One group; `None` when a part of it could not be built (its problems are in `problems`).
@@ -568,31 +569,5 @@ fn gpu(gpu: &RawGpu, place: &str, problems: &mut Problems) -> Gpu {
     Gpu {
         label: gpu.label.clone(),
         types: gpu.types.clone(),
-    }
-}
-
-/// What a machine draws and what its energy costs; built even with problems (in `problems`).
-fn power_draw(power: &RawPower, place: &str, problems: &mut Problems) -> PowerDraw {
-    if !(power.watts.is_finite() && power.watts > 0.0) {
-        problems.push(
-            format!("{place}.power.watts"),
-            format!(
-                "invalid watts {}: a finite number above zero, like 350",
-                power.watts
-            ),
-        );
-    }
-    if !(power.price_per_kwh.is_finite() && power.price_per_kwh >= 0.0) {
-        problems.push(
-            format!("{place}.power.price_per_kwh"),
-            format!(
-                "invalid price_per_kwh {}: a finite number, zero or more, like 0.25",
-                power.price_per_kwh
-            ),
-        );
-    }
-    PowerDraw {
-        watts: power.watts,
-        price_per_kwh: power.price_per_kwh,
     }
 }

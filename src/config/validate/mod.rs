@@ -9,6 +9,7 @@
 mod driver;
 mod group;
 mod job;
+mod power;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -238,7 +239,8 @@ fn slot(
     if let Some(node) = &raw.kubernetes_node {
         kubernetes_node(node, &place, taken, problems);
     }
-    let driver = slot_driver(raw, group, &place, problems);
+    let driver = slot_driver(raw, group.clone(), &place, problems);
+    let power = slot_power(raw, group.as_ref().map(|(g, _, _)| *g), &place, problems);
     if problems.len() != before {
         return None;
     }
@@ -248,7 +250,33 @@ fn slot(
         provider_id: provider_id?,
         kubernetes_node: raw.kubernetes_node.clone(),
         driver: driver?,
+        power,
     })
+}
+
+/// The slot's draw (SPEC §4.12): its group's `template.power` with the slot's `power` over it.
+/// A group draw with problems is its group's to report: the slot then has none of its own.
+fn slot_power(
+    raw: &RawSlot,
+    group: Option<&RawGroup>,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<crate::config::model::PowerDraw> {
+    let group_power = group
+        .and_then(|g| g.template.as_ref())
+        .and_then(|t| t.power.as_ref());
+    let group_draw = match group_power {
+        None => None,
+        Some(raw_power) => {
+            let mut theirs = Problems::default();
+            let draw = power::power_draw(raw_power, "", &mut theirs);
+            if !theirs.0.is_empty() {
+                return None;
+            }
+            Some(draw)
+        }
+    };
+    power::slot_power(group_draw, raw.power.as_ref(), place, problems)
 }
 
 /// The slot's driver, its group's defaults merged under its own fields (SPEC §4.10); a slot with
