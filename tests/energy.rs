@@ -239,3 +239,153 @@ async fn garbage_in_the_ledger_hash_is_skipped_with_a_reason() {
         ]
     );
 }
+
+/// The controller's own accounting (SPEC §4.12): each pass gives each slot's observed power to
+/// its ledger; a successor controller (fresh memory) reads the ledger back and goes on from its
+/// mark. The stored figures are exactly the intervals between the marks the passes left, by the
+/// server's clock, and the counters say the same.
+#[tokio::test]
+async fn the_controller_accounts_what_each_pass_observes_across_a_restart() {
+    use fleet::reconcile::Controller;
+    use fleet::telemetry::{Health, Metrics};
+    use std::sync::Arc;
+
+    let server = server();
+    let text = r#"groups:
+  - name: rack
+    max_size: 1
+    readiness_taints: []
+    startup: { command: ["true"] }
+    shutdown: { command: ["true"] }
+    template: { capacity: { cpu: "4", memory: 8Gi }, power: { watts: 200, standby_watts: 5, price_per_kwh: 0.3 } }
+slots:
+  - { name: n1, group: rack }
+"#;
+    let cfg = fleet::config::parse(text, std::path::Path::new("energy.yaml")).unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(Arc::new(cfg));
+    let controller = |metrics: Arc<Metrics>| {
+        let rx = rx.clone();
+        let server = &server;
+        async move {
+            Controller::new(
+                rx,
+                fleet::store::presence::Presence::new(conn(server).await, Keys::default()),
+                ClaimStore::new(conn(server).await, Keys::default()),
+                Arc::new(exec(server)),
+                metrics,
+                Arc::new(Health::default()),
+            )
+        }
+    };
+    let reader = EnergyStore::new(conn(&server).await, Keys::default());
+    let mark = || async {
+        let stored = reader.read(&group(), &name("n1")).await.unwrap();
+        assert_eq!(stored.skipped, Vec::<String>::new());
+        (stored.ledger.mark().unwrap(), stored.ledger.totals(0))
+    };
+    let ms = |a: &fleet::domain::energy::Mark, b: &fleet::domain::energy::Mark| {
+        u64::try_from((b.at - a.at).num_milliseconds()).unwrap()
+    };
+
+    let first_metrics = Arc::new(Metrics::default());
+    let mut first = controller(first_metrics.clone()).await;
+    bounded("a pass", first.pass()).await.unwrap();
+    let (m1, totals) = mark().await;
+    assert_eq!(m1.power, Some(Power::Off), "no beat: the machine reads off");
+    assert_eq!(
+        totals,
+        Bucket::default(),
+        "the first step only sets the mark"
+    );
+
+    presence(&server)
+        .await
+        .beat(&beat("n1", std::time::Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    bounded("a pass", first.pass()).await.unwrap();
+    let (m2, totals) = mark().await;
+    assert_eq!(m2.power, Some(Power::On));
+    let off_ms = ms(&m1, &m2);
+    assert!(off_ms > 0);
+    let want = Bucket {
+        on_ms: 0,
+        off_ms,
+        activations: 1,
+    };
+    assert_eq!(totals, want);
+    assert_eq!(
+        counter(&first_metrics, "off_seconds"),
+        off_ms as f64 / 1000.0
+    );
+    assert_eq!(counter(&first_metrics, "activations"), 1.0);
+
+    // A successor with no memory: an unchanged power within the minute writes nothing, and the
+    // machine going dark is accounted from the predecessor's mark.
+    let second_metrics = Arc::new(Metrics::default());
+    let mut second = controller(second_metrics.clone()).await;
+    bounded("a pass", second.pass()).await.unwrap();
+    assert_eq!(
+        mark().await.0,
+        m2,
+        "an unchanged power within the minute is not a step"
+    );
+    presence(&server).await.forget(&[name("n1")]).await.unwrap();
+    bounded("a pass", second.pass()).await.unwrap();
+    let (m3, totals) = mark().await;
+    assert_eq!(m3.power, Some(Power::Off));
+    let on_ms = ms(&m2, &m3);
+    assert_eq!(
+        totals,
+        Bucket {
+            on_ms,
+            off_ms,
+            activations: 1
+        }
+    );
+    let kwh = Figures::of(
+        Bucket {
+            on_ms,
+            off_ms: 0,
+            activations: 0,
+        },
+        Draw {
+            watts: 200.0,
+            standby_watts: 5.0,
+            price_per_kwh: 0.3,
+        },
+    )
+    .kwh;
+    assert_eq!(counter(&second_metrics, "kwh"), kwh);
+    assert_eq!(
+        counter(&second_metrics, "on_seconds"),
+        on_ms as f64 / 1000.0
+    );
+    // The first controller's copy is stale (its mark is m2): its step is refused, it writes
+    // nothing and reads the ledger again for its next step.
+    bounded("a pass", first.pass()).await.unwrap();
+    let (m4, totals) = mark().await;
+    assert_eq!(m4, m3, "a step from a moved mark writes nothing");
+    assert_eq!(totals.on_ms, on_ms);
+    presence(&server)
+        .await
+        .beat(&beat("n1", std::time::Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    bounded("a pass", first.pass()).await.unwrap();
+    let (m5, totals) = mark().await;
+    assert_eq!(m5.power, Some(Power::On));
+    assert_eq!(totals.off_ms, off_ms + ms(&m3, &m5));
+    assert_eq!(totals.activations, 2);
+}
+
+/// The value of `fleet_energy_<what>_total` for slot n1 of rack.
+fn counter(metrics: &fleet::telemetry::Metrics, what: &str) -> f64 {
+    let text = metrics.encode();
+    let series = format!("fleet_energy_{what}_total{{group=\"rack\",slot=\"n1\"}} ");
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series}in\n{text}"));
+    line.parse().unwrap()
+}

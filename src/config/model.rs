@@ -210,16 +210,9 @@ pub struct Gpu {
     pub types: Vec<String>,
 }
 
-/// What a machine draws and what its energy costs, for pricing and the energy ledger.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PowerDraw {
-    /// Finite, above zero.
-    pub watts: f64,
-    /// The draw when off: finite, zero or more, at most `watts`.
-    pub standby_watts: f64,
-    /// Finite, zero or more.
-    pub price_per_kwh: f64,
-}
+/// What a machine draws and what its energy costs, for pricing and the energy ledger: the
+/// ledger's own type, so the two never drift apart.
+pub use crate::domain::energy::Draw as PowerDraw;
 
 /// Checks an environment variable name an operation may set: `[A-Za-z_][A-Za-z0-9_]*`, not
 /// starting with `FLEET_`. The error says what is valid.

@@ -19,6 +19,17 @@ use super::power::Power;
 /// Days of buckets kept before the current one. The issue asks for at least 400.
 pub const RETENTION_DAYS: i64 = 400;
 
+/// How often an unchanged power is accounted again, so the stored ledger is never more than
+/// this behind and a successor loses at most this much to a crash.
+pub const REACCOUNT_MS: i64 = 60_000;
+
+/// Whether the ledger should take a step now: it has none yet, the power changed since its
+/// mark, or the mark is [`REACCOUNT_MS`] old (or from the future: a clock that stepped back is
+/// left to `observe`).
+pub fn due(mark: Option<Mark>, power: Option<Power>, now: DateTime<Utc>) -> bool {
+    mark.is_none_or(|m| m.power != power || (now - m.at).num_milliseconds().abs() >= REACCOUNT_MS)
+}
+
 const DAY_MS: i64 = 86_400_000;
 const HOUR_MS: f64 = 3_600_000.0;
 
@@ -152,6 +163,17 @@ pub struct Advance {
     pub trimmed: Vec<Day>,
 }
 
+impl Advance {
+    /// The increments of every day, summed (for the counters).
+    pub fn total(&self) -> Bucket {
+        let mut sum = Bucket::default();
+        for bucket in self.increments.values() {
+            sum.add(*bucket);
+        }
+        sum
+    }
+}
+
 impl Ledger {
     pub fn mark(&self) -> Option<Mark> {
         self.mark
@@ -251,11 +273,15 @@ fn credit(
     }
 }
 
-/// What a machine draws and what its energy costs: `template.power` (SPEC §4.1).
+/// What a machine draws and what its energy costs: `template.power` and a slot's `power` (SPEC
+/// §4.1, §4.12), validated by the configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Draw {
+    /// Finite, above zero.
     pub watts: f64,
+    /// The draw when off: finite, zero or more, at most `watts`.
     pub standby_watts: f64,
+    /// Finite, zero or more.
     pub price_per_kwh: f64,
 }
 
@@ -460,6 +486,50 @@ mod tests {
         }
         assert_eq!(date_of(day_of(at(5, 0, 0))), Some(at(0, 0, 0).date_naive()));
         assert_eq!(day_of_date(at(0, 0, 0).date_naive()), day_of(at(5, 0, 0)));
+    }
+
+    #[test]
+    fn a_step_is_due_on_a_change_of_power_or_once_a_minute() {
+        let t = at(10, 0, 0);
+        let mark = |power| {
+            Some(Mark {
+                power,
+                known: power,
+                at: t,
+            })
+        };
+        let on = Some(Power::On);
+        let later = |ms| t + chrono::Duration::milliseconds(ms);
+        assert!(
+            due(None, on, t),
+            "a ledger with no mark takes its first step"
+        );
+        assert!(!due(mark(on), on, later(REACCOUNT_MS - 1)));
+        assert!(due(mark(on), on, later(REACCOUNT_MS)));
+        assert!(due(mark(on), Some(Power::Off), later(1)));
+        assert!(due(mark(on), None, later(1)), "going blind is a change");
+        assert!(due(mark(None), on, later(1)), "sight returning is a change");
+        assert!(
+            due(mark(on), on, later(-REACCOUNT_MS)),
+            "a clock a minute back"
+        );
+    }
+
+    #[test]
+    fn an_advance_totals_its_days() {
+        let mut l = Ledger::default();
+        l.observe(Some(Power::On), at(23, 0, 0));
+        let next = at(1, 0, 0) + chrono::Duration::days(1);
+        let adv = l.observe(Some(Power::Off), next);
+        assert_eq!(adv.increments.len(), 2);
+        assert_eq!(
+            adv.total(),
+            Bucket {
+                on_ms: 2 * 3_600_000,
+                off_ms: 0,
+                activations: 0
+            }
+        );
     }
 
     fn power() -> impl Strategy<Value = Option<Power>> {

@@ -50,6 +50,8 @@ pub(super) struct SlotOutcome {
     /// The slot's claims, by name and phase, as the store holds them after the steps that
     /// landed (for the claims metric; the claims themselves went to the planner).
     pub phases: Vec<(ClaimName, Phase)>,
+    /// The power observed (`None`: blind), for the energy ledger.
+    pub power: Option<Power>,
 }
 
 /// One slot being acted on: where its steps are taken from, and what they did so far.
@@ -123,6 +125,7 @@ where
             now,
             out: SlotOutcome {
                 phases,
+                power: plan.power,
                 ..SlotOutcome::default()
             },
         };

@@ -14,6 +14,7 @@
 
 mod act;
 mod budget;
+mod energy;
 mod leadership;
 mod nodes;
 mod operations;
@@ -44,6 +45,7 @@ use crate::domain::slot::Recorded;
 use crate::lifecycle::{REPORT_SLACK, Runner};
 use crate::store::catalog::ControllerStatus;
 use crate::store::claims::{ClaimStore, ClaimStoreError, SlotStatus};
+use crate::store::energy::EnergyStore;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 
@@ -82,6 +84,8 @@ pub struct Controller<C, R, N = NoNodes> {
     store: ClaimStore<C>,
     /// The same store, unfenced (reads, and raising fences).
     base_store: ClaimStore<C>,
+    /// The energy ledgers, unfenced; fenced with the token for each write.
+    energy: EnergyStore<C>,
     runner: Arc<R>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -117,6 +121,8 @@ struct Memory {
     off_since: HashMap<(GroupName, BenchName), DateTime<Utc>>,
     /// The Nodes whose provider ID is not their slot's, said once each.
     mismatched: HashMap<BenchName, String>,
+    /// The leader's copies of the slots' energy ledgers (SPEC §4.12).
+    energy: energy::Ledgers,
 }
 
 /// What a controller knows of its own sight, across passes (SPEC §5.2, §5.3).
@@ -204,6 +210,7 @@ where
             nodes: NoNodes,
             node_views: None,
             base_store: store.clone(),
+            energy: EnergyStore::new(store.conn(), store.keys().clone()),
             config,
             presence,
             store,
@@ -227,6 +234,7 @@ where
             presence: self.presence,
             store: self.store,
             base_store: self.base_store,
+            energy: self.energy,
             runner: self.runner,
             metrics: self.metrics,
             health: self.health,

@@ -24,6 +24,7 @@ use crate::store::presence::Snapshot;
 
 use super::act::Seen;
 use super::budget;
+use super::energy::Sighting;
 use super::nodes::NodeViews;
 use super::{Controller, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
@@ -349,6 +350,7 @@ where
         let steps = slot::departed(&orphans, now, &group.timings);
         report.writes += self.departed(&group.name, &group.timings, steps, now).await;
         let mut phases: HashMap<&'static str, i64> = HashMap::new();
+        let mut sightings = Vec::new();
         for slot in config.slots_of(&group.name) {
             if self.leading.deposed.load(Ordering::Relaxed) {
                 break;
@@ -366,6 +368,11 @@ where
                 .await;
             report.slots += 1;
             report.writes += outcome.writes;
+            sightings.push(Sighting {
+                slot: slot.name.clone(),
+                power: outcome.power,
+                draw: slot.power,
+            });
             if outcome.started {
                 report.started.push(slot.name.clone());
             }
@@ -379,6 +386,9 @@ where
                 let group_reports = reports.entry(group.name.clone()).or_default();
                 group_reports.push((slot.name.clone(), status));
             }
+        }
+        if !self.leading.deposed.load(Ordering::Relaxed) {
+            self.account_energy(&group.name, &sightings, now).await;
         }
         for phase in Phase::ALL {
             let labels = ClaimLabels {

@@ -8,10 +8,17 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEn
 
 use crate::domain::claim::{self, OperationKind, OperationOutcome};
 use crate::domain::law::Report;
-use crate::domain::name::GroupName;
+use crate::domain::name::{BenchName, GroupName};
 
 /// A group's name is a label value as it is: the configuration bounds the groups.
 impl EncodeLabelValue for GroupName {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
+/// A slot's name likewise: the configuration bounds the slots.
+impl EncodeLabelValue for BenchName {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         EncodeLabelValue::encode(&self.as_str(), encoder)
     }
@@ -171,4 +178,11 @@ pub struct ResultLabel {
 pub struct CallLabels {
     pub method: Method,
     pub code: Code,
+}
+
+/// `fleet_energy_*` (SPEC §4.12): one slot of its group.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EnergyLabels {
+    pub group: GroupName,
+    pub slot: BenchName,
 }

@@ -11,6 +11,8 @@
 pub mod health;
 pub mod labels;
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -48,6 +50,65 @@ pub struct Metrics {
     pub warnings: Family<ReasonLabel, Counter>,
     /// Configuration reloads, by result (`applied`, `refused`).
     pub reloads: Family<ResultLabel, Counter>,
+    pub energy: EnergyMetrics,
+}
+
+/// A counter of a fractional amount (seconds, kWh, money).
+pub type Amount = Counter<f64, AtomicU64>;
+
+/// The energy ledger's counters (SPEC §4.12), by slot: what this process accounted while it
+/// led. The ledger in Redis is the record; these are its rate for dashboards, and restart at
+/// zero with the process as counters do.
+pub struct EnergyMetrics {
+    pub on_seconds: Family<EnergyLabels, Amount>,
+    pub off_seconds: Family<EnergyLabels, Amount>,
+    pub kwh: Family<EnergyLabels, Amount>,
+    pub kwh_saved: Family<EnergyLabels, Amount>,
+    pub cost_saved: Family<EnergyLabels, Amount>,
+    pub activations: Family<EnergyLabels, Counter>,
+}
+
+impl EnergyMetrics {
+    fn registered(r: &mut Registry) -> EnergyMetrics {
+        EnergyMetrics {
+            on_seconds: registered(
+                r,
+                "energy_on_seconds",
+                "Time a slot's machine was observed on",
+                Family::default(),
+            ),
+            off_seconds: registered(
+                r,
+                "energy_off_seconds",
+                "Time a slot's machine was observed off",
+                Family::default(),
+            ),
+            kwh: registered(
+                r,
+                "energy_kwh",
+                "Energy a slot's machine drew (watts when on, standby_watts when off)",
+                Family::default(),
+            ),
+            kwh_saved: registered(
+                r,
+                "energy_kwh_saved",
+                "Energy saved against an always-on baseline by the machine being off",
+                Family::default(),
+            ),
+            cost_saved: registered(
+                r,
+                "energy_cost_saved",
+                "kwh_saved times the slot's price_per_kwh",
+                Family::default(),
+            ),
+            activations: registered(
+                r,
+                "energy_activations",
+                "A slot's machine observed going from off to on",
+                Family::default(),
+            ),
+        }
+    }
 }
 
 fn seconds() -> Histogram {
@@ -160,6 +221,7 @@ impl Default for Metrics {
             "Kubernetes Events dropped because their queue was full",
             Counter::default(),
         );
+        let energy = EnergyMetrics::registered(&mut r);
         let blind = registered(
             &mut r,
             "blind",
@@ -192,6 +254,7 @@ impl Default for Metrics {
             provider_stale_answers,
             warnings,
             reloads,
+            energy,
         }
     }
 }

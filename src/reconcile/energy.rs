@@ -1,0 +1,149 @@
+//! The energy ledger's accounting (SPEC §4.12): after each group's slots, the power each slot
+//! was observed at goes to its ledger. `domain::energy` decides when a step is due and what it
+//! credits; this module keeps the leader's copy of each ledger, reads the missing ones in one
+//! round trip, and writes each step through the store's fenced compare-and-set.
+//!
+//! A step the store refuses because the mark moved (a predecessor or a successor wrote) drops
+//! the copy, and the next due step reads the ledger again, so no interval is counted twice. A
+//! write that fails is logged and retried at the next due step; the interval is not lost, since
+//! the mark did not move. The ledger never decides anything for the claim model.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use tracing::{debug, warn};
+
+use crate::config::PowerDraw;
+use crate::domain::energy::{self, Advance, Figures, Ledger};
+use crate::domain::law::Power;
+use crate::domain::name::{BenchName, GroupName};
+use crate::lifecycle::Runner;
+use crate::store::energy::{Accounted, EnergyError};
+use crate::telemetry::{EnergyLabels, Metrics};
+
+use super::{Controller, Nodes};
+
+/// What a group's pass observed of one slot, for its ledger.
+pub(super) struct Sighting {
+    pub slot: BenchName,
+    pub power: Option<Power>,
+    pub draw: Option<PowerDraw>,
+}
+
+/// The leader's copies of the ledgers, by slot; a slot absent is read before its next step.
+#[derive(Default)]
+pub(super) struct Ledgers {
+    kept: HashMap<(GroupName, BenchName), Ledger>,
+}
+
+impl<C, R, N> Controller<C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
+    /// Takes the due steps of a group's ledgers at `now` (the server's time).
+    pub(super) async fn account_energy(
+        &mut self,
+        group: &GroupName,
+        seen: &[Sighting],
+        now: DateTime<Utc>,
+    ) {
+        let ledgers = &mut self.memory.energy.kept;
+        // Slots that left the group are no longer accounted: their copies go.
+        ledgers.retain(|(g, s), _| g != group || seen.iter().any(|x| &x.slot == s));
+        let key = |slot: &BenchName| (group.clone(), slot.clone());
+        let due = |ledgers: &HashMap<_, Ledger>, x: &Sighting| {
+            ledgers
+                .get(&key(&x.slot))
+                .is_none_or(|l| energy::due(l.mark(), x.power, now))
+        };
+        let missing: Vec<BenchName> = seen
+            .iter()
+            .filter(|x| due(ledgers, x) && !ledgers.contains_key(&key(&x.slot)))
+            .map(|x| x.slot.clone())
+            .collect();
+        if !missing.is_empty() {
+            match self.energy.read_all(group, &missing).await {
+                Ok(stored) => {
+                    for (slot, stored) in missing.iter().zip(stored) {
+                        for why in &stored.skipped {
+                            warn!(%group, %slot, problem = why, "energy ledger: a field is unreadable and is left out");
+                        }
+                        ledgers.insert(key(slot), stored.ledger);
+                    }
+                }
+                Err(e) => {
+                    warn!(%group, error = crate::store::connect::chain(&e), "reading the energy ledgers failed; accounting waits for the next pass");
+                    return;
+                }
+            }
+        }
+        let store = match &self.leading.token {
+            Some(token) => self.energy.fenced(token),
+            None => self.energy.clone(),
+        };
+        for x in seen {
+            let Some(mut ledger) = ledgers.remove(&key(&x.slot)) else {
+                continue;
+            };
+            if !energy::due(ledger.mark(), x.power, now) {
+                ledgers.insert(key(&x.slot), ledger);
+                continue;
+            }
+            let before = ledger.mark();
+            let advance = ledger.observe(x.power, now);
+            match store
+                .account(group, &x.slot, before, &ledger, &advance)
+                .await
+            {
+                Ok(Accounted::Written) => {
+                    count(&self.metrics, group, x, &advance);
+                    ledgers.insert(key(&x.slot), ledger);
+                }
+                Ok(Accounted::Moved) => {
+                    debug!(%group, slot = %x.slot, "energy ledger: another writer moved the mark; reading it again");
+                }
+                Err(e) => {
+                    if matches!(e, EnergyError::Fenced { .. }) {
+                        self.leading
+                            .deposed
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    warn!(%group, slot = %x.slot, error = crate::store::connect::chain(&e), "writing the energy ledger failed; the interval is accounted at the next step");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The counters of one written step.
+fn count(metrics: &Metrics, group: &GroupName, x: &Sighting, advance: &Advance) {
+    let total = advance.total();
+    if total == energy::Bucket::default() {
+        return;
+    }
+    let m = &metrics.energy;
+    let labels = EnergyLabels {
+        group: group.clone(),
+        slot: x.slot.clone(),
+    };
+    // Milliseconds below 2^53 convert to f64 exactly.
+    m.on_seconds
+        .get_or_create(&labels)
+        .inc_by(total.on_ms as f64 / 1000.0);
+    m.off_seconds
+        .get_or_create(&labels)
+        .inc_by(total.off_ms as f64 / 1000.0);
+    m.activations
+        .get_or_create(&labels)
+        .inc_by(total.activations);
+    if let Some(d) = x.draw {
+        let f = Figures::of(total, d);
+        m.kwh.get_or_create(&labels).inc_by(f.kwh);
+        m.kwh_saved.get_or_create(&labels).inc_by(f.kwh_saved);
+        m.cost_saved.get_or_create(&labels).inc_by(f.cost_saved);
+    }
+}
