@@ -252,6 +252,14 @@ impl GroupKeys {
         format!("{}:energy:{}", self.tag, slot)
     }
 
+    /// A slot's BMC power reading (SPEC §4.10): JSON `{"v":1,"state":"on"|"off"|"unknown",
+    /// "at":<server ms>,"why":…}`, written by the leader's reader under the fence, expiring a few
+    /// read periods after it was written, so a reading nobody renews is gone. A report: the claim
+    /// model never reads it.
+    pub fn bmc(&self, slot: &BenchName) -> String {
+        format!("{}:bmc:{}", self.tag, slot)
+    }
+
     /// The group's fence: the token of the leader allowed to write the group's claims and
     /// statuses. Raised by each new leader; a write carrying another token is refused.
     pub fn fence(&self) -> String {
@@ -369,6 +377,7 @@ mod tests {
         assert_eq!(Keys::default().config(), "{fleet}:config");
         assert_eq!(g.fence(), "{fleet:pool-a}:fence");
         assert_eq!(g.operations(), "{fleet:pool-a}:ops");
+        assert_eq!(g.bmc(&slot), "{fleet:pool-a}:bmc:bench-01");
         assert_eq!(Keys::default().leader(), "{fleet}:leader");
         assert_eq!(Keys::default().leader_epoch(), "{fleet}:leader:epoch");
         assert_eq!(Keys::default().generation(), "{fleet}:generation");

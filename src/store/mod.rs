@@ -3,6 +3,7 @@
 //! Every key is named in [`keys`]; every store method is one round trip.
 
 pub mod acl;
+pub mod bmc;
 pub mod catalog;
 pub mod claims;
 pub mod connect;
