@@ -204,10 +204,11 @@ fn ipmi_target(driver: &IpmiDriver) -> Result<IpmiTarget, String> {
 }
 
 /// The BMC's power reading of a slot's machine (Redfish, IPMI), for the controller's second
-/// observation (`bmc: on|off|unknown` beside the heartbeat, SPEC §4.10): `None` for a driver
-/// with no reading (Wake-on-LAN). A BMC that cannot be read reads `Unknown`, never off: it is not
-/// the machine being down. Bounded by each driver's own request bound.
-pub async fn read_state(driver: &Driver) -> Option<PowerState> {
+/// observation (`bmc: on|off|unknown` beside the heartbeat, SPEC §4.10, `power::watch`): `None`
+/// for a driver with no reading (Wake-on-LAN). A BMC that cannot be read is the error, which its
+/// reader shows as `Unknown` with the error's words, never off: it is not the machine being down.
+/// Bounded by each driver's own request bound.
+pub async fn read_state(driver: &Driver) -> Option<Result<PowerState, PowerError>> {
     let reading = match &driver.kind {
         DriverKind::Wol(_) => return None,
         DriverKind::Redfish(r) => match redfish(r) {
@@ -219,7 +220,7 @@ pub async fn read_state(driver: &Driver) -> Option<PowerState> {
             Err(e) => Err(e),
         },
     };
-    Some(reading.unwrap_or(PowerState::Unknown))
+    Some(reading)
 }
 
 /// A password from where the configuration says it is: a file's first line, or an environment

@@ -7,6 +7,8 @@
 //! - `wol`: Wake-on-LAN magic packets (on only).
 //! - `redfish`: `ComputerSystem.Reset` and `PowerState` over HTTPS.
 //! - `ipmi`: chassis power through `ipmitool` (LAN+).
+//! - `watch`: the leader's periodic BMC reading of each Redfish and IPMI slot, stored for the
+//!   views (`bmc: on|off|unknown`).
 //!
 //! Secrets (BMC passwords) are read when an operation runs, from a file or an environment
 //! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
@@ -15,6 +17,7 @@
 pub mod drive;
 pub mod ipmi;
 pub mod redfish;
+pub mod watch;
 pub mod wol;
 
 use std::future::Future;
