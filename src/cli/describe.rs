@@ -230,6 +230,7 @@ fn write_slot(
         s.power,
         super::slots::yes_no(s.usable)
     )?;
+    writeln!(out, "BMC:         {}", bmc_line(s.bmc.as_ref(), now))?;
     if let Some(waiting) = &s.waiting_local {
         writeln!(out, "Waiting for: {waiting}")?;
     }
@@ -404,6 +405,23 @@ fn explain_deadline(c: &Claim, group: &GroupName, world: &World) -> Option<Strin
         ),
         None => format!("{when} = requested + {}", d(span)),
     })
+}
+
+/// The BMC's reading in words: its state, how long ago it was read, and why it is unknown; `-`
+/// without a BMC or a current reading (SPEC §4.10).
+fn bmc_line(bmc: Option<&super::views::BmcRow>, now: DateTime<Utc>) -> String {
+    let Some(b) = bmc else {
+        return "-".to_owned();
+    };
+    format!(
+        "{}, read {}{}",
+        b.state,
+        relative(b.time, now),
+        b.reason
+            .as_ref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

@@ -21,6 +21,7 @@ use crate::kubernetes::events::Events;
 use crate::kubernetes::jobs::{JobRunner, Reporter as JobReporter};
 use crate::kubernetes::nodes::KubeNodes;
 use crate::lifecycle::{Dispatch, Exec, ReportTo, Runner};
+use crate::power::watch::Reader;
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
 use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
@@ -63,6 +64,10 @@ pub struct Args {
     /// blind (and at least two).
     #[arg(long, env = "FLEET_VANISH_RATIO", default_value_t = 0.5, value_parser = ratio)]
     pub vanish_ratio: f64,
+    /// How often the leader reads each Redfish or IPMI slot's power from its BMC (jittered;
+    /// shown as `bmc:` beside the heartbeat, never counted as the machine's power; SPEC §4.10).
+    #[arg(long, env = "FLEET_BMC_INTERVAL", default_value = "60s", value_parser = args::watch_interval)]
+    pub bmc_interval: Duration,
     /// Where to serve cluster-autoscaler's externalgrpc provider.
     #[arg(long, env = "FLEET_GRPC_ADDR", default_value = "127.0.0.1:8086")]
     pub grpc_addr: SocketAddr,
@@ -375,6 +380,10 @@ impl Args {
             shutdown,
         } = parts;
         let lease = Lease::new(conn.clone(), ctx.keys.clone(), self.holder(), self.lease);
+        // The BMC readings follow the same leadership as the controller (SPEC §4.10).
+        let bmc = Reader::new(conn.clone(), ctx.keys.clone(), rx.clone())
+            .every(self.bmc_interval)
+            .run(signal.follow(), shutdown.clone());
         let controller = Controller::new(
             rx,
             Presence::new(conn.clone(), ctx.keys.clone()),
@@ -391,9 +400,10 @@ impl Args {
             vanish_ratio: self.vanish_ratio,
             ..Faults::default()
         });
-        controller
-            .run_leading(self.interval, self.grace, shutdown)
-            .await;
+        tokio::join!(
+            controller.run_leading(self.interval, self.grace, shutdown),
+            bmc
+        );
     }
 }
 

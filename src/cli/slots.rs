@@ -1,5 +1,6 @@
-//! `fleet slots [GROUP] [-o table|json] [--watch]`: one row per slot, its phase, power and
-//! history.
+//! `fleet slots [GROUP] [-o table|json] [--watch]`: one row per slot, its phase, power (the
+//! heartbeat's), its BMC's reading beside it (`-` without a BMC or a current reading, SPEC
+//! §4.10) and history.
 
 use std::io::Write;
 
@@ -31,6 +32,8 @@ struct Line {
     phase: String,
     #[tabled(rename = "POWER")]
     power: String,
+    #[tabled(rename = "BMC")]
+    bmc: String,
     #[tabled(rename = "USABLE")]
     usable: String,
     #[tabled(rename = "CLAIM")]
@@ -81,6 +84,7 @@ impl Args {
                     (None, _) => "-".to_owned(),
                 },
                 power: r.power.to_owned(),
+                bmc: r.bmc.as_ref().map_or("-", |b| b.state).to_owned(),
                 usable: yes_no(r.usable).to_owned(),
                 claim: r.claim.clone().unwrap_or_else(|| "-".to_owned()),
                 attempt: r.attempt.map_or("-".to_owned(), |a| a.to_string()),

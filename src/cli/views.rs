@@ -1,6 +1,7 @@
-//! What the views read: the catalog (with the controller's status), every group's claims, and
-//! every slot's status with each group's last scaling call, in three round trips whatever the
-//! number of groups, and the rows built from them (SPEC §4.7). Rows are built from domain values.
+//! What the views read: the catalog (with the controller's status), every group's claims,
+//! every slot's status with each group's last scaling call, and every slot's BMC reading, in four
+//! round trips whatever the number of groups, and the rows built from them (SPEC §4.7). Rows are
+//! built from domain values.
 
 use chrono::{DateTime, Utc};
 use redis::aio::MultiplexedConnection;
@@ -10,6 +11,7 @@ use crate::domain::claim::{Claim, LastClaim, Phase, Reason};
 use crate::domain::history::{self, GroupStatus, SlotSummary};
 use crate::domain::law::{Power, Report};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
+use crate::store::bmc::{BmcReading, BmcStore};
 use crate::store::catalog::{Catalog, ControllerStatus};
 use crate::store::claims::{ClaimStore, LastScale, SlotStatus, SlotWaiting};
 
@@ -25,6 +27,11 @@ pub struct World {
     pub slots: Vec<(GroupName, BenchName, Option<SlotStatus>, Option<LastClaim>)>,
     /// Each group's last scaling call.
     pub scales: std::collections::HashMap<GroupName, LastScale>,
+    /// Each slot's BMC reading, where its leader's reader left one that has not lapsed
+    /// (SPEC §4.10): a report shown beside the heartbeat, never its power.
+    pub bmc: std::collections::HashMap<BenchName, BmcReading>,
+    /// The BMC readings that cannot be read (a foreign write), each naming its key.
+    pub problems: Vec<String>,
     pub store: ClaimStore<MultiplexedConnection>,
     pub now: DateTime<Utc>,
 }
@@ -35,6 +42,7 @@ impl World {
         let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
+        let readings = BmcStore::new(conn.clone(), ctx.keys.clone());
         let store = ClaimStore::new(conn, ctx.keys.clone());
         let read = store
             .read_groups(&catalog.group_names())
@@ -56,6 +64,7 @@ impl World {
             .read_views(&asked)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
+        let (bmc, problems) = read_bmc(&readings, &asked).await?;
         let mut slots = Vec::new();
         let mut scales = std::collections::HashMap::new();
         for ((group, names), view) in asked.into_iter().zip(views) {
@@ -72,6 +81,8 @@ impl World {
             claims,
             slots,
             scales,
+            bmc,
+            problems,
             store,
             now,
         })
@@ -85,6 +96,62 @@ impl World {
     }
 }
 
+/// Every slot's BMC reading in one round trip, and the readings that cannot be read, in words.
+async fn read_bmc(
+    readings: &BmcStore<MultiplexedConnection>,
+    asked: &[(GroupName, Vec<BenchName>)],
+) -> Result<
+    (
+        std::collections::HashMap<BenchName, BmcReading>,
+        Vec<String>,
+    ),
+    Error,
+> {
+    let read = readings
+        .read_all(asked)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let mut bmc = std::collections::HashMap::new();
+    let mut problems = Vec::new();
+    for ((_, slots), readings) in asked.iter().zip(read) {
+        for (slot, reading) in slots.iter().zip(readings) {
+            match reading {
+                Some(Ok(r)) => {
+                    bmc.insert(slot.clone(), r);
+                }
+                Some(Err(e)) => problems.push(e.to_string()),
+                None => {}
+            }
+        }
+    }
+    Ok((bmc, problems))
+}
+
+/// A slot's BMC reading as the views show it (SPEC §4.10): what the BMC said, when (the
+/// server's time) and how long ago, and why it is unknown.
+#[derive(Clone, Debug, Serialize)]
+pub struct BmcRow {
+    pub state: &'static str,
+    pub at: String,
+    pub age_ms: u64,
+    pub reason: Option<String>,
+    /// `at` as a time, for tables.
+    #[serde(skip)]
+    pub time: DateTime<Utc>,
+}
+
+impl BmcRow {
+    fn of(r: &BmcReading, now: DateTime<Utc>) -> BmcRow {
+        BmcRow {
+            state: r.state.as_str(),
+            at: rfc3339(r.at),
+            age_ms: (now - r.at).num_milliseconds().max(0).unsigned_abs(),
+            reason: r.why.clone(),
+            time: r.at,
+        }
+    }
+}
+
 /// A row of `fleet slots -o json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct SlotRow {
@@ -92,6 +159,9 @@ pub struct SlotRow {
     pub group: String,
     pub phase: Option<Report>,
     pub power: &'static str,
+    /// The BMC's reading beside the heartbeat's power (Redfish, IPMI); `None` for a slot without
+    /// a BMC, or whose reading lapsed.
+    pub bmc: Option<BmcRow>,
     /// `None` while the controller is blind to the slot: usability is unknown, not false.
     pub usable: Option<bool>,
     pub claim: Option<String>,
@@ -196,6 +266,7 @@ pub fn slot_rows(world: &World) -> Vec<SlotRow> {
                     Some(Power::Off) => "off",
                     None => "unknown",
                 },
+                bmc: world.bmc.get(name).map(|r| BmcRow::of(r, world.now)),
                 usable: status.power.map(|_| status.usable),
                 claim: live.map(|c| c.name.to_string()),
                 attempt: live.map(|c| c.attempt).or(last.as_ref().map(|l| l.attempt)),
@@ -409,6 +480,10 @@ pub fn notice(
         } else {
             writeln!(out, "{text}")?;
         }
+    }
+    // A foreign write spoils only its own slot's BMC column, and is said where a person looks.
+    for problem in &world.problems {
+        eprintln!("warning: {problem}");
     }
     Ok(())
 }
