@@ -475,3 +475,107 @@ async fn a_slot_without_a_bmc_shows_none_and_a_foreign_reading_spoils_only_its_o
     let line = table.lines().find(|l| l.contains("mini")).unwrap();
     assert!(line.split_whitespace().any(|c| c == "-"), "{table}");
 }
+
+#[tokio::test]
+async fn a_bmc_that_reads_on_after_a_completed_shutdown_is_said_once_at_warn() {
+    let server = server();
+    let sushy = Sushy::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &sushy.endpoint(), &["n1"]);
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, &text).unwrap();
+    // The slot's last operation is a shutdown that completed (verified off), and no claim wants
+    // the machine; then someone powers it on at its BMC, without its bench beating.
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    assert!(store.raise_fence(&group(), "1").await.unwrap());
+    let started_at = fleet::domain::operation::stamp(store.now().await.unwrap());
+    let op = SlotOp {
+        kind: OperationKind::Shutdown,
+        claim: None,
+        attempt: 0,
+        started_at,
+        timeout: Duration::from_secs(60),
+        controller: "test".into(),
+        streak: 1,
+        end: None,
+        off_at: None,
+    };
+    let fenced = store.fenced("1");
+    fenced
+        .record_unclaimed(&group(), &name("n1"), &op)
+        .await
+        .unwrap();
+    let end = OpEnd {
+        outcome: OperationOutcome::Completed,
+        finished_at: started_at,
+        duration_ms: 10,
+        tail: "redfish: 1 attempt(s) in 10 ms, verified off, no escalation".into(),
+    };
+    assert!(
+        store
+            .end_operation(&group(), &name("n1"), started_at, &end)
+            .await
+            .unwrap()
+    );
+    let config = parse(&text);
+    let DriverKind::Redfish(driver) = &config.slots[&name("n1")].driver.as_ref().unwrap().kind
+    else {
+        panic!("a redfish slot");
+    };
+    let bmc = fleet::power::drive::redfish(driver).expect("the driver");
+    tokio::time::timeout(
+        Duration::from_secs(40),
+        bmc.power(Intent::On, Duration::from_secs(30)),
+    )
+    .await
+    .expect("the driver's own bound")
+    .expect("powered on");
+
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+        "--bmc-interval",
+        "200ms",
+    ];
+    let mut serve = Serve::start("serve", &server, &path, &args);
+    serve.log(&["became the leader"]).await;
+    let said = serve
+        .log(&["WARN", "the BMC reads on after a shutdown", "slot=n1"])
+        .await;
+    assert!(said.contains(&started_at.to_rfc3339()), "{said}");
+    // The heartbeat stays what counts: the slot reads off, and nothing powers it on or off.
+    let on = wait_for(&server, "n1", BmcState::On, Duration::from_secs(5)).await;
+    let later = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let r = reading(&server, "n1").await.unwrap();
+            if (r.at - on.at).num_milliseconds() >= 1_000 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("read again for a second");
+    assert_eq!(later.state, BmcState::On);
+    let row = slot_row(&server, "n1");
+    assert_eq!(row["power"], "off", "{row:#}");
+    assert_eq!(row["bmc"]["state"], "on", "{row:#}");
+    let lines = serve.stop().await;
+    let warned = lines
+        .iter()
+        .filter(|l| l.contains("the BMC reads on after a shutdown"))
+        .count();
+    assert_eq!(warned, 1, "said once: {lines:#?}");
+    let read = store.read_groups(&[group()]).await.unwrap();
+    assert_eq!(
+        read[0].operations.by_slot[&name("n1")].started_at,
+        started_at,
+        "no operation fired since"
+    );
+}
