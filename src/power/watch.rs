@@ -58,6 +58,9 @@ pub const CONCURRENT_BMCS: usize = 32;
 /// leaves nothing behind after that.
 const LAPSE_PERIODS: u32 = 3;
 
+/// Why a slot was not read when its operation record could not be asked for.
+const UNREAD: &str = "the store could not be read";
+
 /// The share of a period a wait moves by, either way.
 const JITTER: f64 = 0.2;
 
@@ -83,7 +86,7 @@ struct Target {
 enum Turn {
     /// Not read: its operation is running, its record cannot be read, or the store could not be
     /// asked.
-    Skipped(&'static str),
+    Skipped { slot: BenchName, why: &'static str },
     /// Read, and recorded unless `recorded` says otherwise.
     Read {
         slot: BenchName,
@@ -180,24 +183,25 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Reader<C> {
     /// One slot: its operation record read first (one round trip), then its BMC unless an
     /// operation is running, then the reading recorded.
     async fn turn(&self, readings: &BmcStore<C>, target: &Target) -> Turn {
-        let Ok(mut read) = self
+        let skipped = |why| Turn::Skipped {
+            slot: target.slot.clone(),
+            why,
+        };
+        let read = self
             .claims
             .read_groups(std::slice::from_ref(&target.group))
-            .await
-        else {
-            return Turn::Skipped("the store could not be read");
-        };
-        let Some(group) = read.pop() else {
-            return Turn::Skipped("the store could not be read");
+            .await;
+        let Some(group) = read.ok().and_then(|mut r| r.pop()) else {
+            return skipped(UNREAD);
         };
         if let Some(why) = skip(&group, &target.slot) {
-            return Turn::Skipped(why);
+            return skipped(why);
         }
         let (state, why) =
             match tokio::time::timeout(self.timeout, read_state(&target.driver)).await {
                 Ok(Some(Ok(state))) => (bmc_state(state), None),
                 Ok(Some(Err(e))) => (BmcState::Unknown, Some(e.to_string())),
-                Ok(None) => return Turn::Skipped("the driver has no reading"),
+                Ok(None) => return skipped("the driver has no reading"),
                 Err(_) => (
                     BmcState::Unknown,
                     Some(format!(
@@ -228,13 +232,14 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Reader<C> {
 /// Logs what a round came to: a write that failed (once a round), the BMCs that read on after a
 /// shutdown, and a summary at DEBUG.
 fn report(turns: &[Turn], confirm: &mut Confirm) {
-    let (mut read, mut skipped, mut unknown) = (0, 0, 0);
+    let (mut read, mut skipped, mut unknown, mut unread) = (0, 0, 0, false);
     let mut failed = None;
     for turn in turns {
         match turn {
-            Turn::Skipped(why) => {
+            Turn::Skipped { slot, why } => {
                 skipped += 1;
-                debug!(why, "bmc reading skipped");
+                unread |= *why == UNREAD;
+                debug!(%slot, why, "bmc reading skipped");
             }
             Turn::Read {
                 slot,
@@ -265,6 +270,9 @@ fn report(turns: &[Turn], confirm: &mut Confirm) {
         Some(e) => warn!(
             error = crate::store::connect::chain(e),
             "recording a bmc reading failed; the next round tries again"
+        ),
+        None if unread => warn!(
+            "reading the slots' operation records failed; their BMCs were not read this round"
         ),
         None => {}
     }
