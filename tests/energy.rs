@@ -389,3 +389,185 @@ fn counter(metrics: &fleet::telemetry::Metrics, what: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series}in\n{text}"));
     line.parse().unwrap()
 }
+
+/// `fleet energy` (SPEC §4.12) over a scripted yesterday and an hour of today, by the server's
+/// clock: each slot's row and the group's total are the figures of the stored buckets, in JSON
+/// and in the table; `--since` narrows the window by whole days; a slot without a draw shows
+/// hours only; bad input is exit 2.
+#[tokio::test]
+async fn fleet_energy_reports_each_slot_and_the_group_total_from_the_ledgers() {
+    use fleet::store::catalog::Catalog;
+    let server = server();
+    let text = r#"groups:
+  - name: rack
+    max_size: 2
+    startup: { command: ["true"] }
+    shutdown: { command: ["true"] }
+    template: { capacity: { cpu: "4", memory: 8Gi }, power: { watts: 200, standby_watts: 5, price_per_kwh: 0.3 } }
+  - name: minis
+    max_size: 1
+    startup: { command: ["true"] }
+    shutdown: { command: ["true"] }
+slots:
+  - { name: n1, group: rack }
+  - { name: n2, group: rack, power: { watts: 100, price_per_kwh: 0.5 } }
+  - { name: m1, group: minis }
+"#;
+    let cfg = fleet::config::parse(text, std::path::Path::new("energy.yaml")).unwrap();
+    Catalog::of(&cfg)
+        .publish(&mut conn(&server).await, &Keys::default())
+        .await
+        .unwrap();
+    let (secs, _): (i64, i64) = raw(&server, &["TIME"]).await;
+    let today = day_of(DateTime::from_timestamp(secs, 0).unwrap());
+    let midnight = |day: i64| DateTime::from_timestamp(day * 86_400, 0).unwrap();
+    let yesterday = midnight(today - 1);
+    let h = |hours: i64| yesterday + Duration::hours(hours);
+    // n1: yesterday off 0–8, on 8–20, off 20–24 and into today; n2: on all of yesterday; m1:
+    // off 0–6 then on to midnight.
+    let mut c = conn(&server).await;
+    let claims = ClaimStore::new(c.clone(), Keys::default());
+    let _ = claims.raise_fence(&group(), "1").await.unwrap();
+    let write = |slot: &'static str, grp: &'static str, steps: Vec<(Power, DateTime<Utc>)>| {
+        let store = EnergyStore::new(c.clone(), Keys::default());
+        async move {
+            let g = GroupName::parse(grp).unwrap();
+            let mut ledger = Ledger::default();
+            for (p, t) in steps {
+                let before = ledger.mark();
+                let adv = ledger.observe(Some(p), t);
+                let slot = name(slot);
+                let done = store.account(&g, &slot, before, &ledger, &adv).await;
+                assert_eq!(done.unwrap(), Accounted::Written);
+            }
+            ledger
+        }
+    };
+    use Power::*;
+    let n1 = write(
+        "n1",
+        "rack",
+        vec![(Off, h(0)), (On, h(8)), (Off, h(20)), (Off, h(25))],
+    )
+    .await;
+    let n2 = write("n2", "rack", vec![(On, h(0)), (On, h(24))]).await;
+    let m1 = write("m1", "minis", vec![(Off, h(0)), (On, h(6)), (On, h(24))]).await;
+    assert_eq!(n1.totals(today - 1).on_ms, 12 * 3_600_000);
+    assert_eq!(n2.totals(today - 1).on_ms, 24 * 3_600_000);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&fleet_ok(&server, &["energy", "-o", "json"])).unwrap();
+    let groups = json["groups"].as_array().unwrap();
+    let rack = groups.iter().find(|g| g["group"] == "rack").unwrap();
+    let slot = |g: &serde_json::Value, s: &str| {
+        g["slots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["slot"] == s)
+            .unwrap()
+            .clone()
+    };
+    let n1_row = slot(rack, "n1");
+    assert_eq!(n1_row["hours_on"], 12.0);
+    assert_eq!(n1_row["hours_off"], 13.0);
+    assert_eq!(n1_row["activations"], 1);
+    let want = Figures::of(
+        n1.totals(today - 1),
+        Draw {
+            watts: 200.0,
+            standby_watts: 5.0,
+            price_per_kwh: 0.3,
+        },
+    );
+    assert_eq!(n1_row["kwh"].as_f64().unwrap(), want.kwh);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(n1_row["kwh"].as_f64().unwrap(), 12.0 * 0.2 + 13.0 * 0.005));
+    assert!(close(n1_row["kwh_saved"].as_f64().unwrap(), 13.0 * 0.195));
+    assert_eq!(n1_row["cost_saved"].as_f64().unwrap(), want.cost_saved);
+    let n2_row = slot(rack, "n2");
+    assert_eq!(
+        (n2_row["hours_on"].as_f64(), n2_row["kwh"].as_f64()),
+        (Some(24.0), Some(2.4))
+    );
+    assert_eq!(n2_row["kwh_saved"].as_f64(), Some(0.0));
+    assert_eq!(rack["total"]["hours_on"].as_f64(), Some(36.0));
+    assert_eq!(rack["total"]["kwh"].as_f64(), Some(want.kwh + 2.4));
+    assert_eq!(rack["total"]["activations"], 1);
+    let minis = groups.iter().find(|g| g["group"] == "minis").unwrap();
+    let m1_row = slot(minis, "m1");
+    assert_eq!(
+        (m1_row["hours_on"].as_f64(), m1_row["hours_off"].as_f64()),
+        (Some(18.0), Some(6.0))
+    );
+    assert!(m1_row["kwh"].is_null(), "no draw, no kWh: {m1_row}");
+    assert!(minis["total"]["kwh"].is_null());
+    assert_eq!(m1.totals(0).activations, 1);
+
+    // Today only: n1's hour off, nothing else.
+    let json: serde_json::Value = serde_json::from_str(&fleet_ok(
+        &server,
+        &["energy", "--since", "1ms", "rack", "-o", "json"],
+    ))
+    .unwrap();
+    let groups = json["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1);
+    let n1_today = slot(&groups[0], "n1");
+    assert_eq!(
+        (
+            n1_today["hours_on"].as_f64(),
+            n1_today["hours_off"].as_f64()
+        ),
+        (Some(0.0), Some(1.0))
+    );
+
+    let table = fleet_ok(&server, &["energy"]);
+    let row = |slot: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(slot))
+            .unwrap_or_else(|| panic!("no row {slot} in\n{table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        row("n1"),
+        [
+            "rack", "n1", "12.00", "13.00", "2.465", "2.535", "0.76", "1"
+        ]
+    );
+    assert_eq!(
+        row("m1"),
+        ["minis", "m1", "18.00", "6.00", "-", "-", "-", "1"]
+    );
+    let totals: Vec<_> = table.lines().filter(|l| l.contains("(total)")).collect();
+    assert_eq!(totals.len(), 2, "{table}");
+
+    // A foreign field is left out and said.
+    let _: () = redis::cmd("HSET")
+        .arg("{fleet:rack}:energy:n1")
+        .arg("junk")
+        .arg("1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&fleet_ok(&server, &["energy", "-o", "json"])).unwrap();
+    assert_eq!(json["problems"].as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(slot(&json["groups"][1], "n1")["hours_on"], 12.0, "{json}");
+
+    for (args, says) in [
+        (&["energy", "nope"][..], "no group nope"),
+        (
+            &["energy", "--since", "401d"][..],
+            "invalid duration \"401d\"",
+        ),
+        (&["energy", "--since", "soon"][..], "invalid duration"),
+    ] {
+        let o = run_fleet(&server, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

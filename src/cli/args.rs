@@ -81,6 +81,13 @@ pub fn grace(text: &str) -> Result<Duration, String> {
     within(text, Duration::ZERO, HOUR)
 }
 
+/// How far back `fleet energy` looks: 1ms to the ledger's 400 days.
+pub fn since(text: &str) -> Result<Duration, String> {
+    const RETENTION: Duration =
+        Duration::from_secs(crate::domain::energy::RETENTION_DAYS as u64 * 24 * 60 * 60);
+    within(text, MS, RETENTION)
+}
+
 /// A key prefix (see `Keys::new`).
 pub fn prefix(text: &str) -> Result<Keys, String> {
     Keys::new(text).map_err(|e| e.to_string())

@@ -15,6 +15,7 @@ pub mod claim;
 pub mod claims;
 pub mod completions;
 pub mod describe;
+pub mod energy;
 pub mod forget;
 pub mod groups;
 pub mod hold;
@@ -116,6 +117,8 @@ pub enum Command {
     Slots(slots::Args),
     /// The claims.
     Claims(claims::Args),
+    /// Hours on and off, kWh, and what powering off saved, per slot and group.
+    Energy(energy::Args),
     /// A slot or a claim in full: status, history, the last claim's timeline and operation output.
     Describe(describe::Args),
     /// Ask for a machine on a slot (a hand-made claim).
@@ -286,6 +289,7 @@ impl Command {
             Command::Forget(args) => args.run(ctx, out).await,
             Command::Serve(args) => args.run(ctx, out).await,
             Command::Groups(args) => args.run(ctx, out).await,
+            Command::Energy(args) => args.run(ctx, out).await,
             Command::Slots(args) => args.run(ctx, out).await,
             Command::Claims(args) => args.run(ctx, out).await,
             Command::Describe(args) => args.run(ctx, out).await,

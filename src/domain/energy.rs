@@ -275,7 +275,7 @@ fn credit(
 
 /// What a machine draws and what its energy costs: `template.power` and a slot's `power` (SPEC
 /// §4.1, §4.12), validated by the configuration.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Draw {
     /// Finite, above zero.
     pub watts: f64,
@@ -286,7 +286,7 @@ pub struct Draw {
 }
 
 /// A slot's figures over a range of days.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Figures {
     pub hours_on: f64,
     pub hours_off: f64,

@@ -3,8 +3,11 @@
 //!
 //! - `mod.rs`: the controller's state and its loop.
 //! - `leadership`: the lease, the fences, stepping down (SPEC §5.1).
-//! - `pass`: one pass: observe the store once, judge sight (`domain::sight`), each group's
-//!   slots, write the reports.
+//! - `pass`: one pass: observe the store once, each group's slots, write the reports.
+//! - `sight`: whether the controller can see, judged once per pass (`domain::sight`), and the
+//!   status it publishes.
+//! - `energy`: each slot's observed power to its energy ledger (`domain::energy`).
+//! - `budget`: the power-on budget's grants for the pass (`domain::budget`).
 //! - `act`: one slot: `domain::slot::plan` decides the steps, and they are taken in order; the
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
 //!   again. Every operation is recorded on its claim before it runs.
@@ -19,6 +22,7 @@ mod leadership;
 mod nodes;
 mod operations;
 mod pass;
+mod sight;
 mod write;
 
 use leadership::Leading;

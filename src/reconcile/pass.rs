@@ -1,25 +1,24 @@
 //! One pass over every slot (SPEC §4.5): observe the store once, judge whether the controller
-//! can see (SPEC §5.2), then each group's slots through the planner, then the reports.
+//! can see (SPEC §5.2, in `sight`), then each group's slots through the planner and their energy
+//! ledgers, then the reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
 
 use crate::config::{Config, Group};
-use crate::domain::claim::{self, Claim, OperationKind, Phase};
-use crate::domain::law::{self, Power};
+use crate::domain::claim::{self, Claim, Phase};
+use crate::domain::law;
 use crate::domain::name::{BenchName, GroupName};
-use crate::domain::sight::{self, NodeSight};
+use crate::domain::sight::NodeSight;
 use crate::domain::slot::{self, Step};
-use crate::domain::state::{Bench, State};
+use crate::domain::state::Bench;
 use crate::lifecycle::Runner;
-use crate::store::catalog::{Blindness, Catalog, ControllerStatus, STATUS_TTL};
 use crate::store::claims::{ClaimStoreError, GroupClaims, SlotStatus};
-use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
 use super::act::Seen;
@@ -30,13 +29,13 @@ use super::{Controller, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
 
 /// What a pass read of the store.
-struct Observed {
+pub(super) struct Observed {
     /// Every group that may hold claims, with its timings.
-    known: Vec<(GroupName, claim::Timings)>,
+    pub(super) known: Vec<(GroupName, claim::Timings)>,
     /// Presence; `None` when it cannot be read (blind).
-    snapshot: Option<Snapshot>,
-    read: Vec<GroupClaims>,
-    now: DateTime<Utc>,
+    pub(super) snapshot: Option<Snapshot>,
+    pub(super) read: Vec<GroupClaims>,
+    pub(super) now: DateTime<Utc>,
 }
 
 /// The statuses a pass writes, by group.
@@ -165,117 +164,6 @@ where
         PassError::Claims(e)
     }
 
-    /// Whether the controller may act this pass (SPEC §5.2, §5.3): blind while presence cannot
-    /// be read, for the grace after sight returns, after a wipe, and when many wanted machines
-    /// vanish at once. Publishes the controller's status for the views. Returns blind.
-    async fn judge_sight(&mut self, config: &Config, o: &Observed) -> bool {
-        let now = o.now;
-        let wiped = self.generation(config, now).await;
-        let now_ms = now.timestamp_millis();
-        self.seeing.adopting = wiped.is_some_and(|w| w.adopting(now_ms));
-        if let Some(until) = wiped.and_then(|w| w.blind_until(now_ms)) {
-            self.blind_for(
-                until,
-                "the store came back empty (or this is its first start): machines found on will be adopted",
-            );
-        }
-        // Sight lost, then back: blind for the grace, so benches that beat through the outage
-        // are heard again before anything is judged off.
-        if o.snapshot.is_some() {
-            let seen = match self.seeing.sight {
-                Sight::Clear => sight::Sight::Clear,
-                Sight::Lost => sight::Sight::Lost,
-                Sight::Back(at) => sight::Sight::Back { ago: at.elapsed() },
-            };
-            let left = sight::grace_left(seen, self.faults.blind_grace);
-            if !left.is_zero() {
-                self.blind_for(
-                    sight::grace_end(now, left),
-                    "Redis could not be read: benches are heard again before anything is judged",
-                );
-                warn!(grace = ?left, "presence readable again: blind for the grace");
-            }
-            self.seeing.sight = Sight::Clear;
-        }
-        if let Some(snap) = &o.snapshot
-            && let Some(v) = self.mass_vanishing(config, snap, &o.read)
-        {
-            warn!(
-                vanished = v.vanished,
-                on = v.on,
-                "many wanted machines vanished in one pass: blind for the grace, no power action"
-            );
-            self.blind_for(
-                sight::grace_end(now, self.faults.blind_grace),
-                &format!(
-                    "{} machines that claims want vanished in one pass: more likely a fault of \
-                     the observation than of the machines",
-                    v.vanished
-                ),
-            );
-        }
-        let verdict = sight::verdict(o.snapshot.is_some(), self.seeing.blind_until.take(), now);
-        self.seeing.blind_until = verdict.window;
-        self.metrics.blind.set(i64::from(verdict.blind));
-        self.publish_status(verdict.blindness, now).await;
-        verdict.blind
-    }
-
-    /// The store's generation marker (SPEC §5.3): a store that came back without its data is
-    /// blind for the grace, then adopts; the wipe record is in the store, so a leader that takes
-    /// over during the grace keeps it. The catalog the views read is published again when a
-    /// wipe took it.
-    async fn generation(&mut self, config: &Config, now: DateTime<Utc>) -> Option<sight::Wipe> {
-        let lease = self.leading.lease.clone()?;
-        let fresh = format!("{}-{}", lease.id(), now.timestamp_micros());
-        let adopt_window = self.faults.blind_grace.max(Duration::from_secs(60));
-        let Generation {
-            marker,
-            wiped,
-            catalog,
-        } = match lease
-            .generation(&fresh, self.faults.blind_grace, adopt_window)
-            .await
-        {
-            Ok(g) => g,
-            Err(e) => {
-                warn!(
-                    error = crate::store::connect::chain(&e),
-                    "cannot read the generation marker"
-                );
-                return None;
-            }
-        };
-        if !catalog {
-            let mut conn = self.base_store.conn();
-            match Catalog::of(config)
-                .publish(&mut conn, self.presence.keys())
-                .await
-            {
-                Ok(()) => info!("the catalog was missing from the store; published it again"),
-                Err(e) => warn!(
-                    error = crate::store::connect::chain(&e),
-                    "publishing the catalog again failed"
-                ),
-            }
-        }
-        if self.seeing.generation.as_deref() != Some(marker.as_str()) {
-            if marker == fresh {
-                warn!(
-                    generation = marker,
-                    "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
-                );
-            }
-            self.memory.loaded = false;
-            self.memory.statuses.clear();
-            self.seeing.generation = Some(marker);
-        }
-        wiped.map(|(blind_until_ms, adopt_until_ms)| sight::Wipe {
-            blind_until_ms,
-            adopt_until_ms,
-        })
-    }
-
     /// The slots' Kubernetes Nodes, once per pass, when they are observed.
     /// A read that fails makes the bound slots blind, not unusable; sight that returns is
     /// followed by the grace (SPEC §5.2).
@@ -336,19 +224,7 @@ where
         for c in read.claims {
             by_slot.entry(c.slot.clone()).or_default().push(c);
         }
-        // Claims of slots that left the group (removed, or moved to another group).
-        let orphans: Vec<&Claim> = by_slot
-            .iter()
-            .filter(|(s, _)| {
-                config
-                    .slots
-                    .get(*s)
-                    .is_none_or(|slot| slot.group != group.name)
-            })
-            .flat_map(|(_, claims)| claims.iter())
-            .collect();
-        let steps = slot::departed(&orphans, now, &group.timings);
-        report.writes += self.departed(&group.name, &group.timings, steps, now).await;
+        report.writes += self.left_group(config, group, &by_slot, now).await;
         let mut phases: HashMap<&'static str, i64> = HashMap::new();
         let mut sightings = Vec::new();
         for slot in config.slots_of(&group.name) {
@@ -390,9 +266,38 @@ where
         if !self.leading.deposed.load(Ordering::Relaxed) {
             self.account_energy(&group.name, &sightings, now).await;
         }
+        self.count_claim_phases(&group.name, &phases);
+    }
+
+    /// The claims of slots that left `group` (removed, or moved to another group) end, each on
+    /// its own. Returns the writes made.
+    async fn left_group(
+        &mut self,
+        config: &Config,
+        group: &Group,
+        by_slot: &BTreeMap<BenchName, Vec<Claim>>,
+        now: DateTime<Utc>,
+    ) -> usize {
+        // Claims of slots that left the group (removed, or moved to another group).
+        let orphans: Vec<&Claim> = by_slot
+            .iter()
+            .filter(|(s, _)| {
+                config
+                    .slots
+                    .get(*s)
+                    .is_none_or(|slot| slot.group != group.name)
+            })
+            .flat_map(|(_, claims)| claims.iter())
+            .collect();
+        let steps = slot::departed(&orphans, now, &group.timings);
+        self.departed(&group.name, &group.timings, steps, now).await
+    }
+
+    /// The claims metric of a group, from its slots' claims as the pass left them.
+    fn count_claim_phases(&self, group: &GroupName, phases: &HashMap<&'static str, i64>) {
         for phase in Phase::ALL {
             let labels = ClaimLabels {
-                group: group.name.clone(),
+                group: group.clone(),
                 phase,
             };
             let n = phases.get(phase.as_str()).copied().unwrap_or(0);
@@ -481,88 +386,6 @@ where
         Ok(())
     }
 
-    /// The mass-vanishing rule (SPEC §5.2, [`sight::mass_vanishing`]) over this pass's
-    /// observation: "was on" is this controller's own observation at its last pass, never the
-    /// report it publishes; "powering off" is a shutdown in flight or not yet seen to take effect.
-    fn mass_vanishing(
-        &self,
-        config: &Config,
-        snap: &Snapshot,
-        read: &[GroupClaims],
-    ) -> Option<sight::Vanished> {
-        let wanted: HashSet<(&GroupName, &BenchName)> = read
-            .iter()
-            .flat_map(|g| g.claims.iter())
-            .filter(|c| c.wants_machine())
-            .map(|c| (&c.group, &c.slot))
-            .collect();
-        let powering_off: HashSet<(&GroupName, &BenchName)> = read
-            .iter()
-            .flat_map(|g| {
-                let settle = config
-                    .group(&g.group)
-                    .map_or(Duration::ZERO, |g| g.timings.job_monitor_poll_interval);
-                g.operations
-                    .by_slot
-                    .iter()
-                    .filter(move |(_, op)| {
-                        op.kind == OperationKind::Shutdown
-                            && (op.running() || op.going_down(snap.now, settle))
-                    })
-                    .map(move |(slot, _)| (&g.group, slot))
-            })
-            .collect();
-        let seen = config.slots.values().map(|slot| {
-            let key = (&slot.group, &slot.name);
-            let last = self
-                .memory
-                .last_power
-                .get(&(slot.group.clone(), slot.name.clone()));
-            sight::Seen {
-                was_on: last == Some(&Power::On),
-                wanted: wanted.contains(&key),
-                powering_off: powering_off.contains(&key),
-                now_off: bench_of(snap, &slot.name)
-                    .is_none_or(|b| b.verdict(snap.now).state == State::Down),
-            }
-        });
-        sight::mass_vanishing(seen, self.faults.vanish_min, self.faults.vanish_ratio)
-    }
-
-    /// Blind until `until` at least, for `why` (the latest end, and its reason, win).
-    fn blind_for(&mut self, until: DateTime<Utc>, why: &str) {
-        self.seeing.blind_until = sight::later(self.seeing.blind_until.take(), until, why);
-    }
-
-    /// Publishes the controller's status for the views when it changed, and well inside its TTL
-    /// otherwise (SPEC §4.7). A report: nothing reads it to decide.
-    async fn publish_status(&mut self, blind: Option<Blindness>, now: DateTime<Utc>) {
-        let holder = self
-            .leading
-            .lease
-            .as_ref()
-            .map_or_else(|| "fleet serve".to_owned(), |l| l.id().to_owned());
-        let fresh = self.seeing.published.as_ref().is_some_and(|(s, at)| {
-            s.holder == holder && s.blind == blind && at.elapsed() < STATUS_TTL / 3
-        });
-        if fresh {
-            return;
-        }
-        let status = ControllerStatus {
-            holder,
-            updated_at: now,
-            blind,
-        };
-        let mut conn = self.base_store.conn();
-        match status.publish(&mut conn, self.presence.keys()).await {
-            Ok(()) => self.seeing.published = Some((status, Instant::now())),
-            Err(e) => debug!(
-                error = crate::store::connect::chain(&e),
-                "publishing the controller's status failed"
-            ),
-        }
-    }
-
     async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {
         for group in config.groups.keys() {
             let slots: Vec<BenchName> = config.slots_of(group).map(|s| s.name.clone()).collect();
@@ -600,7 +423,7 @@ where
     }
 }
 
-fn bench_of<'a>(snapshot: &'a Snapshot, slot: &BenchName) -> Option<&'a Bench> {
+pub(super) fn bench_of<'a>(snapshot: &'a Snapshot, slot: &BenchName) -> Option<&'a Bench> {
     snapshot
         .benches
         .binary_search_by(|b| b.name.cmp(slot))

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::domain::claim::Timings;
+use crate::domain::energy::Draw;
 use crate::domain::name::{BenchName, GroupName};
 
 use super::keys::Keys;
@@ -34,6 +35,10 @@ pub struct CatalogSlot {
     pub name: BenchName,
     pub provider_id: String,
     pub kubernetes_node: Option<String>,
+    /// What the machine draws and costs, for `fleet energy` (SPEC §4.12); absent in a catalog
+    /// published before the energy ledger.
+    #[serde(default)]
+    pub power: Option<Draw>,
 }
 
 /// Everything published.
@@ -112,6 +117,7 @@ impl Catalog {
                             name: s.name.clone(),
                             provider_id: s.provider_id.clone(),
                             kubernetes_node: s.kubernetes_node.clone(),
+                            power: s.power,
                         })
                         .collect(),
                 })

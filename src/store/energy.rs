@@ -13,14 +13,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use redis::aio::ConnectionLike;
 
 use crate::domain::energy::{Advance, Bucket, Ledger, Mark, date_of, day_of_date};
 use crate::domain::name::{BenchName, GroupName};
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{eval, script, server_time};
 
 const ACCOUNT: &str = script!("energy_account.lua");
 
@@ -40,6 +40,11 @@ pub enum EnergyError {
     Account {
         group: GroupName,
         slot: BenchName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("reading the energy ledgers")]
+    View {
         #[source]
         source: redis::RedisError,
     },
@@ -165,6 +170,55 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
                     source,
                 })?;
         Ok(all.into_iter().map(decode).collect())
+    }
+
+    /// Reads the ledgers of every group's slots, and the server's time, for a view. One round
+    /// trip (a pipeline).
+    pub async fn read_groups(
+        &self,
+        asked: &[(GroupName, Vec<BenchName>)],
+    ) -> Result<(Vec<Vec<Stored>>, DateTime<Utc>), EnergyError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for (group, slots) in asked {
+            let g = self.keys.group(group);
+            for slot in slots {
+                pipe.cmd("HGETALL").arg(g.energy(slot));
+            }
+        }
+        let mut conn = self.conn.clone();
+        let (mut replies, time): (Vec<redis::Value>, (String, String)) = {
+            let mut all: Vec<redis::Value> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|source| EnergyError::View { source })?;
+            if all.is_empty() {
+                return Err(EnergyError::Reply(
+                    "the pipeline returned nothing".to_owned(),
+                ));
+            }
+            let time = redis::from_redis_value(all.remove(0))
+                .map_err(|e| EnergyError::Reply(format!("TIME: {e}")))?;
+            (all, time)
+        };
+        let now = server_time(&time.0, &time.1)
+            .ok_or_else(|| EnergyError::Reply(format!("TIME was {:?} {:?}", time.0, time.1)))?;
+        let mut out = Vec::with_capacity(asked.len());
+        for (_, slots) in asked {
+            let mut group = Vec::with_capacity(slots.len());
+            for _ in slots {
+                if replies.is_empty() {
+                    return Err(EnergyError::Reply(
+                        "a ledger is missing from the reply".to_owned(),
+                    ));
+                }
+                let fields: HashMap<String, String> = redis::from_redis_value(replies.remove(0))
+                    .map_err(|e| EnergyError::Reply(format!("a ledger: {e}")))?;
+                group.push(decode(fields));
+            }
+            out.push(group);
+        }
+        Ok((out, now))
     }
 
     /// Writes one step: `before` is the mark the ledger had when read (or last written),

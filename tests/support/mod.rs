@@ -333,3 +333,24 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for LoseRe
         self.inner.get_db()
     }
 }
+
+/// Runs the `fleet` binary against `server` with `args`, and returns what it did.
+pub fn run_fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--redis")
+        .arg(server.url())
+        .args(args)
+        .output()
+        .expect("running fleet")
+}
+
+/// `run_fleet` that must succeed: its stdout.
+pub fn fleet_ok(server: &RedisServer, args: &[&str]) -> String {
+    let o = run_fleet(server, args);
+    assert!(
+        o.status.success(),
+        "fleet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
