@@ -52,21 +52,6 @@ fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> 
     Serve::start(name, server, config, &args)
 }
 
-fn fleet(server: &RedisServer, args: &[&str]) -> String {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("--redis")
-        .arg(server.url())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// The most startups the log shows in flight at once, and how many started.
 fn overlap(log: &std::path::Path) -> (usize, usize) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -93,7 +78,7 @@ async fn all_ready(server: &RedisServer) {
     bounded("every claim ready", async {
         loop {
             let claims: serde_json::Value =
-                serde_json::from_str(&fleet(server, &["claims", "-o", "json"])).unwrap();
+                serde_json::from_str(&fleet_ok(server, &["claims", "-o", "json"])).unwrap();
             let ready = claims
                 .as_array()
                 .unwrap()
@@ -119,13 +104,13 @@ async fn ten_claims_never_have_more_than_two_startups_in_flight() {
     let mut a = start("a", &server, &config);
     a.log(&["became the leader"]).await;
     for i in 1..=SLOTS {
-        fleet(&server, &["claim", &format!("bench-{i:02}")]);
+        fleet_ok(&server, &["claim", &format!("bench-{i:02}")]);
     }
     // The claims beyond the budget wait pending, and the views say why.
     bounded("a claim to wait for the budget", async {
         loop {
             let claims: serde_json::Value =
-                serde_json::from_str(&fleet(&server, &["claims", "-o", "json"])).unwrap();
+                serde_json::from_str(&fleet_ok(&server, &["claims", "-o", "json"])).unwrap();
             let waits = claims.as_array().unwrap().iter().any(|c| {
                 c["phase"] == "pending"
                     && c["waiting"]
@@ -158,7 +143,7 @@ async fn a_leader_killed_mid_way_changes_nothing() {
     let mut b = start("b", &server, &config);
     b.log(&["fleet serve started"]).await;
     for i in 1..=SLOTS {
-        fleet(&server, &["claim", &format!("bench-{i:02}")]);
+        fleet_ok(&server, &["claim", &format!("bench-{i:02}")]);
     }
     // Killed while startups are in flight: their wrappers live on and report; b reads the
     // records and keeps to the budget.

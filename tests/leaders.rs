@@ -48,21 +48,6 @@ fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> 
     Serve::start(name, server, config, &args)
 }
 
-fn fleet(server: &RedisServer, args: &[&str]) -> String {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("--redis")
-        .arg(server.url())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 fn ops(dir: &std::path::Path, kind: &str) -> usize {
     std::fs::read_to_string(dir.join(format!("ops.{kind}")))
         .unwrap_or_default()
@@ -81,7 +66,7 @@ async fn a_stopped_leader_is_replaced_and_its_late_writes_are_refused() {
     let mut b = start("b", &server, &config);
     b.log(&["fleet serve started"]).await;
 
-    fleet(&server, &["claim", "bench-01"]);
+    fleet_ok(&server, &["claim", "bench-01"]);
     a.log(&["claim moved", "to=ready"]).await;
     assert_eq!(ops(dir.path(), "startup"), 1);
 
@@ -89,9 +74,9 @@ async fn a_stopped_leader_is_replaced_and_its_late_writes_are_refused() {
     a.signal("-STOP");
     b.log(&["became the leader"]).await;
     let claims: serde_json::Value =
-        serde_json::from_str(&fleet(&server, &["claims", "-o", "json"])).unwrap();
+        serde_json::from_str(&fleet_ok(&server, &["claims", "-o", "json"])).unwrap();
     let name = claims[0]["name"].as_str().unwrap().to_owned();
-    fleet(&server, &["cancel", &name]);
+    fleet_ok(&server, &["cancel", &name]);
     b.log(&["claim moved", "to=completed"]).await;
     // a resumes: it finds it lost the lease (or has its first write refused) and acts no more.
     a.signal("-CONT");
@@ -102,7 +87,7 @@ async fn a_stopped_leader_is_replaced_and_its_late_writes_are_refused() {
     // b is killed outright: a takes over within a lease.
     b.signal("-KILL");
     a.log(&["became the leader"]).await;
-    fleet(&server, &["claim", "bench-01"]);
+    fleet_ok(&server, &["claim", "bench-01"]);
     a.log(&["claim moved", "to=ready"]).await;
     assert_eq!(ops(dir.path(), "startup"), 2);
     a.signal("-TERM");
@@ -171,7 +156,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
     };
     let mut claims = Vec::new();
     for cycle in 0..cycles {
-        let out = fleet(&server, &["claim", "bench-01"]);
+        let out = fleet_ok(&server, &["claim", "bench-01"]);
         let name = out.split_whitespace().nth(2).unwrap().to_owned();
         // A fault while the claim is in flight.
         let fault = rng.random_range(0..3);
@@ -197,7 +182,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
         let mut name = name;
         for want in ["ready", "completed"] {
             if want == "completed" {
-                fleet(&server, &["cancel", &name]);
+                fleet_ok(&server, &["cancel", &name]);
             }
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {
@@ -206,15 +191,15 @@ async fn cycles_through_three_leaders(cycles: usize) {
                     break;
                 }
                 if want == "ready" && phase.is_some_and(|p| p.as_str() == "failed") {
-                    let out = fleet(&server, &["claim", "bench-01"]);
+                    let out = fleet_ok(&server, &["claim", "bench-01"]);
                     claims.push(name);
                     name = out.split_whitespace().nth(2).unwrap().to_owned();
                     continue;
                 }
                 if tokio::time::Instant::now() > deadline {
-                    let claims = fleet(&server, &["claims", "-o", "json"]);
-                    let state = fleet(&server, &["state", "-o", "json"]);
-                    let describe = fleet(&server, &["describe", "bench-01", "-o", "json"]);
+                    let claims = fleet_ok(&server, &["claims", "-o", "json"]);
+                    let state = fleet_ok(&server, &["state", "-o", "json"]);
+                    let describe = fleet_ok(&server, &["describe", "bench-01", "-o", "json"]);
                     panic!(
                         "cycle {cycle} (seed {seed}): {name} never became {want}\nclaims: {claims}\nstate: {state}\ndescribe: {describe}"
                     );
@@ -268,7 +253,7 @@ async fn a_clean_stop_leaves_the_startup_running_and_the_successor_records_its_o
     a.log(&["became the leader"]).await;
     let mut b = start("b", &server, &config);
     b.log(&["fleet serve started"]).await;
-    fleet(&server, &["claim", "bench-01"]);
+    fleet_ok(&server, &["claim", "bench-01"]);
     a.log(&["starting machine"]).await;
     a.signal("-TERM");
     let status = bounded("a to stop", a.child.wait()).await.unwrap();
@@ -278,7 +263,7 @@ async fn a_clean_stop_leaves_the_startup_running_and_the_successor_records_its_o
     b.log(&["claim moved", "to=ready"]).await;
     assert_eq!(ops(dir.path(), "startup"), 1, "the startup ran once");
     let claims: serde_json::Value =
-        serde_json::from_str(&fleet(&server, &["claims", "-o", "json"])).unwrap();
+        serde_json::from_str(&fleet_ok(&server, &["claims", "-o", "json"])).unwrap();
     assert_eq!(claims[0]["phase"], "ready", "{claims}");
     assert_eq!(claims[0]["attempt"], 1, "{claims}");
 }

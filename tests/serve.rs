@@ -30,15 +30,6 @@ slots:
     )
 }
 
-fn fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("--redis")
-        .arg(server.url())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// GETs `path` until `done` holds for the answer, within the test bound; returns the body.
 async fn get_until(addr: &str, path: &str, done: impl Fn(&(u16, String)) -> bool) -> String {
     bounded(&format!("{path} to answer as expected"), async {
@@ -67,7 +58,7 @@ fn an_invalid_config_exits_2_listing_every_problem() {
         "groups:\n  - name: Pool_A\n    min_size: 3\n    max_size: 1\n    startup: { command: [] }\n    shutdown: { command: [off] }\nslots:\n  - { name: b1, group: nowhere }\n",
     )
     .unwrap();
-    let o = fleet(&server, &["serve", "--config", path.to_str().unwrap()]);
+    let o = run_fleet(&server, &["serve", "--config", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     for want in [
@@ -79,7 +70,7 @@ fn an_invalid_config_exits_2_listing_every_problem() {
     ] {
         assert!(err.contains(want), "{want}: {err}");
     }
-    let o = fleet(&server, &["serve", "--config", "/nonexistent/fleet.yaml"]);
+    let o = run_fleet(&server, &["serve", "--config", "/nonexistent/fleet.yaml"]);
     assert_eq!(
         o.status.code(),
         Some(2),
@@ -112,7 +103,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
         .expect("the start line names the metrics address")
         .to_owned();
 
-    let o = fleet(&server, &["claim", "bench-01"]);
+    let o = run_fleet(&server, &["claim", "bench-01"]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -120,7 +111,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
         String::from_utf8_lossy(&o.stderr)
     );
     serve.log(&["claim moved", "to=ready"]).await;
-    let live = fleet(&server, &["live"]);
+    let live = run_fleet(&server, &["live"]);
     assert_eq!(String::from_utf8_lossy(&live.stdout), "bench-01\n");
 
     // The gauges are set later in the pass that logged the move: wait for them.
@@ -149,7 +140,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     // shown on /readyz (issue 11 #17).
     std::fs::write(&path, "groups: [ this is not yaml").unwrap();
     serve.log(&["new configuration refused"]).await;
-    let slots = fleet(&server, &["slots", "-o", "json"]);
+    let slots = run_fleet(&server, &["slots", "-o", "json"]);
     let rows: serde_json::Value = serde_json::from_slice(&slots.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);
     let body = get_until(&addr, "/metrics", |(_, body)| {
@@ -214,7 +205,7 @@ fn kubernetes_settings_need_the_flag_and_a_readable_kubeconfig() {
     );
     std::fs::write(&path, text).unwrap();
     let config = path.to_str().unwrap();
-    let o = fleet(&server, &["serve", "--config", config]);
+    let o = run_fleet(&server, &["serve", "--config", config]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -222,14 +213,14 @@ fn kubernetes_settings_need_the_flag_and_a_readable_kubeconfig() {
         "{err}"
     );
 
-    let o = fleet(
+    let o = run_fleet(
         &server,
         &["serve", "--config", config, "--kubeconfig", "/x"],
     );
     assert_eq!(o.status.code(), Some(2), "--kubeconfig needs --kubernetes");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--kubernetes"));
 
-    let o = fleet(
+    let o = run_fleet(
         &server,
         &[
             "serve",
@@ -278,7 +269,7 @@ async fn an_api_server_out_of_reach_at_start_is_blindness_not_a_failed_start() {
     })
     .await;
     assert!(body.contains("fleet_leader 1"), "it leads, blind: {body}");
-    let o = fleet(&server, &["slots", "-o", "json"]);
+    let o = run_fleet(&server, &["slots", "-o", "json"]);
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rows[0]["usable"], serde_json::Value::Null, "usable unknown");
     serve.stop().await;
@@ -302,7 +293,7 @@ async fn a_drivers_password_is_checked_at_start_and_on_reload_and_never_shown() 
     std::fs::write(&path, &text).unwrap();
     let config = path.to_str().unwrap();
 
-    let o = fleet(&server, &["serve", "--config", config]);
+    let o = run_fleet(&server, &["serve", "--config", config]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -315,7 +306,7 @@ async fn a_drivers_password_is_checked_at_start_and_on_reload_and_never_shown() 
     // A password IPMI 2.0 cannot carry (past 20 bytes): the driver's own words, not the password.
     let long = "correct-horse-battery-staple";
     std::fs::write(&secret, format!("{long}\n")).unwrap();
-    let o = fleet(&server, &["serve", "--config", config]);
+    let o = run_fleet(&server, &["serve", "--config", config]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
