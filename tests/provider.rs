@@ -326,11 +326,12 @@ async fn malformed_requests_are_refused_and_change_nothing() {
         ]
     );
     assert_eq!(target(&mut c).await, 0);
-    let unimplemented = c
+    // A PodPrice without a pod is malformed (tests/pricing.rs prices pods).
+    let no_pod = c
         .pricing_pod_price(PricingPodPriceRequest::default())
         .await
         .unwrap_err();
-    assert_eq!(unimplemented.code(), Code::Unimplemented);
+    assert_eq!(no_pod.code(), Code::InvalidArgument);
 }
 
 // cluster-autoscaler calls concurrently: many racing IncreaseSize calls never pass max.

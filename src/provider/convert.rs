@@ -1,19 +1,24 @@
 //! The conversions between the wire and fleet's own types (SPEC §6.3), in one place: durations
 //! in their legacy and their new form, a group as a NodeGroup, a claim as an instance, a node as
 //! a fake one or not, the GPU labels, a group's autoscaling options over cluster-autoscaler's
-//! defaults, and a machine's energy price. Pure: no I/O, no clock.
+//! defaults, and a PodPrice request as the pod and interval to price (`pricing`). Pure: no I/O,
+//! no clock.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use crate::config::{AutoscalingOptions, Config, Group, PowerDraw};
+use k8s_pb::api::core::v1::Pod;
+use prost::Message;
+
+use crate::config::{AutoscalingOptions, Config, Group};
 use crate::domain::claim::{Claim, Reason};
 use crate::domain::sizing::{Fake, Instance as Shown};
 
+use super::pricing::{PodAsk, PodPriceError, Requests, interval, pod_name};
 use super::wire::instance_status::InstanceState;
 use super::wire::{
     ExternalGrpcNode, Instance, InstanceErrorInfo, InstanceStatus, LegacyDuration, NodeGroup,
-    NodeGroupAutoscalingOptions,
+    NodeGroupAutoscalingOptions, PricingPodPriceRequest,
 };
 
 /// The annotation cluster-autoscaler puts on the fake nodes it makes for instances that never
@@ -147,33 +152,36 @@ pub fn options(
     }
 }
 
-/// Why a price cannot be computed from a request.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PriceError {
-    #[error("the request carries no start or no end time")]
-    MissingTime,
-    #[error("the end time is before the start time")]
-    Backwards,
-    #[error("a time of the request is out of range")]
-    OutOfRange,
-}
+/// A PodPrice request, read: the pod (pod_bytes, else the legacy field 1, the same bytes), its
+/// requests as Kubernetes sums them, and the interval (the new times, fields 5 and 6, else the
+/// legacy 2 and 3).
+impl TryFrom<&PricingPodPriceRequest> for PodAsk {
+    type Error = PodPriceError;
 
-/// The energy cost of one machine of the group over `[start, end]`: its draw in kW times the
-/// hours times the price per kWh.
-pub fn energy_price(
-    power: &PowerDraw,
-    start: Option<&prost_types::Timestamp>,
-    end: Option<&prost_types::Timestamp>,
-) -> Result<f64, PriceError> {
-    let (Some(start), Some(end)) = (start, end) else {
-        return Err(PriceError::MissingTime);
-    };
-    let time =
-        |t: &prost_types::Timestamp| SystemTime::try_from(*t).map_err(|_| PriceError::OutOfRange);
-    let span = time(end)?
-        .duration_since(time(start)?)
-        .map_err(|_| PriceError::Backwards)?;
-    Ok(power.watts / 1000.0 * (span.as_secs_f64() / 3600.0) * power.price_per_kwh)
+    fn try_from(request: &PricingPodPriceRequest) -> Result<Self, Self::Error> {
+        let bytes = if request.pod_bytes.is_empty() {
+            &request.pod
+        } else {
+            &request.pod_bytes
+        };
+        // A Go pod's bytes are never empty (it has a name): empty is no pod.
+        if bytes.is_empty() {
+            return Err(PodPriceError::NoPod);
+        }
+        let pod = Pod::decode(bytes.as_slice()).map_err(PodPriceError::Undecodable)?;
+        let requests = Requests::of(&pod)?;
+        let start = request
+            .start_timestamp
+            .as_ref()
+            .or(request.start_time.as_ref());
+        let end = request.end_timestamp.as_ref().or(request.end_time.as_ref());
+        let span = interval(start, end).map_err(PodPriceError::Time)?;
+        Ok(PodAsk {
+            pod: pod_name(&pod),
+            requests,
+            span,
+        })
+    }
 }
 
 /// A group as cluster-autoscaler sees it, with the max size it can reach now.
@@ -264,6 +272,9 @@ pub fn gpu_types(config: &Config) -> HashMap<String, prost_types::Any> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::pricing::tests::{container, list, pod, requests};
+    use crate::provider::pricing::{PriceError, QuantityError};
+    use k8s_pb::api::core::v1::Container;
 
     fn mins(m: u64) -> Duration {
         Duration::from_secs(m * 60)
@@ -385,28 +396,6 @@ mod tests {
     }
 
     #[test]
-    fn the_price_is_the_energy_a_machine_draws_over_the_interval() {
-        let power = PowerDraw {
-            watts: 3500.0,
-            standby_watts: 0.0,
-            price_per_kwh: 0.25,
-        };
-        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
-        // 3.5 kW for two hours at 0.25 per kWh.
-        let p = energy_price(&power, Some(&at(1000)), Some(&at(1000 + 7200))).unwrap();
-        assert!((p - 1.75).abs() < 1e-9, "{p}");
-        assert_eq!(energy_price(&power, Some(&at(5)), Some(&at(5))), Ok(0.0));
-        assert_eq!(
-            energy_price(&power, Some(&at(10)), Some(&at(5))),
-            Err(PriceError::Backwards)
-        );
-        assert_eq!(
-            energy_price(&power, None, Some(&at(5))),
-            Err(PriceError::MissingTime)
-        );
-    }
-
-    #[test]
     fn durations_convert_to_both_forms_and_back() {
         let d = Duration::new(90, 500);
         assert_eq!(LegacyDuration::from(d).duration, 90_000_000_500);
@@ -444,25 +433,116 @@ mod tests {
         );
     }
 
+    fn at(seconds: i64) -> Option<prost_types::Timestamp> {
+        Some(prost_types::Timestamp { seconds, nanos: 0 })
+    }
+
+    fn ask_for(p: &Pod) -> PricingPodPriceRequest {
+        PricingPodPriceRequest {
+            pod_bytes: p.encode_to_vec(),
+            start_timestamp: at(0),
+            end_timestamp: at(3_600),
+            ..Default::default()
+        }
+    }
+
+    // Every malformed request is refused with its reason, never a panic.
     #[test]
-    fn a_time_out_of_range_has_no_price() {
-        let power = PowerDraw {
-            watts: 1000.0,
-            standby_watts: 0.0,
-            price_per_kwh: 1.0,
+    fn a_malformed_pod_price_request_is_refused_saying_why() {
+        let p = pod(vec![container("a", &[("cpu", "2")], false)], Vec::new());
+        let ok = PodAsk::try_from(&ask_for(&p)).unwrap();
+        assert_eq!(ok.pod, "default/web-1");
+        assert_eq!(ok.requests, requests(&[("cpu", 2.0)]));
+        assert_eq!(ok.span, Duration::from_secs(3_600));
+        // The legacy shape: the pod in field 1, the times in 2 and 3.
+        let legacy = PricingPodPriceRequest {
+            pod: p.encode_to_vec(),
+            start_time: at(100),
+            end_time: at(1_900),
+            ..Default::default()
         };
-        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        let read = PodAsk::try_from(&legacy).unwrap();
         assert_eq!(
-            energy_price(&power, Some(&at(i64::MIN)), Some(&at(0))),
-            Err(PriceError::OutOfRange)
+            (read.requests, read.span),
+            (ok.requests.clone(), Duration::from_secs(1_800))
         );
-        // Nanoseconds count: half an hour at 1 kW and 1 per kWh.
-        let half = prost_types::Timestamp {
-            seconds: 1799,
-            nanos: 1_000_000_000,
+
+        let no_pod = PricingPodPriceRequest {
+            start_timestamp: at(0),
+            end_timestamp: at(1),
+            ..Default::default()
         };
-        let p = energy_price(&power, Some(&at(0)), Some(&half)).unwrap();
-        assert!((p - 0.5).abs() < 1e-9, "{p}");
+        assert_eq!(PodAsk::try_from(&no_pod), Err(PodPriceError::NoPod));
+        let garbage = PricingPodPriceRequest {
+            pod_bytes: vec![0xff, 0xff, 0xff],
+            ..ask_for(&p)
+        };
+        assert!(matches!(
+            PodAsk::try_from(&garbage),
+            Err(PodPriceError::Undecodable(_))
+        ));
+        let times = |start, end| PricingPodPriceRequest {
+            start_timestamp: start,
+            end_timestamp: end,
+            ..ask_for(&p)
+        };
+        assert_eq!(
+            PodAsk::try_from(&times(None, at(1))),
+            Err(PodPriceError::Time(PriceError::MissingTime))
+        );
+        assert_eq!(
+            PodAsk::try_from(&times(at(1), None)),
+            Err(PodPriceError::Time(PriceError::MissingTime))
+        );
+        assert_eq!(
+            PodAsk::try_from(&times(at(10), at(5))),
+            Err(PodPriceError::Time(PriceError::Backwards))
+        );
+        assert_eq!(
+            PodAsk::try_from(&times(at(i64::MIN), at(5))),
+            Err(PodPriceError::Time(PriceError::OutOfRange))
+        );
+
+        let absurd = |c: Container, init: bool| {
+            let p = if init {
+                pod(Vec::new(), vec![c])
+            } else {
+                pod(vec![c], Vec::new())
+            };
+            PodAsk::try_from(&ask_for(&p)).unwrap_err().to_string()
+        };
+        assert_eq!(
+            absurd(container("app", &[("cpu", "-2")], false), false),
+            "pod default/web-1: container \"app\" requests cpu \"-2\": a negative request"
+        );
+        assert_eq!(
+            absurd(container("setup", &[("memory", "9Ei")], false), true),
+            "pod default/web-1: init container \"setup\" requests memory \"9Ei\": past 2^63 - 1 \
+             of its unit, more than Kubernetes' own int64 view of it holds"
+        );
+        let unreadable = absurd(
+            container("app", &[("nvidia.com/gpu", "lots")], false),
+            false,
+        );
+        assert!(
+            unreadable.starts_with(
+                "pod default/web-1: container \"app\" requests nvidia.com/gpu \"lots\": not a \
+                 Kubernetes quantity"
+            ),
+            "{unreadable}"
+        );
+        let mut overhead = pod(Vec::new(), Vec::new());
+        overhead.spec.as_mut().unwrap().overhead = list(&[("cpu", "1e400")]);
+        assert_eq!(
+            PodAsk::try_from(&ask_for(&overhead)),
+            Err(PodPriceError::Quantity {
+                pod: "default/web-1".into(),
+                place: "the pod's overhead".into(),
+                resource: "cpu".into(),
+                value: "1e400".into(),
+                why: QuantityError::TooLarge,
+            })
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::requests::RequestError;
 use crate::store::claims::ClaimStoreError;
 use crate::store::connect::chain;
 
-use super::convert::PriceError;
+use super::pricing::{PodPriceError, PriceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -90,8 +90,8 @@ pub enum ProviderError {
     NoPowerDraw(GroupName),
     #[error(transparent)]
     Price(PriceError),
-    #[error("fleet prices machines (PricingNodePrice), not pods")]
-    PodPrice,
+    #[error(transparent)]
+    PodPrice(PodPriceError),
     #[error(
         "group {0} declares no template, so it cannot scale from zero; add one to its \
          configuration"
@@ -187,6 +187,14 @@ impl From<ProviderError> for Status {
             | E::NoNodes
             | E::OtherGroup { .. }
             | E::Price(_) => tonic::Code::InvalidArgument,
+            E::PodPrice(p) => match p {
+                PodPriceError::NoPod
+                | PodPriceError::Undecodable(_)
+                | PodPriceError::Quantity { .. }
+                | PodPriceError::Time(_) => tonic::Code::InvalidArgument,
+                PodPriceError::NoPowerDraw => tonic::Code::Unimplemented,
+                PodPriceError::Unhostable { .. } => tonic::Code::NotFound,
+            },
             E::NoSuchGroup { .. } | E::NotASlot { .. } | E::NotPriced { .. } => {
                 tonic::Code::NotFound
             }
@@ -202,9 +210,7 @@ impl From<ProviderError> for Status {
                 tonic::Code::FailedPrecondition
             }
             E::KeptChanging(_) => tonic::Code::Aborted,
-            E::NoPowerDraw(_) | E::PodPrice | E::NoTemplate(_) | E::NoOptions(_) => {
-                tonic::Code::Unimplemented
-            }
+            E::NoPowerDraw(_) | E::NoTemplate(_) | E::NoOptions(_) => tonic::Code::Unimplemented,
             // Redis out of reach and a newer leader's fence are both "not now, retry".
             E::NotLeader | E::Store(_) => tonic::Code::Unavailable,
             E::Request(r) => match r {
@@ -234,6 +240,12 @@ mod tests {
     use super::*;
     use crate::domain::claim::{NotMarkable, Phase};
     use crate::domain::name::ClaimName;
+    use crate::provider::pricing::QuantityError;
+
+    fn undecodable() -> prost::DecodeError {
+        use prost::Message;
+        k8s_pb::api::core::v1::Pod::decode([0xff_u8].as_slice()).unwrap_err()
+    }
 
     fn group() -> GroupName {
         GroupName::parse("pool-a").unwrap()
@@ -353,7 +365,39 @@ mod tests {
                 ProviderError::Price(PriceError::Backwards),
                 Code::InvalidArgument,
             ),
-            (ProviderError::PodPrice, Code::Unimplemented),
+            (
+                ProviderError::PodPrice(PodPriceError::NoPod),
+                Code::InvalidArgument,
+            ),
+            (
+                ProviderError::PodPrice(PodPriceError::Undecodable(undecodable())),
+                Code::InvalidArgument,
+            ),
+            (
+                ProviderError::PodPrice(PodPriceError::Quantity {
+                    pod: "default/p".into(),
+                    place: "container \"c\"".into(),
+                    resource: "cpu".into(),
+                    value: "-1".into(),
+                    why: QuantityError::Negative,
+                }),
+                Code::InvalidArgument,
+            ),
+            (
+                ProviderError::PodPrice(PodPriceError::Time(PriceError::MissingTime)),
+                Code::InvalidArgument,
+            ),
+            (
+                ProviderError::PodPrice(PodPriceError::NoPowerDraw),
+                Code::Unimplemented,
+            ),
+            (
+                ProviderError::PodPrice(PodPriceError::Unhostable {
+                    pod: "default/p".into(),
+                    misfits: Vec::new(),
+                }),
+                Code::NotFound,
+            ),
             (ProviderError::NoTemplate(group()), Code::Unimplemented),
             (ProviderError::NoOptions(group()), Code::Unimplemented),
             (ProviderError::Store(redis_down()), Code::Unavailable),

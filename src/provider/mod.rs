@@ -9,6 +9,7 @@
 //! - [`service`]: the gRPC service: validate → call → convert → one mapping to a status.
 //! - [`server`]: serving it, plaintext or (mutual) TLS, and closing connections on deposition.
 //! - [`convert`]: every conversion between the wire and fleet's types.
+//! - [`pricing`]: the energy prices of a machine and of a pod (PricingNodePrice, PricingPodPrice).
 //! - [`template`]: a group's template as a Kubernetes Node.
 //! - [`client`]: `fleet autoscaler`, cluster-autoscaler's calls from the command line.
 //! - `validate`, `groups` (the executor over the store and the command layer), `current` (the
@@ -22,6 +23,7 @@ mod current;
 mod error;
 mod groups;
 mod leader;
+pub mod pricing;
 pub mod server;
 pub mod service;
 mod snapshot;

@@ -34,7 +34,7 @@ use super::groups::{Groups, Seen, Stale};
 use super::leader::Leader;
 use super::wire::cloud_provider_server::CloudProvider;
 use super::wire::*;
-use super::{calls, convert, template, validate};
+use super::{calls, convert, pricing, template, validate};
 
 pub use super::convert::{DEFAULT_GPU_LABEL, FAKE_NODE_REASON, OTHER_ERROR, OUT_OF_RESOURCES};
 
@@ -198,8 +198,22 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             .as_ref()
             .or(request.start_time.as_ref());
         let end = request.end_timestamp.as_ref().or(request.end_time.as_ref());
-        let price = convert::energy_price(&power, start, end).map_err(ProviderError::Price)?;
+        let price = pricing::energy_price(&power, start, end).map_err(ProviderError::Price)?;
         Ok(Response::new(PricingNodePriceResponse { price }))
+    }
+
+    /// A pod's price: its dominant share of the fleet's cheapest machine that can hold it
+    /// (`pricing::pod_price`, which says why). The request is read first (a malformed one is
+    /// InvalidArgument whatever the configuration); UNIMPLEMENTED when no group declares a power
+    /// draw, as NodePrice is for such a group; NotFound when no priced machine can hold the pod.
+    fn pod_price(&self, request: PricingPodPriceRequest) -> Answer<PricingPodPriceResponse> {
+        let settings = self.current.get();
+        let ask = pricing::PodAsk::try_from(&request).map_err(ProviderError::PodPrice)?;
+        let offers = pricing::offers(&settings.config, ask.span);
+        let priced = pricing::pod_price(&ask, &offers).map_err(ProviderError::PodPrice)?;
+        Ok(Response::new(PricingPodPriceResponse {
+            price: priced.price,
+        }))
     }
 
     fn template(
@@ -304,14 +318,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CloudProvider for Provid
 
     async fn pricing_pod_price(
         &self,
-        _: Request<PricingPodPriceRequest>,
+        request: Request<PricingPodPriceRequest>,
     ) -> Result<Response<PricingPodPriceResponse>, Status> {
         let started = Instant::now();
-        self.observed(
-            Method::PricingPodPrice,
-            started,
-            Err(ProviderError::PodPrice),
-        )
+        let answer = self.pod_price(request.into_inner());
+        self.observed(Method::PricingPodPrice, started, answer)
     }
 
     async fn gpu_label(
