@@ -1,7 +1,8 @@
 //! The energy ledger's accounting (SPEC §4.12): after each group's slots, the power each slot
 //! was observed at goes to its ledger. `domain::energy` decides when a step is due and what it
 //! credits; this module keeps the leader's copy of each ledger, reads the missing ones in one
-//! round trip, and writes each step through the store's fenced compare-and-set.
+//! round trip, and writes the due steps of a group, each its own fenced compare-and-set, in one
+//! more.
 //!
 //! A step the store refuses because the mark moved (a predecessor or a successor wrote) drops
 //! the copy, and the next due step reads the ledger again, so no interval is counted twice. A
@@ -15,11 +16,11 @@ use redis::aio::ConnectionLike;
 use tracing::{debug, warn};
 
 use crate::config::PowerDraw;
-use crate::domain::energy::{self, Advance, Figures, Ledger};
+use crate::domain::energy::{self, Advance, Figures, Ledger, Mark};
 use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
 use crate::lifecycle::Runner;
-use crate::store::energy::{Accounted, EnergyError};
+use crate::store::energy::{Accounted, EnergyError, Step};
 use crate::telemetry::{EnergyLabels, Metrics};
 
 use super::{Controller, Nodes};
@@ -84,6 +85,8 @@ where
             Some(token) => self.energy.fenced(token),
             None => self.energy.clone(),
         };
+        // Each due slot's step, taken on its copy; the copies go back once written.
+        let mut stepped: Vec<(&Sighting, Option<Mark>, Ledger, Advance)> = Vec::new();
         for x in seen {
             let Some(mut ledger) = ledgers.remove(&key(&x.slot)) else {
                 continue;
@@ -94,10 +97,26 @@ where
             }
             let before = ledger.mark();
             let advance = ledger.observe(x.power, now);
-            match store
-                .account(group, &x.slot, before, &ledger, &advance)
-                .await
-            {
+            stepped.push((x, before, ledger, advance));
+        }
+        let steps: Vec<Step> = stepped
+            .iter()
+            .map(|(x, before, after, advance)| Step {
+                slot: &x.slot,
+                before: *before,
+                after,
+                advance,
+            })
+            .collect();
+        let answers = match store.account_all(group, &steps).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                warn!(%group, error = crate::store::connect::chain(&e), "writing the energy ledgers failed; the intervals are accounted at the next step");
+                return;
+            }
+        };
+        for ((x, _, ledger, advance), answer) in stepped.into_iter().zip(answers) {
+            match answer {
                 Ok(Accounted::Written) => {
                     count(&self.metrics, group, x, &advance);
                     ledgers.insert(key(&x.slot), ledger);
@@ -112,7 +131,6 @@ where
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     warn!(%group, slot = %x.slot, error = crate::store::connect::chain(&e), "writing the energy ledger failed; the interval is accounted at the next step");
-                    return;
                 }
             }
         }

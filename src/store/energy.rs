@@ -61,6 +61,17 @@ pub struct Stored {
     pub skipped: Vec<String>,
 }
 
+/// One slot's step, as `account` takes it.
+pub struct Step<'a> {
+    pub slot: &'a BenchName,
+    /// The mark the ledger had when read (or last written).
+    pub before: Option<Mark>,
+    /// The ledger once the step is taken.
+    pub after: &'a Ledger,
+    /// What the step changed.
+    pub advance: &'a Advance,
+}
+
 /// What a step's write did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accounted {
@@ -232,45 +243,88 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         after: &Ledger,
         advance: &Advance,
     ) -> Result<Accounted, EnergyError> {
+        let step = Step {
+            slot,
+            before,
+            after,
+            advance,
+        };
+        let mut all = self.account_all(group, &[step]).await?;
+        all.pop()
+            .ok_or_else(|| EnergyError::Reply("no answer to the step".to_owned()))?
+    }
+
+    /// Writes the steps of a group's slots, each its own compare-and-set, in one round trip (a
+    /// pipeline of the script): the answers in the steps' order. A refused fence is that step's
+    /// error; an error of the call is the whole call's.
+    pub async fn account_all(
+        &self,
+        group: &GroupName,
+        steps: &[Step<'_>],
+    ) -> Result<Vec<Result<Accounted, EnergyError>>, EnergyError> {
+        let Some(first) = steps.first() else {
+            return Ok(Vec::new());
+        };
+        let mut pipe = redis::pipe();
+        for step in steps {
+            pipe.add_command(self.step_command(group, step)?);
+        }
+        let mut conn = self.conn.clone();
+        let answers: Vec<(i64, String)> =
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(|source| EnergyError::Account {
+                    group: group.clone(),
+                    slot: first.slot.clone(),
+                    source,
+                })?;
+        if answers.len() != steps.len() {
+            return Err(EnergyError::Reply(format!(
+                "{} answers to {} steps",
+                answers.len(),
+                steps.len()
+            )));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|(code, why)| match (code, why.as_str()) {
+                (1, _) => Ok(Accounted::Written),
+                (_, "moved") => Ok(Accounted::Moved),
+                (_, "fenced") => Err(EnergyError::Fenced {
+                    group: group.clone(),
+                }),
+                (c, w) => Err(EnergyError::Reply(format!("account returned {c} {w}"))),
+            })
+            .collect())
+    }
+
+    /// The script call of one step.
+    fn step_command(&self, group: &GroupName, step: &Step<'_>) -> Result<redis::Cmd, EnergyError> {
         let g = self.keys.group(group);
-        let mark = after
+        let mark = step
+            .after
             .mark()
             .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
-        let mut cmd = eval(ACCOUNT, &[g.energy(slot), g.fence()]);
+        let mut cmd = eval(ACCOUNT, &[g.energy(step.slot), g.fence()]);
         cmd.arg(self.fence.as_deref().unwrap_or(""))
-            .arg(before.map(|m| m.render()).unwrap_or_default())
+            .arg(step.before.map(|m| m.render()).unwrap_or_default())
             .arg(mark.render());
-        let set: Vec<(String, String)> = advance
+        let set: Vec<(String, String)> = step
+            .advance
             .increments
             .keys()
-            .filter_map(|d| Some((day_field(*d)?, after.days().get(d)?.render())))
+            .filter_map(|d| Some((day_field(*d)?, step.after.days().get(d)?.render())))
             .collect();
         cmd.arg(set.len());
         for (field, value) in &set {
             cmd.arg(field).arg(value);
         }
-        for day in &advance.trimmed {
+        for day in &step.advance.trimmed {
             if let Some(field) = day_field(*day) {
                 cmd.arg(field);
             }
         }
-        let mut conn = self.conn.clone();
-        let (code, why): (i64, String) =
-            cmd.query_async(&mut conn)
-                .await
-                .map_err(|source| EnergyError::Account {
-                    group: group.clone(),
-                    slot: slot.clone(),
-                    source,
-                })?;
-        match (code, why.as_str()) {
-            (1, _) => Ok(Accounted::Written),
-            (_, "moved") => Ok(Accounted::Moved),
-            (_, "fenced") => Err(EnergyError::Fenced {
-                group: group.clone(),
-            }),
-            (c, w) => Err(EnergyError::Reply(format!("account returned {c} {w}"))),
-        }
+        Ok(cmd)
     }
 }
 
