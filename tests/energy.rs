@@ -482,7 +482,10 @@ slots:
     );
     assert_eq!(n1_row["kwh"].as_f64().unwrap(), want.kwh);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-    assert!(close(n1_row["kwh"].as_f64().unwrap(), 12.0 * 0.2 + 13.0 * 0.005));
+    assert!(close(
+        n1_row["kwh"].as_f64().unwrap(),
+        12.0 * 0.2 + 13.0 * 0.005
+    ));
     assert!(close(n1_row["kwh_saved"].as_f64().unwrap(), 13.0 * 0.195));
     assert_eq!(n1_row["cost_saved"].as_f64().unwrap(), want.cost_saved);
     let n2_row = slot(rack, "n2");
