@@ -502,3 +502,97 @@ async fn an_unreadable_claim_holds_its_slots_machine() {
     assert_eq!(slots, ["bench-02"], "{claims:?}");
     assert_eq!(claims[0].reason, Some(Reason::Adopted));
 }
+
+/// Every key of the store with its value (DUMP) and its time to live: what a replica holds.
+async fn dump(server: &RedisServer) -> Vec<(String, Vec<u8>, i64)> {
+    let mut c = conn(server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for key in keys {
+        let value: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        out.push((key, value, ttl.max(0)));
+    }
+    out
+}
+
+/// The store becomes `dumped`: a failover to a replica that had only that.
+async fn restore(server: &RedisServer, dumped: &[(String, Vec<u8>, i64)]) {
+    let mut c = conn(server).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    for (key, value, ttl) in dumped {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(*ttl)
+            .arg(value.as_slice())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+// SPEC §5.3: a failover to a replica that had not received the leader's last writes rolls the
+// store back under a leader that keeps its lease, its token and its fences: no fence refuses
+// anything. The written mark tells: blind for the grace, then the machines found on are adopted.
+// Without it the leader would power off the two machines whose claims the store lost.
+#[tokio::test]
+async fn a_store_rolled_back_under_its_leader_is_blind_then_adopts() {
+    let w = World::new(false);
+    let grace = Duration::from_millis(300);
+    let mut ctl = w.controller("a", grace).await;
+    settle(&mut ctl).await;
+    wait(grace + Duration::from_millis(50)).await;
+    w.claim("bench-01").await;
+    w.claim("bench-02").await;
+    settle(&mut ctl).await;
+    let replica = dump(&w.server).await;
+    w.claim("bench-03").await;
+    w.claim("bench-04").await;
+    settle(&mut ctl).await;
+    assert_eq!(w.claims().await.len(), 4);
+    assert_eq!(w.fired("startup").len(), 4);
+
+    restore(&w.server, &replica).await;
+    // The agents of the two machines the store forgot beat on the new primary.
+    let p = presence(&w.server).await;
+    for slot in ["bench-03", "bench-04"] {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    assert!(
+        ctl.lead().await,
+        "the rolled-back lease is still this leader's"
+    );
+    let report = ctl.pass().await.unwrap();
+    assert!(
+        report.blind,
+        "a store that lost the leader's writes makes it blind"
+    );
+    assert!(report.stopped.is_empty() && report.started.is_empty());
+    wait(grace + Duration::from_millis(50)).await;
+    settle(&mut ctl).await;
+    let claims = w.claims().await;
+    assert_eq!(claims.len(), 4, "{claims:?}");
+    assert!(claims.iter().all(|c| c.phase == Phase::Ready), "{claims:?}");
+    let adopted: Vec<&str> = claims
+        .iter()
+        .filter(|c| c.reason == Some(Reason::Adopted))
+        .map(|c| c.slot.as_str())
+        .collect();
+    assert_eq!(adopted, ["bench-03", "bench-04"]);
+    assert!(w.fired("shutdown").is_empty(), "no machine was powered off");
+    assert_eq!(w.fired("startup").len(), 4, "nothing started twice");
+}

@@ -76,6 +76,8 @@ where
                 }
                 self.store = self.base_store.fenced(&token);
                 self.leading.token = Some(token.clone());
+                // A new leadership expects no written mark: it checks those it sets.
+                self.seeing.written = None;
                 // The previous leader wrote the statuses: read them again.
                 self.memory.loaded = false;
                 self.memory.statuses.clear();

@@ -146,6 +146,10 @@ struct Seeing {
     /// How the Kubernetes Nodes were seen, and whether the bound slots are blind this pass.
     nodes_sight: NodeSight,
     nodes_blind: bool,
+    /// The written mark this leader set after its last pass, for the next pass to check, and
+    /// how many it set (SPEC §5.3).
+    written: Option<String>,
+    passes_written: u64,
 }
 
 impl Default for Seeing {
@@ -158,6 +162,8 @@ impl Default for Seeing {
             published: None,
             nodes_sight: NodeSight::Clear,
             nodes_blind: false,
+            written: None,
+            passes_written: 0,
         }
     }
 }

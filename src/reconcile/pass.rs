@@ -93,6 +93,7 @@ where
             }
         }
         self.write_reports(reports).await?;
+        self.mark_written().await;
         self.count_slot_phases(&config);
         self.metrics
             .pass_seconds

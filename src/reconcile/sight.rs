@@ -99,8 +99,14 @@ where
             marker,
             wiped,
             catalog,
+            rolled_back,
         } = match lease
-            .generation(&fresh, self.faults.blind_grace, adopt_window)
+            .generation(
+                &fresh,
+                self.faults.blind_grace,
+                adopt_window,
+                self.seeing.written.take().as_deref(),
+            )
             .await
         {
             Ok(g) => g,
@@ -124,6 +130,13 @@ where
                     "publishing the catalog again failed"
                 ),
             }
+        }
+        if rolled_back {
+            warn!(
+                "the store lost writes this controller made (a failover to a replica that had not received them): blind for the grace, then machines found on are adopted"
+            );
+            self.memory.loaded = false;
+            self.memory.statuses.clear();
         }
         if self.seeing.generation.as_deref() != Some(marker.as_str()) {
             if marker == fresh {
@@ -221,6 +234,28 @@ where
                 error = crate::store::connect::chain(&e),
                 "publishing the controller's status failed"
             ),
+        }
+    }
+
+    /// Sets the written mark after a pass's writes, so the next pass can tell whether the store
+    /// kept them (SPEC §5.3). Without one set, the next pass expects none.
+    pub(super) async fn mark_written(&mut self) {
+        let (Some(lease), Some(token)) = (self.leading.lease.clone(), self.leading.token.clone())
+        else {
+            return;
+        };
+        self.seeing.passes_written += 1;
+        let mark = format!("{token}:{}", self.seeing.passes_written);
+        match lease.mark_written(&token, &mark).await {
+            Ok(true) => self.seeing.written = Some(mark),
+            Ok(false) => self.seeing.written = None,
+            Err(e) => {
+                self.seeing.written = None;
+                debug!(
+                    error = crate::store::connect::chain(&e),
+                    "setting the written mark failed; the next pass checks none"
+                );
+            }
         }
     }
 }

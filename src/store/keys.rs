@@ -197,6 +197,13 @@ impl Keys {
     pub fn wiped(&self) -> String {
         format!("{}:wiped", self.tag)
     }
+
+    /// The leader's written mark: `<token>:<n>`, set by the leader after each pass's writes, so
+    /// the next pass can tell a store that lost them (a failover to a replica that had not
+    /// received them) from one that kept them (SPEC §5.3).
+    pub fn written(&self) -> String {
+        format!("{}:written", self.tag)
+    }
 }
 
 impl GroupKeys {

@@ -16,6 +16,7 @@ use super::script::{eval, script};
 const ACQUIRE: &str = script!("lease_acquire.lua");
 const RELEASE: &str = script!("lease_release.lua");
 const GENERATION: &str = script!("generation.lua");
+const WRITTEN: &str = script!("written_mark.lua");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -25,6 +26,8 @@ pub enum LeaseError {
     Release(#[source] redis::RedisError),
     #[error("reading the store's generation marker")]
     Generation(#[source] redis::RedisError),
+    #[error("setting the leader's written mark")]
+    Written(#[source] redis::RedisError),
 }
 
 /// Who leads, as one call saw it.
@@ -85,6 +88,9 @@ pub struct Generation {
     pub wiped: Option<(i64, i64)>,
     /// Whether the catalog is published.
     pub catalog: bool,
+    /// The store lost writes this leader made (its written mark is not the one it set): the
+    /// wipe record now stands for it too (SPEC §5.3).
+    pub rolled_back: bool,
 }
 
 impl<C: ConnectionLike + Clone + Send> Lease<C> {
@@ -140,27 +146,31 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
     }
 
     /// The store's generation marker, set to `fresh` (with a wipe record: blind for `grace`,
-    /// then adopting for `adopt`) if it is missing. Returns the marker and the wipe record as
-    /// server times in ms, if one stands.
+    /// then adopting for `adopt`) if it is missing; the same record when the written mark is not
+    /// `written`, the one this leader set after its last pass (the store lost that pass's
+    /// writes). Returns the marker and the wipe record as server times in ms, if one stands.
     pub async fn generation(
         &self,
         fresh: &str,
         grace: Duration,
         adopt: Duration,
+        written: Option<&str>,
     ) -> Result<Generation, LeaseError> {
         let mut conn = self.conn.clone();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let (marker, wiped, catalog): (String, String, i64) = eval(
+        let (marker, wiped, catalog, rolled): (String, String, i64, i64) = eval(
             GENERATION,
             &[
                 self.keys.generation(),
                 self.keys.wiped(),
                 self.keys.config(),
+                self.keys.written(),
             ],
         )
         .arg(fresh)
         .arg(ms(grace))
         .arg(ms(adopt))
+        .arg(written.unwrap_or(""))
         .query_async(&mut conn)
         .await
         .map_err(LeaseError::Generation)?;
@@ -171,7 +181,21 @@ impl<C: ConnectionLike + Clone + Send> Lease<C> {
             marker,
             wiped,
             catalog: catalog == 1,
+            rolled_back: rolled == 1,
         })
+    }
+
+    /// Sets the written mark `mark` after a pass's writes, if this process still holds the lease
+    /// with `token`. Returns whether it was set. One round trip.
+    pub async fn mark_written(&self, token: &str, mark: &str) -> Result<bool, LeaseError> {
+        let mut conn = self.conn.clone();
+        let set: i64 = eval(WRITTEN, &[self.keys.leader(), self.keys.written()])
+            .arg(format!("{} {token}", self.id))
+            .arg(mark)
+            .query_async(&mut conn)
+            .await
+            .map_err(LeaseError::Written)?;
+        Ok(set == 1)
     }
 }
 
