@@ -52,12 +52,17 @@ const READS: &[&str] = &[
 /// the writes they and the store's pipelines make.
 const WRITES: &[&str] = &[
     "del", "eval", "hdel", "hexists", "hset", "incr", "ltrim", "pexpire", "rpush", "sadd", "set",
-    "srem", "zadd", "zrem",
+    "spublish", "srem", "zadd", "zrem",
 ];
 
+/// What the controller's wake listener sends on its own connection (SPEC §4.5): the subscription
+/// to the wake channel, the one channel any of fleet's users may use.
+const WAKE: &[&str] = &["ssubscribe"];
+
 /// What a bench's beat does (`beat.lua`), on its own two keys: the script, the server's clock,
-/// the key's write (or its deletion, for a TTL of 0).
-const BEAT: &[&str] = &["eval", "time", "set", "del"];
+/// the key's read (was its state about to change?) and write (or its deletion, for a TTL of 0),
+/// and the announcement of a change on the wake channel.
+const BEAT: &[&str] = &["eval", "time", "get", "set", "del", "spublish"];
 
 /// The only thing a bench may do to the hold requests: read its own (a hash's fields cannot be
 /// told apart by an ACL, so it may read them all; they are no secret, every view shows them).
@@ -119,10 +124,11 @@ impl User {
         let all = [keys.acl_pattern(), keys.acl_group_pattern()];
         match self {
             User::Controller => format!(
-                "~{} ~{} {}",
+                "~{} ~{} &{} {}",
                 all[0],
                 all[1],
-                grants(&[CONNECTION, READS, WRITES])
+                keys.wake_channel(),
+                grants(&[CONNECTION, READS, WRITES, WAKE])
             ),
             User::Viewer => format!(
                 "%R~{} %R~{} {}",
@@ -131,10 +137,11 @@ impl User {
                 grants(&[CONNECTION, READS])
             ),
             User::Bench(name) => format!(
-                "~{} ~{} ~{} {} ({}) ({}) (%R~{} {})",
+                "~{} ~{} ~{} &{} {} ({}) ({}) (%R~{} {})",
                 keys.heartbeat(name),
                 keys.joined_key(name),
                 keys.off_ack(name),
+                keys.wake_channel(),
                 grants(&[CONNECTION, BEAT]),
                 selector("%R~", &keys.hold_requests(), BEAT_HOLDS),
                 selector("~", &keys.joined(), BEAT_JOIN),
@@ -239,9 +246,10 @@ mod tests {
         let keys = Keys::new("team-a").unwrap();
         assert_eq!(
             User::Controller.rules(&keys),
-            "~{team-a}:* ~{team-a:*}:* -@all +del +eval +eval_ro +exists +get +hdel +hexists \
-             +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget +pexpire +ping +rpush +sadd \
-             +scard +select +set +sismember +smembers +srem +time +type +zadd +zcard +zrange +zrem"
+            "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +del +eval +eval_ro +exists +get \
+             +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget +pexpire +ping \
+             +rpush +sadd +scard +select +set +sismember +smembers +spublish +srem +ssubscribe \
+             +time +type +zadd +zcard +zrange +zrem"
         );
         assert_eq!(
             User::Viewer.rules(&keys),
@@ -250,8 +258,9 @@ mod tests {
         );
         assert_eq!(
             User::Bench(bench("bench-a")).rules(&keys),
-            "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack -@all \
-             +del +eval +ping +select +set +time (%R~{team-a}:holds -@all +hget) \
+            "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack \
+             &{team-a}:wake -@all +del +eval +get +ping +select +set +spublish +time \
+             (%R~{team-a}:holds -@all +hget) \
              (~{team-a}:joined -@all +sadd) \
              (%R~{team-a}:off:bench-a %R~{team-a}:off:bench-a:ack -@all +get)"
         );

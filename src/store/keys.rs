@@ -121,6 +121,15 @@ impl Keys {
         format!("{}:off:{}:ack", self.tag, name)
     }
 
+    /// The wake channel (SPEC §4.5): a sharded pub/sub channel, not a key, under the presence
+    /// keys' hash tag so the beat script may `SPUBLISH` to it from their slot. A beat that changes
+    /// its bench's state (a new key, a hold put on or taken off, a deadline brought forward, the
+    /// key deleted) publishes the bench's name there; steady beats publish nothing. The
+    /// controller subscribes to it and passes at once. Nothing is stored.
+    pub fn wake_channel(&self) -> String {
+        format!("{}:wake", self.tag)
+    }
+
     /// The ACL key pattern of every key under the prefix's own hash tag (presence, leadership,
     /// the configuration), for `fleet acl`. The prefix holds no glob character (`Keys::new`).
     pub fn acl_pattern(&self) -> String {
@@ -321,6 +330,7 @@ mod tests {
         );
         assert_eq!(keys.off_request(&name), "{fleet}:off:bench-01");
         assert_eq!(keys.off_ack(&name), "{fleet}:off:bench-01:ack");
+        assert_eq!(keys.wake_channel(), "{fleet}:wake");
     }
 
     #[test]

@@ -173,6 +173,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .arg(self.keys.joined())
             .arg(self.keys.off_request(&beat.name))
             .arg(self.keys.off_ack(&beat.name))
+            .arg(self.keys.wake_channel())
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Beat {

@@ -5,7 +5,8 @@
 -- ARGV[1] the bench name, ARGV[2] the TTL in ms, ARGV[3] an explicit hold ('' for none),
 -- ARGV[4] the load ('' for unknown), ARGV[5] the cores ('' for unknown), ARGV[6] the
 -- hold-request hash, ARGV[7] the join set, ARGV[8] the bench's power-off request and ARGV[9] its
--- acknowledgement of one (both absent from an older caller).
+-- acknowledgement of one (both absent from an older caller), ARGV[10] the wake channel (absent
+-- from an older caller: nothing is published).
 --
 -- The hold-request hash and the join set are arguments, not KEYS: EVAL asks for write permission
 -- on every key it declares, and a bench's own Redis user may only read the hold requests and add
@@ -31,6 +32,18 @@
 -- hold request, so the agent learns of an off in the beat's one round trip; the agent decides
 -- from them. They are read with pcall: a bench user from an ACL file written before them may
 -- not read them, which costs the off (said in the reply), never the beat.
+--
+-- A beat that changes its bench's state announces it (SPEC §4.5): the bench's name is published
+-- with SPUBLISH on the wake channel, a sharded channel under the same hash tag as the keys (so the
+-- script stays in one Redis Cluster slot), and the controller passes at once instead of at its
+-- next tick. A change is a key that was not there (a first beat, or one after the key expired), a
+-- key that no longer counted (past its deadline, from the server's future, unreadable), a hold put
+-- on, taken off or changed, a deadline brought forward (a shorter TTL than what is left), or a TTL
+-- of 0 deleting a key that counted. A steady beat, the same hold over a key that still counts
+-- with a deadline no earlier, publishes nothing, so a fleet at rest costs the controller
+-- nothing. It is published with pcall: a bench user from an ACL file written before the channel
+-- may not publish, which costs the wake (the controller's next tick sees the change), never the
+-- beat. The message is only a hint; the controller reads the keys again.
 --
 -- Returns { now, the hold carried (nil for none), why a request was not carried ('' if none),
 -- the hold-request key when it holds another type than a hash ('' if not), the power-off
@@ -117,6 +130,26 @@ if hold == '' then
     end
   end
 end
+-- The key as the beat found it, to tell a change of state from a steady beat (below). With pcall:
+-- a key of another type reads as no key, which it is to every reader.
+local before = redis.pcall('GET', KEYS[1])
+if type(before) ~= 'string' then before = false end
+
+-- Whether the key as found counted, with which hold (false for none) and until when: the
+-- reader's rule (SPEC §2.2) in short. What does not decode, or is past its deadline, or was
+-- written more than a second in the server's future, did not count.
+local function counted(raw)
+  if not raw then return false, false, 0 end
+  local ok, old = pcall(cjson.decode, raw)
+  if not ok or type(old) ~= 'table' or type(old.at) ~= 'number' or type(old.ttl) ~= 'number'
+      or old.at + old.ttl <= now or old.at > now + 1000 then
+    return false, false, 0
+  end
+  local held = old.hold
+  if type(held) ~= 'string' then held = false end
+  return true, held, old.at + old.ttl
+end
+
 -- Registration: the name in the join set (a new member tells readers that hold the registry to
 -- read it again: the set's size moved) and the bench's own join key, which makes the name count.
 redis.call('SADD', joined, ARGV[1])
@@ -130,6 +163,18 @@ else
   if ARGV[4] ~= '' then beat.load = tonumber(ARGV[4]) end
   if ARGV[5] ~= '' then beat.cores = tonumber(ARGV[5]) end
   redis.call('SET', KEYS[1], cjson.encode(beat), 'PXAT', now + ttl)
+end
+local was, was_held, was_until = counted(before)
+local changed
+if ttl <= 0 then
+  changed = was
+else
+  -- A deadline brought forward is announced too: the controller waits for the deadline it last
+  -- read (SPEC §4.5), and a steady beat only ever moves it later.
+  changed = not was or was_held ~= (hold or false) or now + ttl < was_until
+end
+if changed and ARGV[10] and ARGV[10] ~= '' then
+  redis.pcall('SPUBLISH', ARGV[10], ARGV[1])
 end
 local off, ack, off_problem = '', '', ''
 if ARGV[8] and ARGV[8] ~= '' then
