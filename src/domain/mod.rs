@@ -18,6 +18,7 @@
 //! - [`slot`]: one slot's pass as a plan of steps, with its report (SPEC §4.5).
 //! - [`timeline`]: a claim's timeline entries (SPEC §4.4).
 //! - [`sight`]: blindness and its grace, mass vanishing, the windows of a wiped store (SPEC §5.2).
+//! - [`wake`]: when the controller passes next to see a key's expiry (SPEC §4.5).
 //! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
 //!   plans of its changes (SPEC §6.3).
 
@@ -36,3 +37,4 @@ pub mod sizing;
 pub mod slot;
 pub mod state;
 pub mod timeline;
+pub mod wake;
