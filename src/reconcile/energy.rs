@@ -51,36 +51,11 @@ where
         seen: &[Sighting],
         now: DateTime<Utc>,
     ) {
-        let ledgers = &mut self.memory.energy.kept;
-        // Slots that left the group are no longer accounted: their copies go.
-        ledgers.retain(|(g, s), _| g != group || seen.iter().any(|x| &x.slot == s));
-        let key = |slot: &BenchName| (group.clone(), slot.clone());
-        let due = |ledgers: &HashMap<_, Ledger>, x: &Sighting| {
-            ledgers
-                .get(&key(&x.slot))
-                .is_none_or(|l| energy::due(l.mark(), x.power, now))
-        };
-        let missing: Vec<BenchName> = seen
-            .iter()
-            .filter(|x| due(ledgers, x) && !ledgers.contains_key(&key(&x.slot)))
-            .map(|x| x.slot.clone())
-            .collect();
-        if !missing.is_empty() {
-            match self.energy.read_all(group, &missing).await {
-                Ok(stored) => {
-                    for (slot, stored) in missing.iter().zip(stored) {
-                        for why in &stored.skipped {
-                            warn!(%group, %slot, problem = why, "energy ledger: a field is unreadable and is left out");
-                        }
-                        ledgers.insert(key(slot), stored.ledger);
-                    }
-                }
-                Err(e) => {
-                    warn!(%group, error = crate::store::connect::chain(&e), "reading the energy ledgers failed; accounting waits for the next pass");
-                    return;
-                }
-            }
+        if !self.load_ledgers(group, seen, now).await {
+            return;
         }
+        let ledgers = &mut self.memory.energy.kept;
+        let key = |slot: &BenchName| (group.clone(), slot.clone());
         let store = match &self.leading.token {
             Some(token) => self.energy.fenced(token),
             None => self.energy.clone(),
@@ -134,6 +109,46 @@ where
                 }
             }
         }
+    }
+    /// Reads the ledgers of the due slots this leader has no copy of, in one round trip; drops
+    /// the copies of slots that left the group. Returns false when the read failed.
+    async fn load_ledgers(
+        &mut self,
+        group: &GroupName,
+        seen: &[Sighting],
+        now: DateTime<Utc>,
+    ) -> bool {
+        let ledgers = &mut self.memory.energy.kept;
+        // Slots that left the group are no longer accounted: their copies go.
+        ledgers.retain(|(g, s), _| g != group || seen.iter().any(|x| &x.slot == s));
+        let key = |slot: &BenchName| (group.clone(), slot.clone());
+        let due = |ledgers: &HashMap<_, Ledger>, x: &Sighting| {
+            ledgers
+                .get(&key(&x.slot))
+                .is_none_or(|l| energy::due(l.mark(), x.power, now))
+        };
+        let missing: Vec<BenchName> = seen
+            .iter()
+            .filter(|x| due(ledgers, x) && !ledgers.contains_key(&key(&x.slot)))
+            .map(|x| x.slot.clone())
+            .collect();
+        if !missing.is_empty() {
+            match self.energy.read_all(group, &missing).await {
+                Ok(stored) => {
+                    for (slot, stored) in missing.iter().zip(stored) {
+                        for why in &stored.skipped {
+                            warn!(%group, %slot, problem = why, "energy ledger: a field is unreadable and is left out");
+                        }
+                        ledgers.insert(key(slot), stored.ledger);
+                    }
+                }
+                Err(e) => {
+                    warn!(%group, error = crate::store::connect::chain(&e), "reading the energy ledgers failed; accounting waits for the next pass");
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 
