@@ -110,6 +110,7 @@ where
             }
         }
     }
+
     /// Reads the ledgers of the due slots this leader has no copy of, in one round trip; drops
     /// the copies of slots that left the group. Returns false when the read failed.
     async fn load_ledgers(
