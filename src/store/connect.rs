@@ -1,13 +1,22 @@
 //! Reaching Redis: the URL, TLS, and the timeouts every call is bounded by (SPEC §2.7).
 //!
 //! `redis://`, `rediss://` (TLS, with an optional CA file) and `redis+unix://` URLs are accepted,
-//! with `user:password@` for ACL users. Errors name the URL with its password redacted.
+//! with `user:password@` for ACL users. Errors name the URL with its password redacted. A
+//! Sentinel URL (`store::url`) is followed by `store::conn::Conn` (`Endpoint::open`); the plain
+//! connections made here refuse it, saying so, and a Cluster URL is refused as not supported yet.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
+
+use super::url::{self, Target};
+
+/// Every URL form fleet takes, for the messages that refuse one.
+pub const VALID_URLS: &str = "use redis://[user:password@]host:port[/db], rediss://... for TLS, \
+     redis+unix:///path/to/redis.sock, or redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db] \
+     (rediss+sentinel://... for TLS)";
 
 /// The default Redis URL.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -24,15 +33,26 @@ pub struct Endpoint {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error(
-        "invalid Redis URL {url}: use redis://[user:password@]host:port[/db], rediss://... for TLS, \
-         or redis+unix:///path/to/redis.sock"
-    )]
+    #[error("invalid Redis URL {url}: {VALID_URLS}")]
     InvalidUrl {
         url: String,
         #[source]
         source: redis::RedisError,
     },
+    /// A Sentinel or Cluster URL that fleet's own reader refuses (`store::url`).
+    #[error("invalid Redis URL {url}: {why}; {VALID_URLS}")]
+    Malformed { url: String, why: String },
+    #[error(
+        "Redis Cluster is not supported yet ({url}): use redis://, rediss:// or \
+         redis+sentinel://...; see issue 15"
+    )]
+    ClusterUnsupported { url: String },
+    /// A Sentinel URL given to code that makes one plain connection (`connect`, `manager`).
+    #[error(
+        "{url} is a Sentinel URL, and this takes one server's (redis://, rediss:// or \
+         redis+unix://)"
+    )]
+    NotPlain { url: String },
     #[error("reading the Redis CA file {path}")]
     CaFile {
         path: PathBuf,
@@ -49,7 +69,11 @@ impl ConnectError {
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            ConnectError::InvalidUrl { .. } | ConnectError::CaFile { .. }
+            ConnectError::InvalidUrl { .. }
+                | ConnectError::Malformed { .. }
+                | ConnectError::ClusterUnsupported { .. }
+                | ConnectError::NotPlain { .. }
+                | ConnectError::CaFile { .. }
         )
     }
 }
@@ -90,14 +114,52 @@ impl Endpoint {
         redact(&self.url)
     }
 
-    /// Builds the client, validating the URL without connecting.
+    /// What the URL asks to reach. A Cluster URL is refused here: not supported yet.
+    pub fn target(&self) -> Result<Target, ConnectError> {
+        match url::parse(&self.url) {
+            Ok(Target::Cluster(_)) => Err(ConnectError::ClusterUnsupported {
+                url: self.redacted(),
+            }),
+            Ok(target) => Ok(target),
+            Err(why) => Err(ConnectError::Malformed {
+                url: self.redacted(),
+                why,
+            }),
+        }
+    }
+
+    /// Validates the URL of any form fleet takes, and reads the CA file, without connecting.
+    pub fn check(&self) -> Result<(), ConnectError> {
+        if let Target::Sentinel(s) = self.target()? {
+            // The primary's URL as it will be built: the user info must read as redis-rs reads
+            // a plain URL's.
+            let (host, port) = &s.sentinels[0];
+            return self
+                .client_for(&s.server_url(host, *port, true, s.db))
+                .map(|_| ());
+        }
+        self.client().map(|_| ())
+    }
+
+    /// Builds the client of a one-server URL, validating it without connecting.
     pub fn client(&self) -> Result<Client, ConnectError> {
+        match self.target()? {
+            Target::Single => self.client_for(&self.url),
+            Target::Sentinel(_) | Target::Cluster(_) => Err(ConnectError::NotPlain {
+                url: self.redacted(),
+            }),
+        }
+    }
+
+    /// The client of one server at `server_url` (this URL, or one a Sentinel URL names), with
+    /// the CA file where one is given. Errors name this endpoint's URL, redacted.
+    pub(crate) fn client_for(&self, server_url: &str) -> Result<Client, ConnectError> {
         install_crypto_provider();
         let invalid = |source| ConnectError::InvalidUrl {
             url: self.redacted(),
             source,
         };
-        let info = self.url.as_str().into_connection_info().map_err(invalid)?;
+        let info = server_url.into_connection_info().map_err(invalid)?;
         match &self.ca_file {
             None => Client::open(info).map_err(invalid),
             Some(path) => {
@@ -165,7 +227,7 @@ impl Endpoint {
         }
     }
 
-    fn unreachable(&self, source: redis::RedisError) -> ConnectError {
+    pub(crate) fn unreachable(&self, source: redis::RedisError) -> ConnectError {
         let cause = if source.is_timeout() {
             let tls = self.url.starts_with("rediss");
             format!(
@@ -467,6 +529,25 @@ mod tests {
             "redis+unix:///tmp/r.sock"
         );
         assert_eq!(redact("nonsense"), "nonsense");
+    }
+
+    #[test]
+    fn a_plain_connection_refuses_a_sentinel_url_and_every_cluster_url_is_refused() {
+        let e = |url: &str| Endpoint::new(url, Duration::from_secs(1));
+        let sentinel = e("redis+sentinel://u:hunter2@h:1/m");
+        assert!(sentinel.check().is_ok());
+        let err = sentinel.client().unwrap_err();
+        assert!(matches!(err, ConnectError::NotPlain { .. }), "{err}");
+        for url in ["redis+cluster://u:hunter2@h:1", "rediss+cluster://h"] {
+            let err = e(url).check().unwrap_err();
+            assert!(err.to_string().contains("not supported yet"), "{err}");
+        }
+        let err = e("redis+sentinel://u:hunter2@h:1").check().unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        for err in [err, sentinel.client().unwrap_err()] {
+            let text = err.to_string();
+            assert!(!text.contains("hunter2"), "{text}");
+        }
     }
 
     #[test]

@@ -1,0 +1,342 @@
+//! Following a primary through Redis Sentinel (SPEC §2.7, "Sentinel").
+//!
+//! The sentinels are asked in turn for the primary's address (`SENTINEL
+//! get-master-addr-by-name`); the address they give is connected to and asked `ROLE`, so a
+//! sentinel that has not yet seen a failover cannot send fleet to a replica. Every call then
+//! goes to that connection. A call that fails on the connection (an I/O error, a timeout) or
+//! that the server refuses as no primary's (`READONLY`, `NOREPLICAS`, `MASTERDOWN`) drops it,
+//! and the next call asks the sentinels again. The failed call's error goes back to its caller,
+//! whose own retry decides: nothing here runs a command twice, so no script is ever repeated
+//! behind its caller's back.
+//!
+//! redis-rs 1.8's `sentinel` feature resolves the primary once per client it builds, and its
+//! `ConnectionManager` reconnects to one fixed address; neither follows a failover, so fleet
+//! asks the sentinels itself, with the same two commands.
+//!
+//! Credentials (a decision, SPEC §2.7): the URL's user and password are the primary's. A
+//! sentinel is asked without them, and with them when it answers `NOAUTH`: sentinels commonly
+//! run without a password, and when they have one it is the deployment's single password.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Value};
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::connect::{ConnectError, Endpoint, cause};
+use super::url::SentinelUrl;
+
+/// The Redis error codes by which a server says it is no longer the primary to write to.
+const NOT_PRIMARY: [&str; 3] = ["READONLY", "NOREPLICAS", "MASTERDOWN"];
+
+/// The first pause between two rounds over the sentinels while none names a primary that
+/// answers; it doubles up to `MAX_PAUSE`, and the call timeout bounds the whole.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_millis(400);
+
+/// Whether an error means the connection to the primary must be given up and the primary asked
+/// for again: the connection failed, or the server is no longer the primary, or none was found.
+pub fn is_failover(e: &RedisError) -> bool {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return true;
+    }
+    if e.kind() == ErrorKind::MasterNameNotFoundBySentinel {
+        return true;
+    }
+    if e.code().is_some_and(|code| NOT_PRIMARY.contains(&code)) {
+        return true;
+    }
+    // A pipeline's or a transaction's errors are kept per command.
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, s)| NOT_PRIMARY.contains(&s.code())))
+}
+
+/// Whether the primary refused the URL's user or password: asking another sentinel mends
+/// nothing.
+fn refused_credentials(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+/// Whether a reply carries a server's refusal as no primary (a pipeline's replies are values,
+/// each of which may be an error).
+fn says_not_primary(value: &Value) -> bool {
+    match value {
+        Value::ServerError(e) => NOT_PRIMARY.contains(&e.code()),
+        Value::Array(values) => values.iter().any(says_not_primary),
+        _ => false,
+    }
+}
+
+/// The primary a Sentinel URL names, followed across failovers. Shared by every clone of a
+/// `Conn`.
+pub(crate) struct Followed {
+    url: SentinelUrl,
+    endpoint: Endpoint,
+    /// The current connection and its generation; `None` until found, and after a failure.
+    current: Mutex<Option<(MultiplexedConnection, u64)>>,
+    /// The address of the last primary found, to say when it changes.
+    last: Mutex<Option<String>>,
+    /// One search at a time: callers that find no connection wait for the one search.
+    searching: tokio::sync::Mutex<u64>,
+}
+
+impl Followed {
+    /// Finds the primary and connects, within the call timeout.
+    pub(crate) async fn open(
+        endpoint: &Endpoint,
+        url: SentinelUrl,
+    ) -> Result<Followed, ConnectError> {
+        let followed = Followed {
+            url,
+            endpoint: endpoint.clone(),
+            current: Mutex::new(None),
+            last: Mutex::new(None),
+            searching: tokio::sync::Mutex::new(0),
+        };
+        match followed.connection().await {
+            Ok(_) => Ok(followed),
+            Err(e) => Err(endpoint.unreachable(e)),
+        }
+    }
+
+    pub(crate) fn db(&self) -> i64 {
+        self.url.db
+    }
+
+    /// Sends one command to the primary.
+    pub(crate) async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let (mut conn, generation) = self.connection().await?;
+        let reply = conn.req_packed_command(cmd).await;
+        self.judge(generation, reply.as_ref().map(std::slice::from_ref));
+        reply
+    }
+
+    /// Sends a pipeline to the primary.
+    pub(crate) async fn commands(
+        &self,
+        pipeline: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let (mut conn, generation) = self.connection().await?;
+        let reply = conn.req_packed_commands(pipeline, offset, count).await;
+        self.judge(generation, reply.as_ref().map(Vec::as_slice));
+        reply
+    }
+
+    /// Drops the connection of `generation` when its reply says the primary is lost; the reply
+    /// itself goes back to the caller unchanged.
+    fn judge(&self, generation: u64, reply: Result<&[Value], &RedisError>) {
+        let lost = match reply {
+            Ok(values) => values.iter().any(says_not_primary),
+            Err(e) => is_failover(e),
+        };
+        if lost {
+            let mut current = self
+                .current
+                .lock()
+                .expect("never poisoned: no panic inside");
+            if current.as_ref().is_some_and(|(_, g)| *g == generation) {
+                debug!("the Redis primary's connection failed; asking the sentinels again");
+                *current = None;
+            }
+        }
+    }
+
+    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
+        self.current
+            .lock()
+            .expect("never poisoned: no panic inside")
+            .clone()
+    }
+
+    /// The connection to the primary, found through the sentinels when there is none.
+    async fn connection(&self) -> RedisResult<(MultiplexedConnection, u64)> {
+        if let Some(found) = self.current() {
+            return Ok(found);
+        }
+        let mut generation = self.searching.lock().await;
+        if let Some(found) = self.current() {
+            return Ok(found);
+        }
+        let (conn, addr) = self.search().await?;
+        *generation += 1;
+        *self
+            .current
+            .lock()
+            .expect("never poisoned: no panic inside") = Some((conn.clone(), *generation));
+        let mut last = self.last.lock().expect("never poisoned: no panic inside");
+        match last.as_deref() {
+            None => debug!(
+                primary = addr,
+                master = self.url.master,
+                "redis primary found"
+            ),
+            Some(before) if before != addr => {
+                info!(
+                    from = before,
+                    to = addr,
+                    master = self.url.master,
+                    "following the new redis primary"
+                )
+            }
+            Some(_) => {}
+        }
+        *last = Some(addr);
+        Ok((conn, *generation))
+    }
+
+    /// Asks the sentinels in turn, round after round, until one names a primary that answers as
+    /// one, within the call timeout. The error says what each sentinel said.
+    async fn search(&self) -> RedisResult<(MultiplexedConnection, String)> {
+        let timeout = self.endpoint.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let mut said = Vec::new();
+            for (host, port) in &self.url.sentinels {
+                let asking = async {
+                    let (h, p) = self.ask(host, *port).await?;
+                    let conn = self.primary(&h, p).await.map_err(|e| {
+                        if refused_credentials(&e) {
+                            Said::Final(e)
+                        } else {
+                            Said::Primary(h.clone(), p, e)
+                        }
+                    })?;
+                    Ok::<_, Said>((conn, format!("{h}:{p}")))
+                };
+                match tokio::time::timeout_at(deadline, asking).await {
+                    Ok(Ok(found)) => return Ok(found),
+                    Ok(Err(Said::Final(e))) => return Err(e),
+                    Ok(Err(why)) => said.push(format!("sentinel {host}:{port}: {}", why.words())),
+                    Err(_) => said.push(format!("sentinel {host}:{port}: no answer in time")),
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            if Instant::now() + pause >= deadline {
+                let detail = format!(
+                    "no sentinel named a primary of {} that answered within {} ({})",
+                    self.url.master,
+                    humantime::format_duration(timeout),
+                    said.join("; ")
+                );
+                return Err(RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "Sentinel",
+                    detail,
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+    }
+
+    /// One sentinel's answer: the primary's address.
+    async fn ask(&self, host: &str, port: u16) -> Result<(String, u16), Said> {
+        let reply = match self.ask_as(host, port, false).await {
+            Err(e) if e.code() == Some("NOAUTH") && self.url.userinfo.is_some() => {
+                self.ask_as(host, port, true).await
+            }
+            reply => reply,
+        };
+        match reply.map_err(Said::Sentinel)? {
+            Some((h, p)) => match p.parse::<u16>() {
+                Ok(p) => Ok((h, p)),
+                Err(_) => Err(Said::Words(format!("named the port {p:?}"))),
+            },
+            None => Err(Said::Words(format!(
+                "monitors no master named {} (sentinel monitor <name> in its configuration)",
+                self.url.master
+            ))),
+        }
+    }
+
+    async fn ask_as(
+        &self,
+        host: &str,
+        port: u16,
+        credentials: bool,
+    ) -> RedisResult<Option<(String, String)>> {
+        let mut conn = self
+            .connect(&self.url.server_url(host, port, credentials, 0))
+            .await?;
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.url.master)
+            .query_async(&mut conn)
+            .await
+    }
+
+    /// Connects to the named primary and checks that it is one. A user the ACL does not grant
+    /// `ROLE` (fleet acl's users) is taken at the sentinel's word; a write then refused
+    /// `READONLY` still makes the next call ask again.
+    async fn primary(&self, host: &str, port: u16) -> RedisResult<MultiplexedConnection> {
+        let url = self.url.server_url(host, port, true, self.url.db);
+        let mut conn = self.connect(&url).await?;
+        let role: RedisResult<Value> = redis::cmd("ROLE").query_async(&mut conn).await;
+        match role {
+            Ok(Value::Array(parts)) => match parts.first() {
+                Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(conn),
+                _ => Err(RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "Sentinel",
+                    "it is a replica (ROLE), the sentinels have not yet promoted another"
+                        .to_owned(),
+                ))),
+            },
+            Err(e) if e.code() == Some("NOPERM") => {
+                redis::cmd("PING").query_async::<()>(&mut conn).await?;
+                Ok(conn)
+            }
+            Ok(_) => Ok(conn),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn connect(&self, url: &str) -> RedisResult<MultiplexedConnection> {
+        let client = self.endpoint.client_for(url).map_err(|e| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "Sentinel",
+                crate::store::connect::chain(&e),
+            ))
+        })?;
+        let timeout = self.endpoint.timeout;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+}
+
+/// What went wrong with one sentinel, to say in the error of a search that found no primary.
+enum Said {
+    /// The sentinel could not be asked.
+    Sentinel(RedisError),
+    /// The primary it named could not be used.
+    Primary(String, u16, RedisError),
+    Words(String),
+    /// An error no other sentinel can mend (a refused password): the search ends with it.
+    Final(RedisError),
+}
+
+impl Said {
+    fn words(&self) -> String {
+        match self {
+            Said::Sentinel(e) | Said::Final(e) => cause(e),
+            Said::Primary(h, p, e) if e.kind() == ErrorKind::MasterNameNotFoundBySentinel => {
+                format!("named {h}:{p}, but {}", e.detail().unwrap_or_default())
+            }
+            Said::Primary(h, p, e) => format!("named {h}:{p}: {}", cause(e)),
+            Said::Words(w) => w.clone(),
+        }
+    }
+}
