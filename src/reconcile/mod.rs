@@ -1,5 +1,6 @@
 //! The lifecycle controller (SPEC §4.5): one pass over every slot, each second and whenever an
-//! operation ends. A thin executor around the pure core: every rule is in `domain`.
+//! operation ends, and, when it wakes on beats, as soon as a beat announces a change of state or
+//! a key's deadline comes. A thin executor around the pure core: every rule is in `domain`.
 //!
 //! - `mod.rs`: the controller's state and its loop.
 //! - `leadership`: the lease, the fences, stepping down (SPEC §5.1).
@@ -14,6 +15,8 @@
 //! - `write`: claim writes through the compare-and-set, with their timeline entries and metrics.
 //! - `operations`: spawning an operation in its wrapper, taking its outcome, the shutdown wait.
 //! - `nodes`: the Nodes port, where the Kubernetes client plugs in.
+//! - `wake`: when to pass before the tick: announced beats (a subscription of its own) and the
+//!   earliest deadline of the last read (`domain::wake`).
 
 mod act;
 mod budget;
@@ -23,11 +26,14 @@ mod nodes;
 mod operations;
 mod pass;
 mod sight;
+mod wake;
 mod write;
 
 use leadership::Leading;
 pub use nodes::{ClaimMove, NoNodes, NodeWarning, NodeWriteError, Nodes};
 use operations::Flight;
+use wake::Waking;
+pub use wake::{Wake, WakeError};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,6 +108,8 @@ pub struct Controller<C, R, N = NoNodes> {
     leading: Leading<C>,
     /// What this controller knows of its own sight (SPEC §5.2).
     seeing: Seeing,
+    /// When it passes before its tick (SPEC §4.5): off unless `waking_on`.
+    waking: Waking,
 }
 
 /// What a controller remembers across passes (SPEC §4.5): its own record, apart from the status
@@ -232,6 +240,7 @@ where
             seeing: Seeing::default(),
             faults: Faults::default(),
             leading: Leading::new(),
+            waking: Waking::off(),
         }
     }
 
@@ -253,6 +262,7 @@ where
             seeing: self.seeing,
             faults: self.faults,
             leading: self.leading,
+            waking: self.waking,
         }
     }
 }
@@ -282,14 +292,23 @@ where
         self
     }
 
+    /// Passes as soon as a beat announces a change of state on the wake channel, heard through
+    /// `wake`'s own connection, and as soon as the earliest deadline of the last read comes,
+    /// besides every tick (SPEC §4.5, the wake path).
+    pub fn waking_on(mut self, wake: Wake) -> Self {
+        self.waking = Waking::on(wake);
+        self
+    }
+
     /// The fencing token while this controller leads.
     pub fn token(&self) -> Option<&str> {
         self.leading.token.as_deref()
     }
 
     /// Leads when it can, until `shutdown`: a pass every `interval` (and at once when an
-    /// operation ends) while this controller holds the lease. A clean stop releases the lease so
-    /// a follower takes over at once.
+    /// operation ends, a beat announces a change or a deadline comes, when waking) while this
+    /// controller holds the lease. A clean stop releases the lease so a follower takes over at
+    /// once.
     pub async fn run_leading(
         mut self,
         interval: Duration,
@@ -302,10 +321,13 @@ where
             .set(i64::from(self.leading.lease.is_none()));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let listening = shutdown.child_token();
+        let listener = self.waking.listen(listening.clone());
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
+                () = self.waking.due() => {}
                 Some((slot, done)) = self.flight.done_rx.recv() => {
                     self.flight.running.remove(&slot);
                     self.flight.finished.insert(slot, done);
@@ -320,6 +342,10 @@ where
                     "controller pass failed; retrying"
                 );
             }
+        }
+        listening.cancel();
+        if let Some(listener) = listener {
+            let _ = listener.await;
         }
         self.leading.signal.announce(None);
         if let (Some(lease), Some(token)) = (self.leading.lease.clone(), self.leading.token.clone())

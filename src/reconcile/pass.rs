@@ -137,6 +137,7 @@ where
                 None
             }
         };
+        self.waking.saw(snapshot.as_ref(), Instant::now());
         self.metrics
             .presence_read_seconds
             .observe(read_started.elapsed().as_secs_f64());

@@ -1,0 +1,291 @@
+//! Waking the controller between its ticks (SPEC §4.5, the wake path). It only ever says "pass
+//! sooner"; what a pass does is decided by the pass, from what it reads.
+//!
+//! Two sources:
+//! - **Announced beats.** A beat that changes its bench's state publishes the bench's name on the
+//!   wake channel (`beat.lua`, `SPUBLISH`, a sharded channel under the presence keys' hash tag).
+//!   A listener task holds a RESP3 connection of its own, subscribed with `SSUBSCRIBE` (redis-rs's
+//!   `aio::PubSub` has none), and every message it hears asks for a pass. It subscribes again
+//!   whenever the subscription ends: an unsubscribe the server sends (a slot that moved, in a
+//!   Cluster), a disconnection, a ping left unanswered. After each subscription it asks for one
+//!   pass, since a change announced while nobody listened is lost.
+//! - **Deadlines.** Each pass's read holds every key's deadline; the controller sets a timer at
+//!   the earliest (`domain::wake::expiry`, converted to a local instant from the moment the read
+//!   returned), since Redis sends nothing a controller can rely on when a key expires.
+//!
+//! Requests coalesce: one `Notify` holds at most one, so a burst of messages during a pass queues
+//! exactly one more pass. The tick stays the safety net: a message can be lost, a listener can be
+//! down, a bench user's ACL may not let it publish.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind};
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::domain::wake::{EXPIRY_MARGIN, expiry};
+use crate::store::keys::Keys;
+use crate::store::presence::Snapshot;
+
+/// How long the listener waits before subscribing again after a failure, at first and at most
+/// (doubling in between).
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often the listener pings its connection: a connection that died without a word (a host
+/// gone, a partition) is found within this plus the timeout, not at the next TCP keepalive.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// A wake listener that could not listen; the tick goes on meanwhile.
+#[derive(Debug, thiserror::Error)]
+pub enum WakeError {
+    #[error("subscribing to the wake channel {channel}")]
+    Subscribe {
+        channel: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("pinging the wake listener's connection")]
+    Ping {
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+/// Where the controller hears announced beats: a client for connections of the listener's own,
+/// and the channel.
+#[derive(Clone)]
+pub struct Wake {
+    client: Client,
+    channel: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wake")
+            .field("channel", &self.channel)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wake {
+    /// Listens on `keys`' wake channel through connections that `client` makes (switched to
+    /// RESP3 here: a push needs it), each connect and ping bounded by `timeout`.
+    pub fn new(client: &Client, keys: &Keys, timeout: Duration) -> Self {
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        // The TLS parameters are in the address, so the copy keeps them.
+        let client = Client::open(info).expect("a parsed connection info opens as it is");
+        Wake {
+            client,
+            channel: keys.wake_channel(),
+            timeout,
+        }
+    }
+}
+
+/// How the controller wakes between ticks: off (the tick alone), or on with its listener.
+pub(super) struct Waking {
+    wake: Option<Wake>,
+    /// At most one pass asked for and not yet run.
+    requested: Arc<Notify>,
+    /// The earliest deadline of the last read, as a local instant, while waking is on.
+    expiry: Option<Instant>,
+}
+
+impl Waking {
+    pub(super) fn off() -> Self {
+        Waking {
+            wake: None,
+            requested: Arc::new(Notify::new()),
+            expiry: None,
+        }
+    }
+
+    pub(super) fn on(wake: Wake) -> Self {
+        Waking {
+            wake: Some(wake),
+            ..Waking::off()
+        }
+    }
+
+    /// Starts the listener, when waking is on, until `stop`.
+    pub(super) fn listen(&self, stop: CancellationToken) -> Option<JoinHandle<()>> {
+        let wake = self.wake.clone()?;
+        Some(tokio::spawn(listen(wake, self.requested.clone(), stop)))
+    }
+
+    /// A pass read presence (or could not: `None`) and its reply arrived at `read_at`: the timer
+    /// goes to the earliest deadline among the keys that count. `read_at` is after the server's
+    /// `TIME` of the read, so the timer never fires before a deadline on the server's clock.
+    pub(super) fn saw(&mut self, snapshot: Option<&Snapshot>, read_at: Instant) {
+        if self.wake.is_none() {
+            return;
+        }
+        self.expiry = snapshot
+            .and_then(|s| expiry(&s.benches, s.now, EXPIRY_MARGIN))
+            .and_then(|span| read_at.checked_add(span));
+    }
+
+    /// Resolves when a pass is due before the tick: a beat was announced, or the earliest
+    /// deadline came. Never resolves while waking is off.
+    pub(super) async fn due(&mut self) {
+        let deadline = async {
+            match self.expiry {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = deadline => self.expiry = None,
+            () = self.requested.notified() => {}
+        }
+    }
+}
+
+/// What one push from the server means to the listener.
+enum Heard {
+    /// A beat changed its bench's state: pass.
+    Beat,
+    /// The subscription ended: subscribe again.
+    Lost,
+    /// Nothing to do (the confirmation of the subscription, say).
+    Nothing,
+}
+
+fn heard(kind: &PushKind) -> Heard {
+    match kind {
+        PushKind::SMessage => Heard::Beat,
+        // Only the one shard channel is subscribed: any unsubscribe ends it.
+        PushKind::SUnsubscribe
+        | PushKind::Unsubscribe
+        | PushKind::PUnsubscribe
+        | PushKind::Disconnection => Heard::Lost,
+        // `PushKind` is non-exhaustive: a kind redis-rs adds later is nothing to this listener.
+        _ => Heard::Nothing,
+    }
+}
+
+/// The listener: subscribes, asks for a pass at each announced beat, and subscribes again
+/// whenever the subscription ends, until `stop`.
+async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
+    let mut retry = RETRY_FIRST;
+    // Said once per outage, not once per attempt.
+    let mut failing = false;
+    loop {
+        let subscribed = tokio::select! {
+            _ = stop.cancelled() => return,
+            subscribed = subscribe(&wake) => subscribed,
+        };
+        match subscribed {
+            Ok((conn, pushes)) => {
+                retry = RETRY_FIRST;
+                info!(channel = wake.channel, "listening for announced beats");
+                failing = false;
+                // A change announced while nobody listened is lost: one pass now.
+                requested.notify_one();
+                match follow(conn, pushes, &requested, &stop, wake.timeout).await {
+                    None => return,
+                    Some(why) => warn!(
+                        channel = wake.channel,
+                        why, "the wake subscription ended; subscribing again"
+                    ),
+                }
+            }
+            Err(e) if !failing => {
+                failing = true;
+                warn!(
+                    error = crate::store::connect::chain(&e),
+                    "cannot listen for announced beats; passing on the tick meanwhile"
+                );
+            }
+            Err(e) => debug!(
+                error = crate::store::connect::chain(&e),
+                "still cannot listen"
+            ),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(RETRY_MAX);
+    }
+}
+
+/// A connection of the listener's own, subscribed to the wake channel, and its pushes.
+async fn subscribe(
+    wake: &Wake,
+) -> Result<(MultiplexedConnection, mpsc::UnboundedReceiver<PushInfo>), WakeError> {
+    let failed = |source| WakeError::Subscribe {
+        channel: wake.channel.clone(),
+        source,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(wake.timeout))
+        .set_response_timeout(Some(wake.timeout))
+        .set_push_sender(tx);
+    let mut conn = wake
+        .client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(failed)?;
+    // Its reply is the confirmation push; with one channel there is exactly one.
+    redis::cmd("SSUBSCRIBE")
+        .arg(&wake.channel)
+        .query_async::<redis::Value>(&mut conn)
+        .await
+        .map_err(failed)?;
+    Ok((conn, rx))
+}
+
+/// Follows one subscription until it ends (`Some(why)`) or `stop` (`None`).
+async fn follow(
+    mut conn: MultiplexedConnection,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    requested: &Notify,
+    stop: &CancellationToken,
+    timeout: Duration,
+) -> Option<String> {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            push = pushes.recv() => match push {
+                None => return Some("the connection closed".to_owned()),
+                Some(push) => match heard(&push.kind) {
+                    Heard::Beat => requested.notify_one(),
+                    Heard::Lost => return Some(format!("the server sent {}", push.kind)),
+                    Heard::Nothing => {}
+                },
+            },
+            _ = ping.tick() => {
+                let pong = tokio::time::timeout(
+                    timeout,
+                    redis::cmd("PING").query_async::<redis::Value>(&mut conn),
+                )
+                .await;
+                let error = match pong {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(source)) => WakeError::Ping { source },
+                    Err(_) => WakeError::Ping {
+                        source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer")
+                            .into(),
+                    },
+                };
+                return Some(crate::store::connect::chain(&error));
+            }
+        }
+    }
+}
