@@ -13,12 +13,12 @@
 use std::time::Duration;
 
 use rand::Rng;
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::domain::name::{BenchName, Reason};
+use crate::store::conn::Conn;
 use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::power_off::{Answer, OffAck, OffRequest, PowerOff};
@@ -124,7 +124,7 @@ impl Agent {
                     .beat(&self.beat(self.config.ttl, None))
                     .await
                     .map_err(error_chain),
-                None => match self.endpoint.manager().await {
+                None => match self.endpoint.open_lasting().await {
                     Ok(conn) => {
                         let s = Stores::new(conn, &self.keys);
                         let outcome = s
@@ -202,12 +202,7 @@ impl Agent {
     /// the machine goes; then, accepted, the command, once per nonce. An answer that does not
     /// land is given again on the next beat, which still sees the request; the command is not
     /// run until one has landed.
-    async fn answer_off(
-        &self,
-        store: &PowerOff<ConnectionManager>,
-        request: OffRequest,
-        said: &mut Said,
-    ) {
+    async fn answer_off(&self, store: &PowerOff<Conn>, request: OffRequest, said: &mut Said) {
         let name = &self.config.name;
         let nonce = request.nonce.clone();
         let ack = match &self.config.power_off {
@@ -254,13 +249,13 @@ impl Agent {
         });
     }
 
-    async fn final_beat(&self, presence: Option<Presence<ConnectionManager>>) -> Stopped {
+    async fn final_beat(&self, presence: Option<Presence<Conn>>) -> Stopped {
         let name = &self.config.name;
         let beat = self.beat(self.config.final_ttl, self.config.final_hold.clone());
         let writing = async {
             match presence {
                 Some(p) => p.beat(&beat).await.map_err(error_chain),
-                None => match self.endpoint.manager().await {
+                None => match self.endpoint.open_lasting().await {
                     Ok(conn) => Presence::new(conn, self.keys.clone())
                         .beat(&beat)
                         .await
@@ -312,12 +307,12 @@ impl Agent {
 
 /// The agent's stores, over one connection.
 struct Stores {
-    presence: Presence<ConnectionManager>,
-    power_off: PowerOff<ConnectionManager>,
+    presence: Presence<Conn>,
+    power_off: PowerOff<Conn>,
 }
 
 impl Stores {
-    fn new(conn: ConnectionManager, keys: &Keys) -> Self {
+    fn new(conn: Conn, keys: &Keys) -> Self {
         Stores {
             presence: Presence::new(conn.clone(), keys.clone()),
             power_off: PowerOff::new(conn, keys.clone()),

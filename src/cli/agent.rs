@@ -73,7 +73,7 @@ impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let config = self.config()?;
         // The URL is checked before the loop: a typo is exit 2 now, not a retry forever.
-        ctx.endpoint.client()?;
+        ctx.endpoint.check()?;
         match Agent::new(config, ctx.endpoint.clone(), ctx.keys.clone())
             .run(ctx.shutdown.clone())
             .await

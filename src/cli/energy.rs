@@ -97,7 +97,7 @@ struct Line {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let mut conn = ctx.endpoint.connect().await?;
+        let mut conn = ctx.endpoint.open().await?;
         let catalog = Catalog::read(&mut conn, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;

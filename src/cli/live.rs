@@ -5,6 +5,7 @@ use std::io::Write;
 
 use crate::domain::name::BenchName;
 use crate::domain::state;
+use crate::store::conn::Conn;
 use crate::store::presence::Presence;
 
 use super::{Ctx, Error};
@@ -20,7 +21,7 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let mut presence: Option<Presence<redis::aio::MultiplexedConnection>> = None;
+        let mut presence: Option<Presence<Conn>> = None;
         let watch = self.watch.clone();
         watch
             .run(ctx, out, false, async |out| {

@@ -39,6 +39,7 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::requests::RequestError;
+use crate::store::conn::Conn;
 use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
 use crate::store::presence::{Presence, PresenceError};
@@ -193,8 +194,8 @@ impl Ctx {
     }
 
     /// Connects and returns the presence store, bounded by `--timeout`.
-    pub async fn presence(&self) -> Result<Presence<redis::aio::MultiplexedConnection>, Error> {
-        let conn = self.endpoint.connect().await?;
+    pub async fn presence(&self) -> Result<Presence<Conn>, Error> {
+        let conn = self.endpoint.open().await?;
         Ok(Presence::new(conn, self.keys.clone()))
     }
 }

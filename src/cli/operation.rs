@@ -135,7 +135,7 @@ impl AgentOff for StoreAgent<'_> {
         loop {
             // A store that cannot be reached now may be by the next poll: the deadline decides.
             if store.is_none() {
-                match endpoint.connect().await {
+                match endpoint.open().await {
                     Ok(conn) => store = Some(PowerOff::new(conn, keys.clone())),
                     Err(e) => last_error = crate::store::connect::chain(&e),
                 }
@@ -225,7 +225,7 @@ async fn report_outcome(
         let left = give_up.saturating_duration_since(tokio::time::Instant::now());
         let attempt = async {
             let conn = endpoint
-                .connect()
+                .open()
                 .await
                 .map_err(|e| crate::store::connect::chain(&e))?;
             ClaimStore::new(conn, keys.clone())

@@ -27,6 +27,7 @@ use crate::provider::{self, service::Provider};
 use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
+use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
@@ -120,7 +121,7 @@ fn host() -> String {
 }
 
 /// Warns when the Redis in use keeps nothing on disk: a restart would lose every claim.
-async fn warn_without_persistence(conn: &mut redis::aio::ConnectionManager) {
+async fn warn_without_persistence(conn: &mut Conn) {
     let reply: Result<Vec<String>, _> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("appendonly")
@@ -174,7 +175,7 @@ impl Args {
         let (tls, transport) = self.tls()?;
         let listeners = self.bind().await?;
         warn_about(&config);
-        let conn = ctx.endpoint.manager().await?;
+        let conn = ctx.endpoint.open_lasting().await?;
         let mut publisher = conn.clone();
         warn_without_persistence(&mut publisher).await;
         Catalog::of(&config)
@@ -410,7 +411,7 @@ impl Args {
 /// What the controller is built from, besides its runner and Nodes.
 struct Parts {
     rx: watch::Receiver<Arc<Config>>,
-    conn: redis::aio::ConnectionManager,
+    conn: Conn,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     signal: Signal,
@@ -465,7 +466,7 @@ fn kubernetes_refusal(settings: &[String]) -> String {
 async fn serve_provider(
     grpc: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
-    provider: Provider<redis::aio::ConnectionManager>,
+    provider: Provider<Conn>,
     leadership: watch::Receiver<Option<String>>,
     shutdown: CancellationToken,
 ) {
@@ -531,7 +532,7 @@ async fn reload(
     path: PathBuf,
     kubernetes: bool,
     tx: watch::Sender<Arc<Config>>,
-    mut conn: redis::aio::ConnectionManager,
+    mut conn: Conn,
     keys: Keys,
     (metrics, health): (Arc<Metrics>, Arc<Health>),
     shutdown: CancellationToken,

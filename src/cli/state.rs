@@ -5,6 +5,7 @@ use std::io::Write;
 
 use crate::domain::name::BenchName;
 use crate::domain::state::{Row, State};
+use crate::store::conn::Conn;
 use crate::store::presence::Presence;
 
 use super::output::{self, Format};
@@ -26,7 +27,7 @@ pub struct Args {
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         // One connection, made again after a failure: a watch outlives a Redis restart.
-        let mut presence: Option<Presence<redis::aio::MultiplexedConnection>> = None;
+        let mut presence: Option<Presence<Conn>> = None;
         let watch = self.watch.clone();
         watch
             .run(ctx, out, self.format == Format::Json, async |out| {
@@ -34,7 +35,21 @@ impl Args {
                     Some(p) => p,
                     None => ctx.presence().await?,
                 };
-                let drawn = self.frame(&p, out).await;
+                let mut drawn = self.frame(&p, out).await;
+                // A read that met a lost connection or a primary that is one no more (a Redis
+                // failover, SPEC §2.7) is tried once more on a new connection: a read repeats
+                // nothing. The frame writes nothing until its reads are done. When no new
+                // connection can be made, the read's own error is the one said.
+                let p = match drawn {
+                    Err(ref e) if lost_connection(e) => match ctx.presence().await {
+                        Ok(again) => {
+                            drawn = self.frame(&again, out).await;
+                            again
+                        }
+                        Err(_) => return drawn,
+                    },
+                    _ => p,
+                };
                 if drawn.is_ok() {
                     presence = Some(p);
                 }
@@ -45,7 +60,7 @@ impl Args {
 
     async fn frame(
         &self,
-        presence: &Presence<redis::aio::MultiplexedConnection>,
+        presence: &Presence<Conn>,
         out: &mut (dyn Write + Send),
     ) -> Result<(), Error> {
         let snapshot = presence.read(&self.names).await?;
@@ -81,4 +96,14 @@ impl Args {
             .collect();
         Ok(output::state_table(out, &rows, snapshot.now, &seen)?)
     }
+}
+
+/// Whether a verb's failure is Redis's connection failing or its primary failing over.
+fn lost_connection(e: &Error) -> bool {
+    let (Error::Usage(e) | Error::Runtime(e)) = e;
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<redis::RedisError>()
+            .is_some_and(crate::store::conn::is_failover)
+    })
 }

@@ -4,7 +4,6 @@
 //! built from domain values.
 
 use chrono::{DateTime, Utc};
-use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
 use crate::domain::claim::{Claim, LastClaim, Phase, Reason};
@@ -14,6 +13,7 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::bmc::{BmcReading, BmcStore};
 use crate::store::catalog::{Catalog, ControllerStatus};
 use crate::store::claims::{ClaimStore, LastScale, SlotStatus, SlotWaiting};
+use crate::store::conn::Conn;
 
 use super::{Ctx, Error};
 
@@ -32,13 +32,13 @@ pub struct World {
     pub bmc: std::collections::HashMap<BenchName, BmcReading>,
     /// The BMC readings that cannot be read (a foreign write), each naming its key.
     pub problems: Vec<String>,
-    pub store: ClaimStore<MultiplexedConnection>,
+    pub store: ClaimStore<Conn>,
     pub now: DateTime<Utc>,
 }
 
 impl World {
     pub async fn read(ctx: &Ctx) -> Result<World, Error> {
-        let mut conn = ctx.endpoint.connect().await?;
+        let mut conn = ctx.endpoint.open().await?;
         let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
@@ -98,7 +98,7 @@ impl World {
 
 /// Every slot's BMC reading in one round trip, and the readings that cannot be read, in words.
 async fn read_bmc(
-    readings: &BmcStore<MultiplexedConnection>,
+    readings: &BmcStore<Conn>,
     asked: &[(GroupName, Vec<BenchName>)],
 ) -> Result<
     (
@@ -392,16 +392,8 @@ pub fn group_rows(world: &World) -> Vec<GroupRow> {
 pub async fn find_claim(
     ctx: &Ctx,
     name: &ClaimName,
-) -> Result<
-    (
-        ClaimStore<MultiplexedConnection>,
-        Catalog,
-        Claim,
-        DateTime<Utc>,
-    ),
-    Error,
-> {
-    let mut conn = ctx.endpoint.connect().await?;
+) -> Result<(ClaimStore<Conn>, Catalog, Claim, DateTime<Utc>), Error> {
+    let mut conn = ctx.endpoint.open().await?;
     let catalog = Catalog::read(&mut conn, &ctx.keys)
         .await
         .map_err(|e| Error::Runtime(e.into()))?;
@@ -417,14 +409,14 @@ pub async fn find_claim(
 /// time, and the controller's status (to say when it will not act yet). A slot no group has is a
 /// usage error.
 pub struct SlotRequest {
-    pub store: ClaimStore<MultiplexedConnection>,
+    pub store: ClaimStore<Conn>,
     pub group: crate::store::catalog::CatalogGroup,
     pub now: DateTime<Utc>,
     pub controller: Option<ControllerStatus>,
 }
 
 pub async fn slot_request(ctx: &Ctx, slot: &BenchName) -> Result<SlotRequest, Error> {
-    let mut conn = ctx.endpoint.connect().await?;
+    let mut conn = ctx.endpoint.open().await?;
     let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
         .await
         .map_err(|e| Error::Runtime(e.into()))?;
