@@ -18,6 +18,7 @@
 //! run without a password, and when they have one it is the deployment's single password.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -79,8 +80,20 @@ pub(crate) struct Followed {
     current: Mutex<Option<(MultiplexedConnection, u64)>>,
     /// The address of the last primary found, to say when it changes.
     last: Mutex<Option<String>>,
-    /// One search at a time: callers that find no connection wait for the one search.
-    searching: tokio::sync::Mutex<u64>,
+    /// One search at a time: callers that find no connection wait for the one search, and
+    /// share its failure rather than each searching again for a whole timeout.
+    searching: tokio::sync::Mutex<Search>,
+    /// How many searches have begun (`Search::begun`, readable without waiting).
+    begun: AtomicU64,
+}
+
+/// The searches' own record.
+#[derive(Default)]
+struct Search {
+    begun: u64,
+    /// The generation of the last connection found.
+    generation: u64,
+    failed: Option<RedisError>,
 }
 
 impl Followed {
@@ -94,7 +107,8 @@ impl Followed {
             endpoint: endpoint.clone(),
             current: Mutex::new(None),
             last: Mutex::new(None),
-            searching: tokio::sync::Mutex::new(0),
+            searching: tokio::sync::Mutex::new(Search::default()),
+            begun: AtomicU64::new(0),
         };
         match followed.connection().await {
             Ok(_) => Ok(followed),
@@ -158,16 +172,38 @@ impl Followed {
         if let Some(found) = self.current() {
             return Ok(found);
         }
-        let mut generation = self.searching.lock().await;
+        let seen = self.begun.load(Ordering::Acquire);
+        let mut search = self.searching.lock().await;
         if let Some(found) = self.current() {
             return Ok(found);
         }
-        let (conn, addr) = self.search().await?;
-        *generation += 1;
+        // Another caller searched while this one waited, and found nothing: its answer is this
+        // one's too.
+        if let (true, Some(failed)) = (search.begun != seen, &search.failed) {
+            return Err(failed.clone());
+        }
+        search.begun += 1;
+        self.begun.store(search.begun, Ordering::Release);
+        let (conn, addr) = match self.search().await {
+            Ok(found) => found,
+            Err(e) => {
+                search.failed = Some(e.clone());
+                return Err(e);
+            }
+        };
+        search.failed = None;
+        search.generation += 1;
+        let generation = search.generation;
         *self
             .current
             .lock()
-            .expect("never poisoned: no panic inside") = Some((conn.clone(), *generation));
+            .expect("never poisoned: no panic inside") = Some((conn.clone(), generation));
+        self.say_found(addr);
+        Ok((conn, generation))
+    }
+
+    /// Says when the primary found is another than the last one.
+    fn say_found(&self, addr: String) {
         let mut last = self.last.lock().expect("never poisoned: no panic inside");
         match last.as_deref() {
             None => debug!(
@@ -175,18 +211,15 @@ impl Followed {
                 master = self.url.master,
                 "redis primary found"
             ),
-            Some(before) if before != addr => {
-                info!(
-                    from = before,
-                    to = addr,
-                    master = self.url.master,
-                    "following the new redis primary"
-                )
-            }
+            Some(before) if before != addr => info!(
+                from = before,
+                to = addr,
+                master = self.url.master,
+                "following the new redis primary"
+            ),
             Some(_) => {}
         }
         *last = Some(addr);
-        Ok((conn, *generation))
     }
 
     /// Asks the sentinels in turn, round after round, until one names a primary that answers as

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use crate::store::connect::Endpoint;
 
+mod sentinel;
+pub use sentinel::{Failover, MASTER, SentinelSet};
+
 /// How long a fresh server may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -33,6 +36,8 @@ pub enum ServerError {
     TempDir(#[source] std::io::Error),
     #[error("redis-server did not become ready within {READY_TIMEOUT:?}; its output:\n{log}")]
     NotReady { log: String },
+    #[error("the Sentinel setup: {0}")]
+    Sentinel(String),
 }
 
 /// How to start a server.
@@ -195,6 +200,11 @@ fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerEr
 /// Reads the server's log until it says it is ready; the lines after that are drained by the
 /// same thread so the server never blocks on a full pipe.
 fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
+    wait_for(stdout, "ready to accept connections")
+}
+
+/// Reads a log until a line contains `marker` (lowercase), then drains it.
+fn wait_for(stdout: std::process::ChildStdout, marker: &'static str) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut log = String::new();
@@ -204,10 +214,7 @@ fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
             if !told {
                 log.push_str(&line);
                 log.push('\n');
-                if line
-                    .to_ascii_lowercase()
-                    .contains("ready to accept connections")
-                {
+                if line.to_ascii_lowercase().contains(marker) {
                     told = true;
                     let _ = tx.send(Ok(()));
                 }

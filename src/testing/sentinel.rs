@@ -1,0 +1,345 @@
+//! A private Redis Sentinel setup on loopback: one primary, one replica and three sentinels,
+//! started from the installed `redis-server` (Debian has no separate sentinel binary:
+//! `redis-server sentinel.conf --sentinel`, one writable configuration per sentinel). Everything
+//! is killed, and its directory removed, when the set drops.
+//!
+//! A sentinel learns the replica only from the primary's `INFO`, and the other sentinels only
+//! from their hello messages, so [`SentinelSet::start`] returns once every sentinel lists the
+//! replica with its link up and knows the two others: before that a killed primary would not be
+//! replaced. Sentinels judge a primary down after one second (`down-after-milliseconds 1000`);
+//! a failover then takes a few seconds. Every wait polls, bounded.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+use super::{Options, RedisServer, ServerError, binary, free_port, wait_for};
+
+/// The name the sentinels monitor the primary under.
+pub const MASTER: &str = "mymaster";
+
+/// How long the sentinels may take to know the replica and each other.
+const SETTLE: Duration = Duration::from_secs(30);
+/// How long a failover may take, from the kill to the sentinels naming the new primary.
+const FAILOVER: Duration = Duration::from_secs(30);
+/// How often the waits ask.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A primary, its replica and three sentinels.
+pub struct SentinelSet {
+    servers: Vec<RedisServer>,
+    sentinels: Vec<Sentinel>,
+    user: Option<(String, String)>,
+}
+
+/// A failover as the sentinels told it.
+#[derive(Clone, Debug)]
+pub struct Failover {
+    pub from: u16,
+    pub to: u16,
+    /// From the kill to the first sentinel naming the new primary.
+    pub took: Duration,
+}
+
+struct Sentinel {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl SentinelSet {
+    /// Starts the set with Redis's default user (no password).
+    pub async fn start() -> Result<Self, ServerError> {
+        Self::start_as(None).await
+    }
+
+    /// Starts the set whose primary and replica know only `user` with `password` (the default
+    /// user off); the sentinels monitor as that user and have no password of their own.
+    pub async fn with_user(user: &str, password: &str) -> Result<Self, ServerError> {
+        Self::start_as(Some((user.to_owned(), password.to_owned()))).await
+    }
+
+    async fn start_as(user: Option<(String, String)>) -> Result<Self, ServerError> {
+        let mut acl: Vec<String> = Vec::new();
+        if let Some((u, p)) = &user {
+            acl = ["--user", u, "on", &format!(">{p}"), "~*", "&*", "+@all"]
+                .map(str::to_owned)
+                .to_vec();
+            acl.extend(["--user", "default", "off"].map(str::to_owned));
+        }
+        let primary = RedisServer::with(Options {
+            tcp: true,
+            aof: false,
+            args: acl.clone(),
+        })?;
+        let port = primary.port().expect("started with tcp");
+        let mut args = acl;
+        args.extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
+        if let Some((u, p)) = &user {
+            args.extend([
+                "--masteruser".into(),
+                u.clone(),
+                "--masterauth".into(),
+                p.clone(),
+            ]);
+        }
+        let replica = RedisServer::with(Options {
+            tcp: true,
+            aof: false,
+            args,
+        })?;
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            sentinels.push(start_sentinel(port, user.as_ref())?);
+        }
+        let set = SentinelSet {
+            servers: vec![primary, replica],
+            sentinels,
+            user,
+        };
+        set.settle().await?;
+        Ok(set)
+    }
+
+    /// The Sentinel URL of the set: `redis+sentinel://[user:password@]127.0.0.1:P1,…/mymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!(
+            "redis+sentinel://{}{}/{MASTER}",
+            self.userinfo(),
+            hosts.join(",")
+        )
+    }
+
+    /// A plain URL of the server on `port`, with the set's user.
+    pub fn direct_url(&self, port: u16) -> String {
+        format!("redis://{}127.0.0.1:{port}", self.userinfo())
+    }
+
+    fn userinfo(&self) -> String {
+        match &self.user {
+            Some((u, p)) => format!("{u}:{p}@"),
+            None => String::new(),
+        }
+    }
+
+    /// The sentinels' ports.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|s| s.port).collect()
+    }
+
+    /// The port of the primary, as the first sentinel that answers names it.
+    pub async fn primary_port(&self) -> Result<u16, ServerError> {
+        for s in &self.sentinels {
+            if let Ok(port) = named_primary(s.port).await {
+                return Ok(port);
+            }
+        }
+        Err(ServerError::Sentinel("no sentinel names a primary".into()))
+    }
+
+    /// Kills the primary (SIGKILL) and waits until every sentinel names the replica in its
+    /// place and the replica says it is the primary.
+    pub async fn kill_primary(&mut self) -> Result<Failover, ServerError> {
+        let from = self.primary_port().await?;
+        let server = self
+            .servers
+            .iter_mut()
+            .find(|s| s.port() == Some(from))
+            .ok_or_else(|| ServerError::Sentinel(format!("no server of the set on {from}")))?;
+        let killed = Instant::now();
+        server.kill();
+        let mut took = None;
+        let to = poll(
+            FAILOVER,
+            "the sentinels to name a new primary",
+            async || {
+                let mut named = Vec::new();
+                for s in &self.sentinels {
+                    named.push(named_primary(s.port).await.ok());
+                }
+                if let Some(Some(new)) = named.iter().find(|n| n.is_some_and(|p| p != from)) {
+                    took.get_or_insert_with(|| killed.elapsed());
+                    if named.iter().all(|n| *n == Some(*new)) && self.role(*new).await == "master" {
+                        return Some(*new);
+                    }
+                }
+                None
+            },
+        )
+        .await?;
+        Ok(Failover {
+            from,
+            to,
+            took: took.unwrap_or_else(|| killed.elapsed()),
+        })
+    }
+
+    /// What the server on `port` says it is (`master`, `slave`), or the error.
+    async fn role(&self, port: u16) -> String {
+        let asked = async {
+            let mut c = connection(&self.direct_url(port)).await?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await?;
+            match role.first() {
+                Some(redis::Value::BulkString(r)) => Ok(String::from_utf8_lossy(r).into_owned()),
+                _ => Ok("?".to_owned()),
+            }
+        };
+        asked
+            .await
+            .unwrap_or_else(|e: redis::RedisError| e.to_string())
+    }
+
+    /// Waits until every sentinel lists the replica with its link up and knows the two others.
+    async fn settle(&self) -> Result<(), ServerError> {
+        poll(
+            SETTLE,
+            "the sentinels to know the replica and each other",
+            async || {
+                for s in &self.sentinels {
+                    let Ok(mut c) = connection(&format!("redis://127.0.0.1:{}", s.port)).await
+                    else {
+                        return None;
+                    };
+                    let replicas: Vec<std::collections::HashMap<String, String>> =
+                        redis::cmd("SENTINEL")
+                            .arg("REPLICAS")
+                            .arg(MASTER)
+                            .query_async(&mut c)
+                            .await
+                            .ok()?;
+                    let ready = replicas.iter().any(|r| {
+                        r.get("flags").map(String::as_str) == Some("slave")
+                            && r.get("master-link-status").map(String::as_str) == Some("ok")
+                    });
+                    let master: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
+                        .arg("MASTER")
+                        .arg(MASTER)
+                        .query_async(&mut c)
+                        .await
+                        .ok()?;
+                    let others = master.get("num-other-sentinels").map(String::as_str);
+                    if !ready || others != Some("2") {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await
+    }
+}
+
+/// Polls `check` every `POLL` until it gives a value, within `bound`.
+async fn poll<T>(
+    bound: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Result<T, ServerError> {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if let Ok(Some(value)) = tokio::time::timeout_at(deadline, check()).await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ServerError::Sentinel(format!(
+                "timed out after {bound:?} waiting for {what}"
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn connection(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(1)));
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// The primary's port as the sentinel on `port` names it.
+async fn named_primary(port: u16) -> redis::RedisResult<u16> {
+    let mut c = connection(&format!("redis://127.0.0.1:{port}")).await?;
+    let (_, p): (String, u16) = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(MASTER)
+        .query_async(&mut c)
+        .await?;
+    Ok(p)
+}
+
+/// Starts one sentinel on a free port, with its own writable configuration: a port taken
+/// between picking and binding is tried again.
+fn start_sentinel(primary: u16, user: Option<&(String, String)>) -> Result<Sentinel, ServerError> {
+    let mut last_log = String::new();
+    for _ in 0..5 {
+        let dir = tempfile::Builder::new()
+            .prefix("fleet-sentinel-")
+            .tempdir()
+            .map_err(ServerError::TempDir)?;
+        let port = free_port().ok_or_else(|| ServerError::Sentinel("no free port".into()))?;
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(&conf, config(dir.path(), port, primary, user))
+            .map_err(ServerError::TempDir)?;
+        let mut child = Command::new(binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| ServerError::Missing {
+                binary: binary(),
+                source,
+            })?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        match wait_for(stdout, "+monitor master") {
+            Ok(()) => {
+                return Ok(Sentinel {
+                    child,
+                    port,
+                    _dir: dir,
+                });
+            }
+            Err(log) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                last_log = log;
+            }
+        }
+    }
+    Err(ServerError::NotReady { log: last_log })
+}
+
+fn config(dir: &Path, port: u16, primary: u16, user: Option<&(String, String)>) -> String {
+    let mut text = format!(
+        "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\n\
+         sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
+         sentinel down-after-milliseconds {MASTER} 1000\n\
+         sentinel failover-timeout {MASTER} 5000\n\
+         sentinel parallel-syncs {MASTER} 1\n",
+        dir.display()
+    );
+    if let Some((u, p)) = user {
+        text.push_str(&format!(
+            "sentinel auth-user {MASTER} {u}\nsentinel auth-pass {MASTER} {p}\n"
+        ));
+    }
+    text
+}

@@ -1,0 +1,324 @@
+//! Redis Sentinel (SPEC §2.7, "Sentinel"), against a real setup on loopback: one primary, one
+//! replica and three sentinels (`fleet::testing::SentinelSet`). The verbs, the agent and
+//! `fleet serve` reach the primary through a `redis+sentinel://` URL and follow it when it is
+//! killed and the sentinels promote the replica. Every wait is bounded; nothing sleeps to
+//! synchronise.
+
+mod support;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use fleet::store::connect::Endpoint;
+use fleet::store::keys::Keys;
+use fleet::store::presence::Presence;
+use fleet::testing::SentinelSet;
+use support::{beat, bounded, http_get};
+
+/// Runs the fleet binary with `--redis url`.
+fn fleet(url: &str, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", url])
+        .args(args)
+        .output()
+        .expect("running fleet")
+}
+
+fn ok(url: &str, args: &[&str]) -> String {
+    let o = fleet(url, args);
+    assert!(
+        o.status.success(),
+        "fleet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// JSON without its layout.
+fn compact(json: &str) -> String {
+    json.split_whitespace().collect()
+}
+
+async fn set() -> SentinelSet {
+    bounded("the sentinel set to start", SentinelSet::start())
+        .await
+        .expect("starting the sentinel set")
+}
+
+/// A raw command on the server at `url` (a plain URL of one server of the set).
+async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
+    let mut c = Endpoint::new(url, Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut c).await
+}
+
+/// Polls `check` every 50 ms until it holds, within `bound`; says what it waited for.
+async fn until(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + bound;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {bound:?}: {what}"
+        );
+        // Polling another process's state: nothing wakes this test sooner.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn beat_state_and_live_go_through_the_sentinels_to_the_primary() {
+    let set = set().await;
+    let url = set.url();
+    ok(&url, &["beat", "bench-01", "--ttl", "1m"]);
+    let state = compact(&ok(&url, &["state", "-o", "json"]));
+    assert!(
+        state.contains(r#""name":"bench-01","state":"UP""#),
+        "{state}"
+    );
+    assert_eq!(ok(&url, &["live"]), "bench-01\n");
+    // The beat is on the primary the sentinels name, and nowhere else was written to.
+    let primary = set.direct_url(set.primary_port().await.unwrap());
+    let exists: i64 = raw(&primary, &["EXISTS", "{fleet}:bench:bench-01"])
+        .await
+        .unwrap();
+    assert_eq!(exists, 1);
+}
+
+#[tokio::test]
+async fn a_connection_returns_the_failed_call_and_follows_the_new_primary() {
+    let mut set = set().await;
+    let endpoint = Endpoint::new(set.url(), Duration::from_secs(10));
+    let presence = Presence::new(endpoint.open().await.unwrap(), Keys::default());
+    presence
+        .beat(&beat("bench-01", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let failover = bounded("the failover", set.kill_primary()).await.unwrap();
+    eprintln!("failover {failover:?}");
+    // The call on the dead primary's connection fails and says so; nothing runs it again.
+    let err = presence
+        .beat(&beat("bench-02", Duration::from_secs(60)))
+        .await
+        .expect_err("the primary is gone");
+    let source = std::error::Error::source(&err).expect("a redis error");
+    let redis = source.downcast_ref::<redis::RedisError>().unwrap();
+    assert!(fleet::store::conn::is_failover(redis), "{redis}");
+    // The next call asks the sentinels and lands on the new primary.
+    let asked = Instant::now();
+    presence
+        .beat(&beat("bench-02", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    eprintln!(
+        "the next call landed {:?} after the failover",
+        asked.elapsed()
+    );
+    let exists: i64 = raw(
+        &set.direct_url(failover.to),
+        &["EXISTS", "{fleet}:bench:bench-02"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(exists, 1);
+}
+
+#[tokio::test]
+async fn a_running_agent_keeps_beating_across_a_failover() {
+    let mut set = set().await;
+    let url = set.url();
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &url, "--timeout", "1s"])
+        .args(["agent", "bench-a", "--interval", "200ms"])
+        .env("FLEET_LOG", "info")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting fleet agent");
+    let key = "{fleet}:bench:bench-a";
+    let first = set.direct_url(set.primary_port().await.unwrap());
+    until(
+        "the agent's first beat",
+        Duration::from_secs(10),
+        async || raw::<i64>(&first, &["EXISTS", key]).await == Ok(1),
+    )
+    .await;
+    let failover = bounded("the failover", set.kill_primary()).await.unwrap();
+    let promoted = Instant::now();
+    // The replica may hold the key from before the kill: remove it, and wait for a new beat.
+    let new = set.direct_url(failover.to);
+    let _: i64 = raw(&new, &["DEL", key]).await.unwrap();
+    until(
+        "the agent to beat on the new primary",
+        Duration::from_secs(10),
+        async || raw::<i64>(&new, &["EXISTS", key]).await == Ok(1),
+    )
+    .await;
+    eprintln!(
+        "failover {failover:?}; the agent beat on the new primary {:?} after it",
+        promoted.elapsed()
+    );
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the agent kept running"
+    );
+    let state = compact(&ok(&url, &["state", "bench-a", "-o", "json"]));
+    assert!(state.contains(r#""state":"UP""#), "{state}");
+}
+
+fn serve_config(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("fleet.yaml");
+    let beat = r#"["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl"#;
+    std::fs::write(
+        &path,
+        format!(
+            r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: 2
+    readiness_taints: []
+    startup: {{ command: {beat} 1h"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
+    shutdown: {{ command: {beat} 0"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+slots:
+  - {{ name: bench-01, group: pool-a }}
+  - {{ name: bench-02, group: pool-a }}
+"#,
+            bin = env!("CARGO_BIN_EXE_fleet"),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn readyz(addr: &str) -> u16 {
+    let addr = addr.to_owned();
+    tokio::task::spawn_blocking(move || http_get(&addr, "/readyz").0)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
+    let mut set = set().await;
+    let url = set.url();
+    let dir = tempfile::tempdir().unwrap();
+    let config = serve_config(dir.path(), &url);
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    let started = serve.log(&["fleet serve started"]).await;
+    let addr = started
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .expect("the start line names the metrics address")
+        .to_owned();
+    ok(&url, &["claim", "bench-01"]);
+    serve.log(&["claim moved", "to=ready"]).await;
+    until(
+        "/readyz to answer 200",
+        Duration::from_secs(10),
+        async || readyz(&addr).await == 200,
+    )
+    .await;
+
+    let failover = bounded("the failover", set.kill_primary()).await.unwrap();
+    let promoted = Instant::now();
+    // The controller's passes go on against the new primary: a new claim reaches ready, and
+    // the process says it is ready again.
+    ok(&url, &["--timeout", "10s", "claim", "bench-02"]);
+    serve.log(&["claim moved", "to=ready", "bench-02"]).await;
+    until(
+        "/readyz to answer 200 again",
+        Duration::from_secs(10),
+        async || readyz(&addr).await == 200,
+    )
+    .await;
+    eprintln!(
+        "failover {failover:?}; a new claim was ready {:?} after it",
+        promoted.elapsed()
+    );
+    let live = ok(&url, &["live"]);
+    assert_eq!(live, "bench-01\nbench-02\n", "{live}");
+    let lines = serve.stop().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("following the new redis primary")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_bad_sentinel_url_is_exit_2_naming_what_is_valid_and_never_the_password() {
+    for (url, said) in [
+        ("redis+sentinel://u:hunter2@127.0.0.1:1", "no master name"),
+        ("redis+sentinel://u:hunter2@127.0.0.1:x/m", "port"),
+        ("redis+sentinel://u:hunter2@/m", "no host"),
+        ("redis+sentinel://u:hunter2@h/m/x", "database"),
+        (
+            "redis+cluster://u:hunter2@h:7000",
+            "Cluster is not supported yet",
+        ),
+        (
+            "rediss+cluster://u:hunter2@h:7000",
+            "Cluster is not supported yet",
+        ),
+    ] {
+        for verb in [&["state"][..], &["beat", "b1"], &["agent", "b1"]] {
+            let o = fleet(url, verb);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{url} {verb:?}: {err}");
+            assert!(err.contains(said), "{url} {verb:?}: {err}");
+            assert!(err.contains("redis+sentinel://"), "{url} {verb:?}: {err}");
+            assert!(!err.contains("hunter2"), "{url} {verb:?}: {err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_acl_user_reaches_the_primary_and_its_password_never_shows() {
+    let set = bounded(
+        "the sentinel set to start",
+        SentinelSet::with_user("fleet", "s3cret-pw"),
+    )
+    .await
+    .expect("starting the sentinel set");
+    let url = set.url();
+    assert!(url.contains("fleet:s3cret-pw@"), "{url}");
+    ok(&url, &["beat", "bench-01", "--ttl", "1m"]);
+    assert_eq!(ok(&url, &["live"]), "bench-01\n");
+    // A wrong password is refused by the primary: exit 1, naming the user, never the password.
+    let wrong = url.replace("s3cret-pw", "wr0ng-pw");
+    let o = fleet(&wrong, &["state"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("authentication failed for user fleet"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("wr0ng-pw") && !err.contains("s3cret"),
+        "{err}"
+    );
+    // Sentinels nobody listens on: exit 1 within the timeout, saying what each said.
+    let dead = "redis+sentinel://fleet:s3cret-pw@127.0.0.1:1,127.0.0.1:2/mymaster";
+    let o = fleet(dead, &["--timeout", "500ms", "state"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("sentinel 127.0.0.1:2"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}
