@@ -23,9 +23,10 @@ pub const CONTROLLER: &str = "fleet-controller";
 /// The user the views run as (`fleet state`, `live`, `slots`, `claims`, `groups`, `describe`).
 pub const VIEWER: &str = "fleet-viewer";
 
-/// What a connection needs whatever it does: the check `Endpoint::connect` makes, and `SELECT`
+/// What a connection needs whatever it does: the check `Endpoint::connect` makes, `ROLE` (a
+/// connection found through Sentinel checks it reached the primary, SPEC §2.7), and `SELECT`
 /// for a URL that names a database (key patterns hold in every database alike).
-const CONNECTION: &[&str] = &["ping", "select"];
+const CONNECTION: &[&str] = &["ping", "role", "select"];
 
 /// The commands of the views: the fleet read (its pipeline, and the read script through
 /// `EVAL_RO`), the last-seen read, the catalog, the group read script, the slots' statuses and
@@ -248,18 +249,18 @@ mod tests {
             User::Controller.rules(&keys),
             "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +del +eval +eval_ro +exists +get \
              +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget +pexpire +ping \
-             +rpush +sadd +scard +select +set +sismember +smembers +spublish +srem +ssubscribe \
+             +role +rpush +sadd +scard +select +set +sismember +smembers +spublish +srem +ssubscribe \
              +time +type +zadd +zcard +zrange +zrem"
         );
         assert_eq!(
             User::Viewer.rules(&keys),
             "%R~{team-a}:* %R~{team-a:*}:* -@all +eval_ro +exists +get +hget +hgetall +hmget \
-             +lrange +mget +ping +scard +select +sismember +smembers +time +type +zcard +zrange"
+             +lrange +mget +ping +role +scard +select +sismember +smembers +time +type +zcard +zrange"
         );
         assert_eq!(
             User::Bench(bench("bench-a")).rules(&keys),
             "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack \
-             &{team-a}:wake -@all +del +eval +get +ping +select +set +spublish +time \
+             &{team-a}:wake -@all +del +eval +get +ping +role +select +set +spublish +time \
              (%R~{team-a}:holds -@all +hget) \
              (~{team-a}:joined -@all +sadd) \
              (%R~{team-a}:off:bench-a %R~{team-a}:off:bench-a:ack -@all +get)"
