@@ -132,7 +132,7 @@ impl Bench {
         }
     }
 
-    fn of<'a>(claims: &'a [Claim], i: usize) -> &'a Claim {
+    fn of(claims: &[Claim], i: usize) -> &Claim {
         claims
             .iter()
             .find(|c| c.slot == bench(i))
