@@ -23,6 +23,7 @@ pub mod live;
 pub mod operation;
 pub mod output;
 pub mod release;
+pub mod reload;
 pub mod reset;
 pub mod reset_attempts;
 pub mod serve;

@@ -1,5 +1,6 @@
 //! `fleet serve --config FILE`: the lifecycle controller, its metrics and health endpoints, and
-//! the configuration reload (SPEC §4.5, §4.8).
+//! the cluster-autoscaler provider (SPEC §4.5, §4.8, §6); the configuration's checks and reload
+//! are `reload` (SPEC §4.1).
 //!
 //! An invalid configuration at start is exit 2 with every problem listed. A new version of the
 //! file (seen within a second, or on SIGHUP) is validated first: a bad one is refused with its
@@ -7,15 +8,15 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config, ConfigError};
+use crate::config::{self, Config};
 use crate::kubernetes::client::{self, Connected, Settings};
 use crate::kubernetes::events::Events;
 use crate::kubernetes::jobs::{JobRunner, Reporter as JobReporter};
@@ -28,11 +29,11 @@ use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
 use crate::store::conn::Conn;
-use crate::store::keys::Keys;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
-use crate::telemetry::{self, Health, Metrics, Reload, ResultLabel};
+use crate::telemetry::{self, Health, Metrics};
 
+use super::reload::{check_drivers, check_kubernetes, config_error, reload, warn_about};
 use super::{Ctx, Error, args};
 
 #[derive(Debug, clap::Args)]
@@ -150,12 +151,6 @@ async fn warn_without_persistence(conn: &mut Conn) {
             "cannot read the Redis persistence settings (CONFIG GET refused); make sure appendonly is yes"
         ),
     }
-}
-
-/// A configuration that cannot be used is the caller's input: exit 2, whether it cannot be read
-/// or is not valid.
-fn config_error(e: ConfigError) -> Error {
-    Error::Usage(e.into())
 }
 
 /// What `fleet serve` listens on, bound before anything is published so a port in use fails
@@ -400,7 +395,11 @@ impl Args {
             blind_grace: self.blind_grace,
             vanish_ratio: self.vanish_ratio,
             ..Faults::default()
-        });
+        })
+        .waking_on(crate::reconcile::Wake::of_endpoint(
+            &ctx.endpoint,
+            &ctx.keys,
+        ));
         tokio::join!(
             controller.run_leading(self.interval, self.grace, shutdown),
             bmc
@@ -428,39 +427,6 @@ fn report_to(ctx: &Ctx) -> ReportTo {
     }
 }
 
-/// A configuration that asks for what only Kubernetes can do, without `--kubernetes`, is the
-/// caller's input (exit 2), naming the flag and every such setting.
-/// What the drivers need that the file cannot show (SPEC §4.10): every password where the file
-/// says it is, and every target one its driver takes. Refused like the file's own problems, at
-/// start (exit 2) and on reload (the running configuration kept); no password is shown.
-fn check_drivers(path: &Path, config: &Config) -> Result<(), ConfigError> {
-    let problems = crate::power::drive::check_drivers(config);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            path: path.to_owned(),
-            problems,
-        })
-    }
-}
-
-fn check_kubernetes(config: &Config, kubernetes: bool) -> Result<(), Error> {
-    let settings = config.kubernetes_settings();
-    if kubernetes || settings.is_empty() {
-        return Ok(());
-    }
-    Err(Error::usage(kubernetes_refusal(&settings)))
-}
-
-fn kubernetes_refusal(settings: &[String]) -> String {
-    format!(
-        "the configuration uses Kubernetes ({}) but fleet serve runs without --kubernetes \
-         (FLEET_KUBERNETES=true): pass --kubernetes, or remove those settings",
-        settings.join(", ")
-    )
-}
-
 /// Serves cluster-autoscaler's provider until `shutdown`; a provider that stops on its own stops
 /// the whole of `fleet serve`, since the autoscaler can no longer reach it.
 async fn serve_provider(
@@ -484,111 +450,5 @@ async fn serve_provider(
             "the cluster-autoscaler provider stopped; stopping fleet serve"
         );
         shutdown.cancel();
-    }
-}
-
-/// Logs what in a valid configuration is likely a mistake ([`Config::doubts`]).
-fn warn_about(config: &Config) {
-    for doubt in config.doubts() {
-        warn!("{doubt}");
-    }
-}
-
-/// Says what a reload takes away (SPEC §4.1): a group or slot that left the configuration ends
-/// its claims SlotDeleted. A rename is a removal plus an addition: the old name's claims end, and
-/// the new name starts with none.
-fn log_departures(old: &Config, new: &Config) {
-    for group in old.groups.keys().filter(|g| !new.groups.contains_key(*g)) {
-        warn!(
-            %group,
-            "group left the configuration: its claims end SlotDeleted (a renamed group is a removal plus an addition: the new name starts with no claims, and a machine no claim wants is powered off)"
-        );
-    }
-    for slot in old.slots.values() {
-        match new.slots.get(&slot.name) {
-            None => {
-                warn!(slot = %slot.name, group = %slot.group, "slot left the configuration: its claims end SlotDeleted")
-            }
-            Some(moved) if moved.group != slot.group => warn!(
-                slot = %slot.name,
-                from = %slot.group,
-                to = %moved.group,
-                "slot moved to another group: its claims in the old group end SlotDeleted"
-            ),
-            Some(_) => {}
-        }
-    }
-}
-
-/// The file's identity: a change of either is a new version to read.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
-}
-
-/// Re-reads the configuration when the file changes or on SIGHUP; a bad version is refused and
-/// the running one kept.
-async fn reload(
-    path: PathBuf,
-    kubernetes: bool,
-    tx: watch::Sender<Arc<Config>>,
-    mut conn: Conn,
-    keys: Keys,
-    (metrics, health): (Arc<Metrics>, Arc<Health>),
-    shutdown: CancellationToken,
-) {
-    let counted = |result: Reload| {
-        metrics.reloads.get_or_create(&ResultLabel { result }).inc();
-    };
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    let mut seen = stamp(&path);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        let asked = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => false,
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
-        };
-        let now = stamp(&path);
-        if !asked && now == seen {
-            continue;
-        }
-        seen = now;
-        let loaded = config::load(&path)
-            .and_then(|config| check_drivers(&path, &config).map(|()| config))
-            .map_err(|e| crate::store::connect::chain(&e));
-        let loaded = loaded.and_then(|config| {
-            let settings = config.kubernetes_settings();
-            if kubernetes || settings.is_empty() {
-                Ok(config)
-            } else {
-                Err(kubernetes_refusal(&settings))
-            }
-        });
-        match loaded {
-            Ok(config) => {
-                if let Err(e) = Catalog::of(&config).publish(&mut conn, &keys).await {
-                    warn!(
-                        error = crate::store::connect::chain(&e),
-                        "publishing the new catalog failed; views show the old one"
-                    );
-                }
-                info!(config = %path.display(), groups = config.groups.len(), slots = config.slots.len(), "configuration reloaded");
-                log_departures(&tx.borrow(), &config);
-                warn_about(&config);
-                counted(Reload::applied);
-                health.reload(None);
-                let _ = tx.send(Arc::new(config));
-            }
-            Err(why) => {
-                error!(
-                    config = %path.display(),
-                    error = why,
-                    "new configuration refused; the running one is kept"
-                );
-                counted(Reload::refused);
-                health.reload(Some(why));
-            }
-        }
     }
 }

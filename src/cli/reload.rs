@@ -1,0 +1,165 @@
+//! The configuration as `fleet serve` takes it (SPEC §4.1): what the file cannot show checked at
+//! start (the drivers' passwords, the Kubernetes-only settings), the doubts a valid file raises,
+//! and the reload when the file changes or on SIGHUP. A bad version is refused with its problems
+//! logged, and the running one is kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{self, Config, ConfigError};
+use crate::store::catalog::Catalog;
+use crate::store::conn::Conn;
+use crate::store::keys::Keys;
+use crate::telemetry::{Health, Metrics, Reload, ResultLabel};
+
+use super::Error;
+
+/// A configuration that cannot be used is the caller's input: exit 2, whether it cannot be read
+/// or is not valid.
+pub(super) fn config_error(e: ConfigError) -> Error {
+    Error::Usage(e.into())
+}
+
+/// What the drivers need that the file cannot show (SPEC §4.10): every password where the file
+/// says it is, and every target one its driver takes. Refused like the file's own problems, at
+/// start (exit 2) and on reload (the running configuration kept); no password is shown.
+pub(super) fn check_drivers(path: &Path, config: &Config) -> Result<(), ConfigError> {
+    let problems = crate::power::drive::check_drivers(config);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            problems,
+        })
+    }
+}
+
+/// A configuration that asks for what only Kubernetes can do, without `--kubernetes`, is the
+/// caller's input (exit 2), naming the flag and every such setting.
+pub(super) fn check_kubernetes(config: &Config, kubernetes: bool) -> Result<(), Error> {
+    let settings = config.kubernetes_settings();
+    if kubernetes || settings.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(kubernetes_refusal(&settings)))
+}
+
+fn kubernetes_refusal(settings: &[String]) -> String {
+    format!(
+        "the configuration uses Kubernetes ({}) but fleet serve runs without --kubernetes \
+         (FLEET_KUBERNETES=true): pass --kubernetes, or remove those settings",
+        settings.join(", ")
+    )
+}
+
+/// Logs what in a valid configuration is likely a mistake ([`Config::doubts`]).
+pub(super) fn warn_about(config: &Config) {
+    for doubt in config.doubts() {
+        warn!("{doubt}");
+    }
+}
+
+/// Says what a reload takes away (SPEC §4.1): a group or slot that left the configuration ends
+/// its claims SlotDeleted. A rename is a removal plus an addition: the old name's claims end, and
+/// the new name starts with none.
+fn log_departures(old: &Config, new: &Config) {
+    for group in old.groups.keys().filter(|g| !new.groups.contains_key(*g)) {
+        warn!(
+            %group,
+            "group left the configuration: its claims end SlotDeleted (a renamed group is a removal plus an addition: the new name starts with no claims, and a machine no claim wants is powered off)"
+        );
+    }
+    for slot in old.slots.values() {
+        match new.slots.get(&slot.name) {
+            None => {
+                warn!(slot = %slot.name, group = %slot.group, "slot left the configuration: its claims end SlotDeleted")
+            }
+            Some(moved) if moved.group != slot.group => warn!(
+                slot = %slot.name,
+                from = %slot.group,
+                to = %moved.group,
+                "slot moved to another group: its claims in the old group end SlotDeleted"
+            ),
+            Some(_) => {}
+        }
+    }
+}
+
+/// The file's identity: a change of either is a new version to read.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Re-reads the configuration when the file changes or on SIGHUP; a bad version is refused and
+/// the running one kept.
+pub(super) async fn reload(
+    path: PathBuf,
+    kubernetes: bool,
+    tx: watch::Sender<Arc<Config>>,
+    mut conn: Conn,
+    keys: Keys,
+    (metrics, health): (Arc<Metrics>, Arc<Health>),
+    shutdown: CancellationToken,
+) {
+    let counted = |result: Reload| {
+        metrics.reloads.get_or_create(&ResultLabel { result }).inc();
+    };
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut seen = stamp(&path);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let asked = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => false,
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+        };
+        let now = stamp(&path);
+        if !asked && now == seen {
+            continue;
+        }
+        seen = now;
+        let loaded = config::load(&path)
+            .and_then(|config| check_drivers(&path, &config).map(|()| config))
+            .map_err(|e| crate::store::connect::chain(&e));
+        let loaded = loaded.and_then(|config| {
+            let settings = config.kubernetes_settings();
+            if kubernetes || settings.is_empty() {
+                Ok(config)
+            } else {
+                Err(kubernetes_refusal(&settings))
+            }
+        });
+        match loaded {
+            Ok(config) => {
+                if let Err(e) = Catalog::of(&config).publish(&mut conn, &keys).await {
+                    warn!(
+                        error = crate::store::connect::chain(&e),
+                        "publishing the new catalog failed; views show the old one"
+                    );
+                }
+                info!(config = %path.display(), groups = config.groups.len(), slots = config.slots.len(), "configuration reloaded");
+                log_departures(&tx.borrow(), &config);
+                warn_about(&config);
+                counted(Reload::applied);
+                health.reload(None);
+                let _ = tx.send(Arc::new(config));
+            }
+            Err(why) => {
+                error!(
+                    config = %path.display(),
+                    error = why,
+                    "new configuration refused; the running one is kept"
+                );
+                counted(Reload::refused);
+                health.reload(Some(why));
+            }
+        }
+    }
+}
