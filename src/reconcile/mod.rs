@@ -295,8 +295,11 @@ where
     /// Passes as soon as a beat announces a change of state on the wake channel, heard through
     /// `wake`'s own connection, and as soon as the earliest deadline of the last read comes,
     /// besides every tick (SPEC §4.5, the wake path).
-    pub fn waking_on(mut self, wake: Wake) -> Self {
-        self.waking = Waking::on(wake);
+    /// `None` leaves the tick alone (`Wake::of_endpoint` of a Sentinel URL).
+    pub fn waking_on(mut self, wake: impl Into<Option<Wake>>) -> Self {
+        if let Some(wake) = wake.into() {
+            self.waking = Waking::on(wake);
+        }
         self
     }
 

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::domain::wake::{EXPIRY_MARGIN, expiry};
+use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::presence::Snapshot;
 
@@ -90,6 +91,15 @@ impl Wake {
             channel: keys.wake_channel(),
             timeout,
         }
+    }
+}
+
+impl Wake {
+    /// The wake of `endpoint`'s server, when its URL names one server. A Sentinel URL gives none
+    /// yet: the listener would have to follow the primary, and the controller passes on its tick.
+    pub fn of_endpoint(endpoint: &Endpoint, keys: &Keys) -> Option<Self> {
+        let client = endpoint.client().ok()?;
+        Some(Wake::new(&client, keys, endpoint.timeout))
     }
 }
 
