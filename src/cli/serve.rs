@@ -31,6 +31,7 @@ use crate::store::claims::ClaimStore;
 use crate::store::conn::Conn;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
+use crate::store::replicas::{Replicas, Wanted};
 use crate::telemetry::{self, Health, Metrics};
 
 use super::reload::{check_drivers, check_kubernetes, config_error, reload, warn_about};
@@ -70,6 +71,11 @@ pub struct Args {
     /// shown as `bmc:` beside the heartbeat, never counted as the machine's power; SPEC §4.10).
     #[arg(long, env = "FLEET_BMC_INTERVAL", default_value = "60s", value_parser = args::watch_interval)]
     pub bmc_interval: Duration,
+    /// How many replicas must acknowledge the controller's writes before it powers anything on
+    /// or off (Redis WAIT; SPEC §5.6). Default: 1 when the primary has a replica, 0 when it has
+    /// none. 0 never waits.
+    #[arg(long, env = "FLEET_MIN_REPLICA_ACKS", value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub min_replica_acks: Option<u32>,
     /// Where to serve cluster-autoscaler's externalgrpc provider.
     #[arg(long, env = "FLEET_GRPC_ADDR", default_value = "127.0.0.1:8086")]
     pub grpc_addr: SocketAddr,
@@ -211,9 +217,12 @@ impl Args {
             leadership.clone(),
             shutdown.clone(),
         ));
+        // WAIT blocks its connection: the replication gate has one of its own.
+        let acks = ctx.endpoint.open_lasting().await?;
         let parts = Parts {
             rx,
             conn,
+            acks,
             metrics,
             health,
             signal,
@@ -370,6 +379,7 @@ impl Args {
         let Parts {
             rx,
             conn,
+            acks,
             metrics,
             health,
             signal,
@@ -389,6 +399,12 @@ impl Args {
             health,
         )
         .with_nodes(nodes)
+        .with_replicas(Replicas::new(
+            acks,
+            ctx.keys.clone(),
+            self.min_replica_acks.map_or(Wanted::Auto, Wanted::Exactly),
+            ctx.endpoint.timeout,
+        ))
         .with_lease(lease)
         .announcing(signal)
         .with_faults(Faults {
@@ -411,6 +427,8 @@ impl Args {
 struct Parts {
     rx: watch::Receiver<Arc<Config>>,
     conn: Conn,
+    /// The replication gate's own connection.
+    acks: Conn,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     signal: Signal,

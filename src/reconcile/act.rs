@@ -55,11 +55,11 @@ pub(super) struct SlotOutcome {
 }
 
 /// One slot being acted on: where its steps are taken from, and what they did so far.
-struct Acting<'a> {
-    group: &'a Group,
-    slot: &'a Slot,
-    now: DateTime<Utc>,
-    out: SlotOutcome,
+pub(super) struct Acting<'a> {
+    pub(super) group: &'a Group,
+    pub(super) slot: &'a Slot,
+    pub(super) now: DateTime<Utc>,
+    pub(super) out: SlotOutcome,
 }
 
 impl<C, R, N> Controller<C, R, N>
@@ -155,12 +155,7 @@ where
             }
             Step::Write(w) => self.claim_write(a, *w).await,
             Step::Collect(c) => self.collect(a, &c).await,
-            Step::RunRecorded(recorded) => {
-                let Recorded { op, claim } = *recorded;
-                warn!(slot = %a.slot.name, operation = op.kind.as_str(), "the write that recorded the operation did land: running it now");
-                self.fire(a, claim.as_ref(), op.kind, op.started_at);
-                true
-            }
+            Step::RunRecorded(recorded) => self.run_recorded(a, *recorded).await,
             Step::Ended(done) => {
                 self.count_operation(&a.slot.name, &done);
                 true
@@ -205,8 +200,8 @@ where
                 claim,
                 started_at,
             } => {
-                self.fire(a, claim.as_deref(), kind, started_at);
-                true
+                self.spawn_recorded(a, kind, claim.map(|c| *c), started_at)
+                    .await
             }
             Step::Note(what) => {
                 debug!(slot = %a.slot.name, "{what}");
@@ -462,7 +457,7 @@ where
     }
 
     /// Runs the slot's operation, noting what the pass did.
-    fn fire(
+    pub(super) fn fire(
         &mut self,
         a: &mut Acting<'_>,
         c: Option<&Claim>,

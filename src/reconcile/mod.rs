@@ -9,6 +9,7 @@
 //!   status it publishes.
 //! - `energy`: each slot's observed power to its energy ledger (`domain::energy`).
 //! - `budget`: the power-on budget's grants for the pass (`domain::budget`).
+//! - `gate`: the replication gate before every power action (`store::replicas`).
 //! - `act`: one slot: `domain::slot::plan` decides the steps, and they are taken in order; the
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
 //!   again. Every operation is recorded on its claim before it runs.
@@ -21,6 +22,7 @@
 mod act;
 mod budget;
 mod energy;
+mod gate;
 mod leadership;
 mod nodes;
 mod operations;
@@ -58,6 +60,7 @@ use crate::store::claims::{ClaimStore, ClaimStoreError, SlotStatus};
 use crate::store::energy::EnergyStore;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
+use crate::store::replicas::Replicas;
 
 use crate::telemetry::{Health, Metrics};
 
@@ -96,6 +99,9 @@ pub struct Controller<C, R, N = NoNodes> {
     base_store: ClaimStore<C>,
     /// The energy ledgers, unfenced; fenced with the token for each write.
     energy: EnergyStore<C>,
+    /// The replication gate before every power action (SPEC §5.5); none: act on the primary's
+    /// acknowledgement alone.
+    replicas: Option<Replicas<C>>,
     runner: Arc<R>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -229,6 +235,7 @@ where
             node_views: None,
             base_store: store.clone(),
             energy: EnergyStore::new(store.conn(), store.keys().clone()),
+            replicas: None,
             config,
             presence,
             store,
@@ -254,6 +261,7 @@ where
             store: self.store,
             base_store: self.base_store,
             energy: self.energy,
+            replicas: self.replicas,
             runner: self.runner,
             metrics: self.metrics,
             health: self.health,
@@ -273,6 +281,12 @@ where
     R: Runner,
     N: Nodes,
 {
+    /// Waits for replicas through `replicas` before every power action (SPEC §5.5).
+    pub fn with_replicas(mut self, replicas: Replicas<C>) -> Self {
+        self.replicas = Some(replicas);
+        self
+    }
+
     /// Sets how the controller protects machines it cannot see.
     pub fn with_faults(mut self, faults: Faults) -> Self {
         self.faults = faults;

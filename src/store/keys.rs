@@ -213,6 +213,13 @@ impl Keys {
     pub fn written(&self) -> String {
         format!("{}:written", self.tag)
     }
+
+    /// The replication counter: the controller increments it and waits for replicas to
+    /// acknowledge it before a power action, which proves every write before it reached them
+    /// (SPEC §5.6).
+    pub fn replicated(&self) -> String {
+        format!("{}:replicated", self.tag)
+    }
 }
 
 impl GroupKeys {

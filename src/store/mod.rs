@@ -17,6 +17,7 @@ pub mod operation_record;
 pub mod operations;
 pub mod power_off;
 pub mod presence;
+pub mod replicas;
 pub mod script;
 pub mod sentinel;
 pub mod slots;

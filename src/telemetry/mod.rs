@@ -51,6 +51,9 @@ pub struct Metrics {
     /// Configuration reloads, by result (`applied`, `refused`).
     pub reloads: Family<ResultLabel, Counter>,
     pub energy: EnergyMetrics,
+    /// Power actions held back because the replicas did not acknowledge the writes before them
+    /// in time (SPEC §5.6).
+    pub replica_waits_short: Counter,
 }
 
 /// A counter of a fractional amount (seconds, kWh, money).
@@ -222,6 +225,12 @@ impl Default for Metrics {
             Counter::default(),
         );
         let energy = EnergyMetrics::registered(&mut r);
+        let replica_waits_short = registered(
+            &mut r,
+            "replica_waits_short",
+            "Power actions held back: the replicas did not acknowledge the writes before them in time",
+            Counter::default(),
+        );
         let blind = registered(
             &mut r,
             "blind",
@@ -255,6 +264,7 @@ impl Default for Metrics {
             warnings,
             reloads,
             energy,
+            replica_waits_short,
         }
     }
 }

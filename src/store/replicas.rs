@@ -1,0 +1,188 @@
+//! Waiting for replicas before a power action (SPEC §5.6, issue 15).
+//!
+//! Redis replicates asynchronously: a write a primary acknowledged can be lost when it dies and a
+//! replica is promoted, and with it the record of an operation, the lease or a fence. So before
+//! the controller fires an operation it proves that its writes reached the replicas: it
+//! increments the replication counter and sends `WAIT n timeout` in the same pipeline, on a
+//! connection of its own (WAIT blocks every command behind it on its connection). The primary
+//! replicates in the order it executes, so a replica that acknowledged the counter has every
+//! write the primary executed before it: the operation's record, the lease, the fences, whatever
+//! connection wrote them. `WAIT` is refused inside scripts, which is why it follows one rather
+//! than being in it.
+//!
+//! How many acknowledgements: `--min-replica-acks N`, or by default one when the primary has a
+//! replica connected (`ROLE`, read again every minute), none when it has none (a single Redis
+//! has nothing to wait for).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use tokio::sync::Mutex;
+
+use super::keys::Keys;
+
+/// How many replicas must acknowledge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// One when the primary has a replica connected, none otherwise.
+    Auto,
+    /// Exactly this many (0: never wait).
+    Exactly(u32),
+}
+
+/// What a confirmation found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// Nothing to wait for: no replica is wanted.
+    NotWanted,
+    /// `acked` replicas acknowledged, at least the `wanted` ones.
+    Confirmed { acked: u32, wanted: u32 },
+    /// Fewer than wanted acknowledged within the timeout: do not act on the writes.
+    Short { acked: u32, wanted: u32 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicasError {
+    #[error("asking the primary for its replicas (ROLE)")]
+    Role(#[source] redis::RedisError),
+    #[error("waiting for the replicas to acknowledge (WAIT)")]
+    Wait(#[source] redis::RedisError),
+    #[error("unexpected reply from Redis: {0}")]
+    Reply(String),
+}
+
+/// How often the replica count of `Wanted::Auto` is read again.
+const ROLE_EVERY: Duration = Duration::from_secs(60);
+
+/// The replication gate, over a connection of its own.
+#[derive(Clone)]
+pub struct Replicas<C> {
+    conn: C,
+    keys: Keys,
+    wanted: Wanted,
+    /// The bound of one WAIT: below the call timeout, so the call never times out first.
+    wait: Duration,
+    /// `Wanted::Auto`'s replica count, and when it was read.
+    known: Arc<Mutex<Option<(u32, Instant)>>>,
+}
+
+impl<C: ConnectionLike + Clone + Send> Replicas<C> {
+    /// `conn` must be a connection no other part of fleet uses: WAIT blocks it. `call_timeout`
+    /// is the bound of one call on it (`--timeout`); each WAIT waits at most three quarters of
+    /// it.
+    pub fn new(conn: C, keys: Keys, wanted: Wanted, call_timeout: Duration) -> Self {
+        Replicas {
+            conn,
+            keys,
+            wanted,
+            wait: (call_timeout * 3 / 4).max(Duration::from_millis(1)),
+            known: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Proves that every write the primary executed so far reached the wanted replicas. One
+    /// round trip (two when the replica count is read again).
+    pub async fn confirm(&self) -> Result<Acks, ReplicasError> {
+        let wanted = match self.wanted {
+            Wanted::Exactly(n) => n,
+            Wanted::Auto => self.connected().await?.min(1),
+        };
+        if wanted == 0 {
+            return Ok(Acks::NotWanted);
+        }
+        let ms = u64::try_from(self.wait.as_millis()).unwrap_or(u64::MAX);
+        let mut conn = self.conn.clone();
+        let (_, acked): (i64, i64) = redis::pipe()
+            .cmd("INCR")
+            .arg(self.keys.replicated())
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(ReplicasError::Wait)?;
+        let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
+        if acked >= wanted {
+            Ok(Acks::Confirmed { acked, wanted })
+        } else {
+            // The count may have changed (a replica gone): read it again next time.
+            *self.known.lock().await = None;
+            Ok(Acks::Short { acked, wanted })
+        }
+    }
+
+    /// The replicas connected to the primary, as `ROLE` says, read again every minute.
+    async fn connected(&self) -> Result<u32, ReplicasError> {
+        let mut known = self.known.lock().await;
+        if let Some((n, at)) = *known
+            && at.elapsed() < ROLE_EVERY
+        {
+            return Ok(n);
+        }
+        let mut conn = self.conn.clone();
+        let role: redis::Value = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(ReplicasError::Role)?;
+        let n = replicas_of(&role)?;
+        *known = Some((n, Instant::now()));
+        Ok(n)
+    }
+}
+
+/// The number of replicas in a `ROLE` reply: `["master", offset, [[ip, port, offset], …]]`.
+fn replicas_of(role: &redis::Value) -> Result<u32, ReplicasError> {
+    use redis::Value;
+    let Value::Array(parts) = role else {
+        return Err(ReplicasError::Reply(format!("ROLE answered {role:?}")));
+    };
+    let kind = match parts.first() {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        other => return Err(ReplicasError::Reply(format!("ROLE began with {other:?}"))),
+    };
+    if kind != "master" {
+        return Err(ReplicasError::Reply(format!(
+            "the server is a {kind}, not the primary: a failover is under way"
+        )));
+    }
+    match parts.get(2) {
+        Some(Value::Array(replicas)) => Ok(u32::try_from(replicas.len()).unwrap_or(u32::MAX)),
+        other => Err(ReplicasError::Reply(format!(
+            "ROLE listed no replicas: {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn role_replies_are_read_and_garbage_is_an_error() {
+        let replica = Value::Array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("42")]);
+        let master = |replicas: Vec<Value>| {
+            Value::Array(vec![bulk("master"), Value::Int(42), Value::Array(replicas)])
+        };
+        assert_eq!(replicas_of(&master(vec![])).unwrap(), 0);
+        assert_eq!(
+            replicas_of(&master(vec![replica.clone(), replica])).unwrap(),
+            2
+        );
+        let slave = Value::Array(vec![bulk("slave"), bulk("127.0.0.1"), Value::Int(6379)]);
+        assert!(
+            replicas_of(&slave)
+                .unwrap_err()
+                .to_string()
+                .contains("a slave, not the primary")
+        );
+        assert!(replicas_of(&Value::Nil).is_err());
+        assert!(replicas_of(&Value::Array(vec![bulk("master")])).is_err());
+    }
+}
