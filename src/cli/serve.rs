@@ -386,6 +386,8 @@ impl Args {
             shutdown,
         } = parts;
         let lease = Lease::new(conn.clone(), ctx.keys.clone(), self.holder(), self.lease);
+        // The wake listener follows the same primary (a Sentinel URL's) through it.
+        let wake_conn = conn.clone();
         // The BMC readings follow the same leadership as the controller (SPEC §4.10).
         let bmc = Reader::new(conn.clone(), ctx.keys.clone(), rx.clone())
             .every(self.bmc_interval)
@@ -414,6 +416,7 @@ impl Args {
         })
         .waking_on(crate::reconcile::Wake::of_endpoint(
             &ctx.endpoint,
+            &wake_conn,
             &ctx.keys,
         ));
         tokio::join!(

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::domain::wake::{EXPIRY_MARGIN, expiry};
+use crate::store::conn::Conn;
 use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::presence::Snapshot;
@@ -60,9 +61,30 @@ pub enum WakeError {
 /// and the channel.
 #[derive(Clone)]
 pub struct Wake {
-    client: Client,
+    source: Source,
     channel: String,
     timeout: Duration,
+}
+
+/// Where the listener's connections go.
+#[derive(Clone)]
+enum Source {
+    /// One server (RESP3).
+    Server(Client),
+    /// The primary a Sentinel URL names, asked for again at every subscription, so the listener
+    /// follows a failover.
+    Primary(Conn),
+}
+
+/// `client`, switched to RESP3: a push needs it.
+fn resp3(client: &Client) -> Result<Client, redis::RedisError> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    // The TLS parameters are in the address, so the copy keeps them.
+    Client::open(info.set_redis_settings(settings))
 }
 
 impl std::fmt::Debug for Wake {
@@ -78,28 +100,50 @@ impl Wake {
     /// Listens on `keys`' wake channel through connections that `client` makes (switched to
     /// RESP3 here: a push needs it), each connect and ping bounded by `timeout`.
     pub fn new(client: &Client, keys: &Keys, timeout: Duration) -> Self {
-        let info = client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        // The TLS parameters are in the address, so the copy keeps them.
-        let client = Client::open(info).expect("a parsed connection info opens as it is");
         Wake {
-            client,
+            source: Source::Server(client.clone()),
             channel: keys.wake_channel(),
             timeout,
+        }
+    }
+
+    /// Listens on the primary `conn` follows (a Sentinel URL's), found again at every
+    /// subscription: after a failover the listener subscribes on the new primary.
+    pub fn following(conn: Conn, keys: &Keys, timeout: Duration) -> Self {
+        Wake {
+            source: Source::Primary(conn),
+            channel: keys.wake_channel(),
+            timeout,
+        }
+    }
+
+    /// The RESP3 client of the listener's next connection.
+    async fn client(&self) -> Result<Client, redis::RedisError> {
+        match &self.source {
+            Source::Server(client) => resp3(client),
+            Source::Primary(conn) => match conn.primary_client().await {
+                Some(found) => resp3(&found?),
+                None => Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a connection of one server has no primary to follow",
+                ))),
+            },
         }
     }
 }
 
 impl Wake {
-    /// The wake of `endpoint`'s server, when its URL names one server. A Sentinel URL gives none
-    /// yet: the listener would have to follow the primary, and the controller passes on its tick.
-    pub fn of_endpoint(endpoint: &Endpoint, keys: &Keys) -> Option<Self> {
-        let client = endpoint.client().ok()?;
-        Some(Wake::new(&client, keys, endpoint.timeout))
+    /// The wake of `endpoint`'s server when its URL names one server; for a Sentinel URL, of the
+    /// primary `conn` follows (a connection opened from the same endpoint).
+    pub fn of_endpoint(endpoint: &Endpoint, conn: &Conn, keys: &Keys) -> Option<Self> {
+        if let Ok(client) = endpoint.client() {
+            return Some(Wake::new(&client, keys, endpoint.timeout));
+        }
+        let followed = matches!(
+            endpoint.target(),
+            Ok(crate::store::url::Target::Sentinel(_))
+        );
+        followed.then(|| Wake::following(conn.clone(), keys, endpoint.timeout))
     }
 }
 
@@ -245,7 +289,9 @@ async fn subscribe(
         .set_response_timeout(Some(wake.timeout))
         .set_push_sender(tx);
     let mut conn = wake
-        .client
+        .client()
+        .await
+        .map_err(failed)?
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(failed)?;

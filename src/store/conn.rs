@@ -67,6 +67,17 @@ impl Endpoint {
     }
 }
 
+impl Conn {
+    /// For a Sentinel URL, a client for the primary the sentinels name now (a listener's
+    /// connection of its own follows the primary through it); `None` for one server's URL.
+    pub async fn primary_client(&self) -> Option<redis::RedisResult<redis::Client>> {
+        match &self.inner {
+            Inner::Sentinel(followed) => Some(followed.primary_client().await),
+            Inner::Multiplexed(_) | Inner::Manager(_) => None,
+        }
+    }
+}
+
 impl From<MultiplexedConnection> for Conn {
     fn from(conn: MultiplexedConnection) -> Self {
         Conn {

@@ -202,6 +202,37 @@ impl Followed {
         Ok((conn, generation))
     }
 
+    /// A client for the primary the sentinels name now, for a connection of its own (the wake
+    /// listener's subscription): found again when the shared connection is lost.
+    pub(crate) async fn primary_client(&self) -> RedisResult<redis::Client> {
+        self.connection().await?;
+        let addr = self
+            .last
+            .lock()
+            .expect("never poisoned: no panic inside")
+            .clone();
+        let lost = || {
+            RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "Sentinel",
+                "the primary's address is not known yet".to_owned(),
+            ))
+        };
+        let (host, port) = addr
+            .as_deref()
+            .and_then(|a| a.rsplit_once(':'))
+            .ok_or_else(lost)?;
+        let port: u16 = port.parse().map_err(|_| lost())?;
+        let url = self.url.server_url(host, port, true, self.url.db);
+        self.endpoint.client_for(&url).map_err(|e| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "Sentinel",
+                crate::store::connect::chain(&e),
+            ))
+        })
+    }
+
     /// Says when the primary found is another than the last one.
     fn say_found(&self, addr: String) {
         let mut last = self.last.lock().expect("never poisoned: no panic inside");
