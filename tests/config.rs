@@ -1897,3 +1897,17 @@ fn a_slots_power_is_its_groups_with_its_own_fields_over_it() {
     );
     assert_eq!(alone.slots.get(&bench("bench-02")).unwrap().power, None);
 }
+
+/// A fleet of 100 000 slots (issue 15) parses: the YAML budget admits it, and every slot lands.
+#[test]
+fn a_configuration_of_a_hundred_thousand_slots_parses() {
+    let mut text = String::from(
+        "groups:\n  - name: pool-a\n    max_size: 100000\n    startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\nslots:\n",
+    );
+    for i in 0..100_000 {
+        text.push_str(&format!("  - {{ name: b{i:06}, group: pool-a }}\n"));
+    }
+    let config = ok(&text);
+    assert_eq!(config.slots.len(), 100_000);
+    assert!(config.slots.contains_key(&bench("b099999")));
+}

@@ -95,12 +95,22 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// Parses and validates configuration text; `path` is used only in messages.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-        path: path.to_owned(),
-        // The one-line form ("... at line 3, column 5"): the snippet form names `<input>`, not
-        // the file, and spreads one error over several log lines.
-        message: e.without_snippet().to_string(),
-    })?;
+    // serde-saphyr's default budget (250 000 nodes) refuses a file of 50 000 slots; a slot is
+    // five to twenty nodes, so this admits 200 000 slots and more (issue 15 asks for 100 000)
+    // while still bounding a hostile file. The depth limit, which protects the stack, stays.
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: 4_000_000,
+            max_events: 10_000_000,
+        },
+    };
+    let raw: RawConfig =
+        serde_saphyr::from_str_with_options(text, options).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            // The one-line form ("... at line 3, column 5"): the snippet form names `<input>`, not
+            // the file, and spreads one error over several log lines.
+            message: e.without_snippet().to_string(),
+        })?;
     validate(raw).map_err(|problems| ConfigError::Invalid {
         path: path.to_owned(),
         problems,
