@@ -32,6 +32,8 @@ pub struct SentinelSet {
     servers: Vec<RedisServer>,
     sentinels: Vec<Sentinel>,
     user: Option<(String, String)>,
+    /// The replica `hold_replication` holds back, until the next kill or release.
+    held: Option<u16>,
 }
 
 /// A failover as the sentinels told it.
@@ -105,6 +107,7 @@ impl SentinelSet {
             servers: vec![primary, replica],
             sentinels,
             user,
+            held: None,
         };
         set.settle().await?;
         Ok(set)
@@ -162,6 +165,9 @@ impl SentinelSet {
             .ok_or_else(|| ServerError::Sentinel(format!("no server of the set on {from}")))?;
         let killed = Instant::now();
         server.kill();
+        if let Some(replica) = self.held {
+            self.drop_held_stream(replica).await?;
+        }
         let mut took = None;
         let to = poll(
             FAILOVER,
@@ -186,6 +192,156 @@ impl SentinelSet {
             to,
             took: took.unwrap_or_else(|| killed.elapsed()),
         })
+    }
+
+    /// Starts the server that the last failover left dead again, empty, as a replica of the
+    /// primary the sentinels name, and waits until every sentinel lists it as a replica with
+    /// its link up: the set is then one primary and one replica again, and `kill_primary` can
+    /// fail over once more. (A sentinel would turn a returning old primary into a replica by
+    /// itself, but only after it has served as an empty primary for a moment; starting it with
+    /// `replicaof` leaves no such moment.) Returns the restarted server's port.
+    ///
+    /// Sentinels start no failover of a primary within twice `failover-timeout` (10 s here) of
+    /// the last one they took part in: a `kill_primary` sooner than that waits for it.
+    pub async fn restart_old_primary_as_replica(&mut self) -> Result<u16, ServerError> {
+        let primary = self.primary_port().await?;
+        let user = self.user.clone();
+        let server = self
+            .servers
+            .iter_mut()
+            .find(|s| s.port() != Some(primary))
+            .ok_or_else(|| ServerError::Sentinel("the set has no server to restart".into()))?;
+        let port = server
+            .port()
+            .ok_or_else(|| ServerError::Sentinel("a server of the set has no port".into()))?;
+        server.options.args = replica_args(&server.options.args, primary, user.as_ref());
+        server.restart()?;
+        self.wait_replica(port).await?;
+        Ok(port)
+    }
+
+    /// Makes the replica lag on demand, as asynchronous replication can: it goes on receiving
+    /// the primary's stream but applies none of it (`CLIENT PAUSE WRITE` on the replica pauses
+    /// its link to the primary as well), so every write the primary acknowledges from now on is
+    /// missing on the replica, and a `kill_primary` loses it; the primary still counts the
+    /// replica as connected. It lasts until `kill_primary` (which ends it once the replica has
+    /// dropped the dead primary's stream), [`SentinelSet::release_replication`], or `bound`.
+    ///
+    /// The pause holds the sentinels' own writes to the replica too (their hello `PUBLISH`, and
+    /// every command behind it on their link): a hold longer than `down-after-milliseconds` (1 s)
+    /// can make them judge the replica down for a moment, and the failover then waits for them.
+    pub async fn hold_replication(&mut self, bound: Duration) -> Result<(), ServerError> {
+        let primary = self.primary_port().await?;
+        let replica = self
+            .servers
+            .iter()
+            .filter_map(RedisServer::port)
+            .find(|p| *p != primary)
+            .ok_or_else(|| ServerError::Sentinel("the set has no replica".into()))?;
+        let asked = async {
+            let mut c = connection(&self.direct_url(replica)).await?;
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(bound.as_millis().to_string())
+                .arg("WRITE")
+                .query_async::<()>(&mut c)
+                .await
+        };
+        asked
+            .await
+            .map_err(|e| ServerError::Sentinel(format!("pausing the replica on {replica}: {e}")))?;
+        self.held = Some(replica);
+        Ok(())
+    }
+
+    /// After the primary's kill, waits until the held replica says its link to the primary is
+    /// down, then ends the hold. The replica dropped the stream it had received and not applied
+    /// when it closed the link (Redis frees a primary's connection that is blocked, and with it
+    /// what it had not run), so the writes held back are lost, as in a real failover; and the
+    /// sentinels' commands run again, so they can promote it.
+    async fn drop_held_stream(&mut self, replica: u16) -> Result<(), ServerError> {
+        let url = self.direct_url(replica);
+        poll(
+            FAILOVER,
+            "the held replica to see its primary gone",
+            async || {
+                let mut c = connection(&url).await.ok()?;
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut c)
+                    .await
+                    .ok()?;
+                info.lines()
+                    .any(|l| l.trim() == "master_link_status:down")
+                    .then_some(())
+            },
+        )
+        .await?;
+        self.release_replication().await;
+        Ok(())
+    }
+
+    /// Ends a [`SentinelSet::hold_replication`]: every server of the set that answers applies
+    /// again (`CLIENT UNPAUSE`).
+    pub async fn release_replication(&mut self) {
+        self.held = None;
+        for port in self.servers.iter().filter_map(RedisServer::port) {
+            if let Ok(mut c) = connection(&self.direct_url(port)).await {
+                let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+                    .arg("UNPAUSE")
+                    .query_async(&mut c)
+                    .await;
+            }
+        }
+    }
+
+    /// Waits until every sentinel lists the server on `port` as a replica (flags `slave` and
+    /// nothing else: not down) with its link to the primary up.
+    async fn wait_replica(&self, port: u16) -> Result<(), ServerError> {
+        let wanted = port.to_string();
+        let mut last = String::new();
+        let waited = poll(
+            SETTLE,
+            "the sentinels to list the restarted replica",
+            async || {
+                for s in &self.sentinels {
+                    let Ok(mut c) = connection(&format!("redis://127.0.0.1:{}", s.port)).await
+                    else {
+                        return None;
+                    };
+                    let replicas: Vec<std::collections::HashMap<String, String>> =
+                        redis::cmd("SENTINEL")
+                            .arg("REPLICAS")
+                            .arg(MASTER)
+                            .query_async(&mut c)
+                            .await
+                            .ok()?;
+                    let listed = replicas.iter().any(|r| {
+                        r.get("port") == Some(&wanted)
+                            && r.get("flags").map(String::as_str) == Some("slave")
+                            && r.get("master-link-status").map(String::as_str) == Some("ok")
+                    });
+                    if !listed {
+                        last = format!(
+                            "sentinel {} lists {:?}",
+                            s.port,
+                            replicas
+                                .iter()
+                                .map(|r| (
+                                    r.get("port"),
+                                    r.get("flags"),
+                                    r.get("master-link-status")
+                                ))
+                                .collect::<Vec<_>>()
+                        );
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+        waited.map_err(|e| ServerError::Sentinel(format!("{e}; last: {last}")))
     }
 
     /// What the server on `port` says it is (`master`, `slave`), or the error.
@@ -342,4 +498,36 @@ fn config(dir: &Path, port: u16, primary: u16, user: Option<&(String, String)>) 
         ));
     }
     text
+}
+
+/// The arguments of a server that starts as a replica of the primary on `primary`: `args`
+/// without any earlier `--replicaof host port`, `--masteruser u` or `--masterauth p`, then those
+/// for `primary` and the set's user.
+fn replica_args(args: &[String], primary: u16, user: Option<&(String, String)>) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--replicaof" => i += 3,
+            "--masteruser" | "--masterauth" => i += 2,
+            _ => {
+                kept.push(args[i].clone());
+                i += 1;
+            }
+        }
+    }
+    kept.extend([
+        "--replicaof".into(),
+        "127.0.0.1".into(),
+        primary.to_string(),
+    ]);
+    if let Some((u, p)) = user {
+        kept.extend([
+            "--masteruser".into(),
+            u.clone(),
+            "--masterauth".into(),
+            p.clone(),
+        ]);
+    }
+    kept
 }
