@@ -7,7 +7,17 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = fleet::cli::Cli::parse();
     fleet::cli::init_telemetry(cli.global.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The agent runs on every machine of the fleet and does one thing at a time (a beat, then a
+    // wait), so it runs on this thread alone: no worker threads, their stacks and their
+    // allocator arenas (issue 15, "the agent is small"). Every other verb gets the multi-thread
+    // runtime (`fleet serve` needs it).
+    let runtime = match cli.command {
+        fleet::cli::Command::Agent(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");
