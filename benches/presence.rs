@@ -4,7 +4,10 @@
 //! through the real beat script, and prints, per size, measured in this one run: the median of
 //! the fleet read through the library, of a raw MGET of the same heartbeat keys on the same
 //! connection, and of a naive GET+PTTL loop (1 000 and 10 000 only), with the ratios. Then the
-//! round trips per beat (counted on the connection) and the agent's peak RSS.
+//! round trips per beat (counted on the connection) and the agent's peak RSS. Beside each read's
+//! wall time, Redis's own CPU time per read (`INFO commandstats`: the `usec` of the commands the
+//! read sent, a script's own calls counted once, inside it): the time every beat waits behind
+//! that read. The agent's line says how much of its RSS is its own and how much mapped files.
 //!
 //! Run: `cargo bench --bench presence` (add `-- --quick` for one size and fewer runs).
 
@@ -31,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
     let keys = Keys::default();
     println!("fleet read benchmark: redis-server on 127.0.0.1:{port} (loopback TCP)");
     println!(
-        "{:>8}  {:>12}  {:>12}  {:>12}  {:>14}  {:>10}  {:>10}  {:>10}",
+        "{:>8}  {:>12}  {:>12}  {:>12}  {:>14}  {:>10}  {:>10}  {:>10}  {:>24}",
         "benches",
         "fleet read",
         "cold read",
@@ -39,7 +42,8 @@ async fn main() -> anyhow::Result<()> {
         "GET+PTTL loop",
         "read/MGET",
         "cold/MGET",
-        "loop/read"
+        "loop/read",
+        "Redis CPU read/cold/MGET"
     );
     let sizes: &[usize] = if quick {
         &[1_000]
@@ -59,18 +63,23 @@ async fn main() -> anyhow::Result<()> {
             _ => 31,
         };
         // The reader holds the registry after its first read (the warm-up): one pipeline.
+        let cpu = server_usec(&conn).await?;
         let read = median(runs, || async {
             let snap = presence.read(&[]).await.expect("fleet read");
             assert_eq!(snap.benches.len(), n);
         })
         .await;
+        let read_cpu = per_run(server_usec(&conn).await? - cpu, runs);
         // A fresh reader each time (a one-shot `fleet state`): the read script.
+        let cpu = server_usec(&conn).await?;
         let cold = median(runs, || async {
             let fresh = Presence::new(conn.clone(), keys.clone());
             let snap = fresh.read(&[]).await.expect("cold fleet read");
             assert_eq!(snap.benches.len(), n);
         })
         .await;
+        let cold_cpu = per_run(server_usec(&conn).await? - cpu, runs);
+        let cpu = server_usec(&conn).await?;
         let mget = median(runs, || async {
             let mut c = conn.clone();
             let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
@@ -81,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
             assert_eq!(values.len(), n);
         })
         .await;
+        let mget_cpu = per_run(server_usec(&conn).await? - cpu, runs);
         let naive = if n <= 10_000 {
             Some(
                 median(if n > 1_000 { 3 } else { 9 }, || async {
@@ -105,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
         };
         let per_read = |d: Duration| d.as_secs_f64() / read.as_secs_f64();
         println!(
-            "{:>8}  {:>12}  {:>12}  {:>12}  {:>14}  {:>9.2}x  {:>9.2}x  {:>10}",
+            "{:>8}  {:>12}  {:>12}  {:>12}  {:>14}  {:>9.2}x  {:>9.2}x  {:>10}  {:>24}",
             n,
             ms(read),
             ms(cold),
@@ -114,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
             read.as_secs_f64() / mget.as_secs_f64(),
             cold.as_secs_f64() / mget.as_secs_f64(),
             naive.map_or("-".to_owned(), |l| format!("{:.1}x", per_read(l))),
+            format!("{read_cpu:.2}/{cold_cpu:.2}/{mget_cpu:.2} ms"),
         );
         if n == 10_000 {
             let ratio = read.as_secs_f64() / mget.as_secs_f64();
@@ -223,6 +234,73 @@ async fn round_trips(conn: &MultiplexedConnection, keys: &Keys) -> anyhow::Resul
     Ok(())
 }
 
+/// Redis's own CPU time so far, in µs, from the `usec` of `INFO commandstats`: the scripts'
+/// (each counts the commands it calls) and the other commands' (which include those calls
+/// again: Redis lists a script's commands on their own lines too).
+async fn server_usec(conn: &MultiplexedConnection) -> anyhow::Result<Cpu> {
+    let mut c = conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await?;
+    let scripts = [
+        "eval",
+        "eval_ro",
+        "evalsha",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ];
+    let mut cpu = Cpu::default();
+    for (name, usec) in info.lines().filter_map(usec_of) {
+        if scripts.contains(&name) {
+            cpu.scripts += usec;
+        } else {
+            cpu.commands += usec;
+        }
+    }
+    Ok(cpu)
+}
+
+/// Redis's CPU time in µs: scripts, and every other command (a script's own calls included).
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    scripts: u64,
+    commands: u64,
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = u64;
+
+    /// The CPU time between two readings. A phase that ran a script ran nothing else at the top
+    /// (a cold read is one script): its scripts' time is the whole, their calls inside it.
+    fn sub(self, before: Cpu) -> u64 {
+        let scripts = self.scripts - before.scripts;
+        if scripts > 0 {
+            scripts
+        } else {
+            self.commands - before.commands
+        }
+    }
+}
+
+/// A commandstats line's command and total `usec`.
+fn usec_of(line: &str) -> Option<(&str, u64)> {
+    let rest = line.strip_prefix("cmdstat_")?;
+    let (name, fields) = rest.split_once(':')?;
+    let usec = fields
+        .split(',')
+        .find_map(|f| f.strip_prefix("usec="))?
+        .parse()
+        .ok()?;
+    Some((name, usec))
+}
+
+/// Milliseconds per run of a CPU total over `runs` measured runs and the warm-up.
+fn per_run(usec: u64, runs: usize) -> f64 {
+    usec as f64 / 1e3 / (runs + 1) as f64
+}
+
 async fn eval_calls(conn: &MultiplexedConnection) -> anyhow::Result<u64> {
     let mut c = conn.clone();
     let info: String = redis::cmd("INFO")
@@ -264,17 +342,23 @@ async fn agent_rss(endpoint: &Endpoint) -> anyhow::Result<()> {
         }
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let hwm = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap_or("VmHWM: ?")
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("?")
-        .to_owned();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_owned()
+    };
+    // Where the memory is: the process's own (anonymous) pages, and the pages of files it maps
+    // (its binary's code and data, libc), which the kernel maps in by 64 kB around each fault.
+    let (hwm, anon, file) = (field("VmHWM:"), field("RssAnon:"), field("RssFile:"));
     nix_kill(pid);
     child.wait().await?;
-    println!("agent: peak RSS {hwm} kB after {beats} beats (VmHWM of `fleet agent`)");
+    println!(
+        "agent: peak RSS {hwm} kB after {beats} beats (VmHWM of `fleet agent`; now {anon} kB \
+         anonymous, {file} kB of mapped files)"
+    );
     Ok(())
 }
 
