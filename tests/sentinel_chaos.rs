@@ -55,6 +55,9 @@ const SLOTS: [&str; 2] = ["bench-01", "bench-02"];
 /// is about 2 s, or up to 10 s when the sentinels failed over within twice `failover-timeout`;
 /// the old primary's return, a pass or two, the readiness gate's poll: well within.
 const STAGE: Duration = Duration::from_secs(45);
+/// How long a lossy kill waits for an operation the held replica keeps from firing: above the
+/// gate's WAIT (three quarters of `fleet serve`'s 2 s call timeout).
+const HELD: Duration = Duration::from_secs(3);
 /// How often the test looks.
 const POLL: Duration = Duration::from_millis(50);
 /// The machine's beat: a simulated bench beats every `BEAT_EVERY` with this TTL, as an agent
@@ -357,6 +360,27 @@ impl Run {
         self.ops()[since..].iter().any(|o| o.kind == "shutdown")
     }
 
+    /// Waits for the first operation of `kind` to fire, the point the kill `k` is timed from.
+    /// With the replica held back (a lossy kill), the controller must not fire it at all: it
+    /// waits for a replica's acknowledgement first (SPEC §5.6). So a lossy kill waits only
+    /// `HELD`, long enough for the gate's WAIT to run out, and kills with the operation held back;
+    /// one that fired meanwhile is judged by the checks like any other.
+    async fn await_op(&mut self, k: Kill, kind: &str, began: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + if k.lossy { HELD } else { STAGE };
+        while !began(self) {
+            if Instant::now() > deadline {
+                if k.lossy {
+                    self.note(format!(
+                        "no {kind} fired while the replica is held back (the controller waits for it)"
+                    ));
+                    return;
+                }
+                self.fail(format!("no {kind} fired"));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// One scale cycle: every slot claimed and ready, then cancelled, completed and off.
     async fn cycle(&mut self, n: usize, kill: Option<Kill>) {
         self.note(format!("cycle {n} (kill: {kill:?})"));
@@ -365,14 +389,9 @@ impl Run {
         self.ask().await;
         self.hold_if(kill, Point::Starting).await;
         self.kill_if(kill, Point::Requested).await;
-        if kill.is_some_and(|k| k.at == Point::Starting) {
-            let deadline = Instant::now() + STAGE;
-            while !self.startups_began(logged) {
-                if Instant::now() > deadline {
-                    self.fail("no startup fired");
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        if let Some(k) = kill.filter(|k| k.at == Point::Starting) {
+            self.await_op(k, "startup", |run| run.startups_began(logged))
+                .await;
             self.kill_if(kill, Point::Starting).await;
         }
         // Ready on every slot: a claim the failover took is asked for again, as
@@ -436,14 +455,9 @@ impl Run {
         self.cancel().await;
         self.hold_if(kill, Point::Stopping).await;
         self.kill_if(kill, Point::Cancelled).await;
-        if kill.is_some_and(|k| k.at == Point::Stopping) {
-            let deadline = Instant::now() + STAGE;
-            while !self.shutdowns_began(logged) {
-                if Instant::now() > deadline {
-                    self.fail("no shutdown fired");
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        if let Some(k) = kill.filter(|k| k.at == Point::Stopping) {
+            self.await_op(k, "shutdown", |run| run.shutdowns_began(logged))
+                .await;
             self.kill_if(kill, Point::Stopping).await;
         }
         // Completed, every claim, and every machine off. A cancel the failover took is made
@@ -689,13 +703,19 @@ async fn run(cycles: usize, mode: Mode, default_seed: u64) {
     );
 }
 
-// CI: three cycles of clean kills. Clean kills pass reliably today: the failover loses no
-// write, and the controller is only blind while it cannot reach a primary (SPEC §2.7). Lossy
-// kills are left to the long form: they lose the controller's last writes, which only waiting
-// for a replica's acknowledgement (issue 15, "Failover safety") makes safe.
+// CI: three cycles of clean kills, then five of lossy ones (seed 15 kills the primary with the
+// replica held back in cycles 1 to 4). A clean kill loses no write; a lossy one loses the
+// controller's last writes, which waiting for a replica's acknowledgement before every power
+// action makes safe (SPEC §5.6): an operation recorded while the replica is held back is not
+// fired, and one whose record the failover lost is not fired at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_cycles_across_sentinel_failovers_keep_every_promise() {
     run(3, Mode::Clean, 15).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_cycles_across_failovers_that_lose_writes_keep_every_promise() {
+    run(5, Mode::Lossy, 15).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -704,20 +724,18 @@ async fn fifty_scale_cycles_across_sentinel_failovers() {
     run(50, Mode::Clean, 15).await;
 }
 
-// KNOWN TO FAIL until fleet waits for replicas (issue 15, "Failover safety"): a wrongful
-// power-off. Seed 15, cycle 4 (`FLEET_CHAOS_SEED=15 FLEET_CHAOS_CYCLES=5`): the replica is held
-// back, the test creates claims on both slots, the leader records their startups and fires them
-// (both machines on), the primary dies 216 ms after the request, and the promoted replica has
-// neither the claims nor the records. The failover outlasts the 1 s lease, so the lease is lost
-// too, and the next pass is a *new* leadership on the new primary: it expects no written mark
-// (SPEC §5.3), finds a generation marker (so no wipe record), sees two machines on with no claim,
-// and powers both off as unclaimed, about 2.5 s after their startups, while the claims the test
-// was told were created wanted them. The written mark cannot see this: its leader's leadership
-// ended with the primary. Waiting for a replica's acknowledgement before acting on a recorded
-// operation would have kept the startups from firing at all.
+// Before fleet waited for replicas this failed (seed 15, cycle 4: `FLEET_CHAOS_SEED=15
+// FLEET_CHAOS_CYCLES=5`), a wrongful power-off: the replica held back, the test creates claims
+// on both slots, the leader records their startups and fires them (both machines on), the
+// primary dies 216 ms after the request, and the promoted replica has neither the claims nor the
+// records. The failover outlasts the 1 s lease, so the next pass is a new leadership on the new
+// primary that expects no written mark (SPEC §5.3), sees two machines on with no claim, and
+// powers both off. With the gate the startups are never fired. The first version of the gate
+// still failed it: it kept the held-back startup in the controller's memory of fired
+// operations, which put the record back on the new primary and ran it (fixed in
+// `reconcile::gate`); and it cached "no replica" for a minute after the old primary rejoined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the long form: 50 cycles with failovers that lose the primary's last writes; \
-            fails today (seed 15, cycle 4: a wrongful power-off) until fleet waits for replicas"]
+#[ignore = "the long form: 50 cycles with failovers that lose the primary's last writes"]
 async fn fifty_scale_cycles_across_failovers_that_lose_writes() {
     run(50, Mode::Lossy, 15).await;
 }

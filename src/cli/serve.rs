@@ -405,7 +405,8 @@ impl Args {
             acks,
             ctx.keys.clone(),
             self.min_replica_acks.map_or(Wanted::Auto, Wanted::Exactly),
-            ctx.endpoint.timeout,
+            // A leader waiting for replicas must still renew its lease in time.
+            ctx.endpoint.timeout.min(self.lease / 2),
         ))
         .with_lease(lease)
         .announcing(signal)

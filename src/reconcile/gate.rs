@@ -48,8 +48,13 @@ where
         if !self.replicated(&a.slot.name).await {
             // Recorded but not fired: the next pass runs it once the store still holds its
             // record and the replicas have it (RunRecorded).
+            // Not in this controller's memory of fired operations either: that memory outlives
+            // a store that lost its writes and would put the record back (`RestoreOp`), and then
+            // run it, after a failover that lost the claim itself (found by the lossy failover
+            // chaos test, seed 15). Only the store's own record, or the claim's, may bring it
+            // back now.
             let key = (a.group.name.clone(), a.slot.name.clone());
-            if let Some(op) = self.memory.ops.get(&key).cloned() {
+            if let Some(op) = self.memory.ops.remove(&key) {
                 self.memory
                     .uncertain
                     .insert(a.slot.name.clone(), Recorded { op, claim });

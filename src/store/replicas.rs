@@ -11,8 +11,10 @@
 //! than being in it.
 //!
 //! How many acknowledgements: `--min-replica-acks N`, or by default one when the primary has a
-//! replica connected (`ROLE`, read again every minute), none when it has none (a single Redis
-//! has nothing to wait for).
+//! replica connected (`ROLE`; a count above zero kept a minute, none asked again each time),
+//! none when it has none (a single Redis has nothing to wait for). Right after a failover the
+//! new primary has no replica until one joins: meanwhile the default waits for nothing, and
+//! `--min-replica-acks 1` waits (and holds every power action) until one has.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,12 +67,17 @@ pub struct Replicas<C> {
     wait: Duration,
     /// `Wanted::Auto`'s replica count, and when it was read.
     known: Arc<Mutex<Option<(u32, Instant)>>>,
+    /// The last shortfall, its acknowledgements and when: within one WAIT's bound of it the
+    /// answer is the same without asking, so a pass with several held-back actions blocks for
+    /// one WAIT, not one each (the leader must still renew its lease in time).
+    short: Arc<Mutex<Option<(u32, Instant)>>>,
 }
 
 impl<C: ConnectionLike + Clone + Send> Replicas<C> {
     /// `conn` must be a connection no other part of fleet uses: WAIT blocks it. `call_timeout`
-    /// is the bound of one call on it (`--timeout`); each WAIT waits at most three quarters of
-    /// it.
+    /// is the bound of one call on it (`--timeout`, or less: `fleet serve` gives the lesser of it
+    /// and half its lease, so a leader waiting for replicas still renews its lease in time);
+    /// each WAIT waits at most three quarters of it.
     pub fn new(conn: C, keys: Keys, wanted: Wanted, call_timeout: Duration) -> Self {
         Replicas {
             conn,
@@ -78,6 +85,7 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
             wanted,
             wait: (call_timeout * 3 / 4).max(Duration::from_millis(1)),
             known: Arc::new(Mutex::new(None)),
+            short: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -90,6 +98,11 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
         };
         if wanted == 0 {
             return Ok(Acks::NotWanted);
+        }
+        if let Some((acked, at)) = *self.short.lock().await
+            && at.elapsed() < self.wait
+        {
+            return Ok(Acks::Short { acked, wanted });
         }
         let ms = u64::try_from(self.wait.as_millis()).unwrap_or(u64::MAX);
         let mut conn = self.conn.clone();
@@ -104,18 +117,25 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
             .map_err(ReplicasError::Wait)?;
         let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
         if acked >= wanted {
+            *self.short.lock().await = None;
             Ok(Acks::Confirmed { acked, wanted })
         } else {
             // The count may have changed (a replica gone): read it again next time.
             *self.known.lock().await = None;
+            *self.short.lock().await = Some((acked, Instant::now()));
             Ok(Acks::Short { acked, wanted })
         }
     }
 
-    /// The replicas connected to the primary, as `ROLE` says, read again every minute.
+    /// The replicas connected to the primary, as `ROLE` says. A count above zero is kept for a
+    /// minute (a shortfall drops it); none is asked again every time, since a replica may join
+    /// at any moment (a failed primary back as the new one's replica): a cached zero would let
+    /// the controller act unconfirmed for a minute after it joined (found by the lossy failover
+    /// chaos test, seed 15).
     async fn connected(&self) -> Result<u32, ReplicasError> {
         let mut known = self.known.lock().await;
         if let Some((n, at)) = *known
+            && n > 0
             && at.elapsed() < ROLE_EVERY
         {
             return Ok(n);
