@@ -148,40 +148,8 @@ async fn a_running_agent_keeps_beating_across_a_failover() {
         async || raw::<i64>(&first, &["EXISTS", key]).await == Ok(1),
     )
     .await;
-    // The wake listener is subscribed on the primary (SPEC §4.5)...
-    let subscribed = async |url: String| {
-        let reply: Vec<redis::Value> = raw(
-            &url,
-            &[
-                "PUBSUB",
-                "SHARDNUMSUB",
-                &fleet::store::keys::Keys::default().wake_channel(),
-            ],
-        )
-        .await
-        .unwrap_or_default();
-        matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
-    };
-    let old = set.primary_port().await.unwrap();
-    let old_url = set.direct_url(old);
-    until(
-        "the wake listener on the primary",
-        Duration::from_secs(10),
-        async || subscribed(old_url.clone()).await,
-    )
-    .await;
     let failover = bounded("the failover", set.kill_primary()).await.unwrap();
     let promoted = Instant::now();
-    // ...and follows it to the new one.
-    let new = set.primary_port().await.unwrap();
-    assert_ne!(new, old);
-    let new_url = set.direct_url(new);
-    until(
-        "the wake listener on the new primary",
-        Duration::from_secs(15),
-        async || subscribed(new_url.clone()).await,
-    )
-    .await;
     // The replica may hold the key from before the kill: remove it, and wait for a new beat.
     let new = set.direct_url(failover.to);
     let _: i64 = raw(&new, &["DEL", key]).await.unwrap();
@@ -267,8 +235,40 @@ async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
     )
     .await;
 
+    // The wake listener is subscribed on the primary (SPEC §4.5)...
+    let subscribed = async |url: String| {
+        let reply: Vec<redis::Value> = raw(
+            &url,
+            &[
+                "PUBSUB",
+                "SHARDNUMSUB",
+                &fleet::store::keys::Keys::default().wake_channel(),
+            ],
+        )
+        .await
+        .unwrap_or_default();
+        matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+    };
+    let old = set.primary_port().await.unwrap();
+    let old_url = set.direct_url(old);
+    until(
+        "the wake listener on the primary",
+        Duration::from_secs(10),
+        async || subscribed(old_url.clone()).await,
+    )
+    .await;
     let failover = bounded("the failover", set.kill_primary()).await.unwrap();
     let promoted = Instant::now();
+    // ...and follows it to the new one.
+    let new = set.primary_port().await.unwrap();
+    assert_ne!(new, old);
+    let new_url = set.direct_url(new);
+    until(
+        "the wake listener on the new primary",
+        Duration::from_secs(15),
+        async || subscribed(new_url.clone()).await,
+    )
+    .await;
     // The controller's passes go on against the new primary: a new claim reaches ready, and
     // the process says it is ready again.
     ok(&url, &["--timeout", "10s", "claim", "bench-02"]);
