@@ -97,10 +97,17 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((m.modified().ok()?, m.len()))
 }
 
-/// Re-reads the configuration when the file changes or on SIGHUP; a bad version is refused and
-/// the running one kept.
+/// The SIGHUP handler, installed before `fleet serve` says it started: until a handler is in
+/// place a SIGHUP ends the process (its default action), which a reload asked for at once after
+/// the start line did (found by `tests/serve.rs` under load).
+pub(super) fn hangups() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+
+/// Re-reads the configuration when the file changes or on SIGHUP (`hup`, from [`hangups`]); a
+/// bad version is refused and the running one kept.
 pub(super) async fn reload(
-    path: PathBuf,
+    (path, mut hup): (PathBuf, Option<tokio::signal::unix::Signal>),
     kubernetes: bool,
     tx: watch::Sender<Arc<Config>>,
     mut conn: Conn,
@@ -111,7 +118,6 @@ pub(super) async fn reload(
     let counted = |result: Reload| {
         metrics.reloads.get_or_create(&ResultLabel { result }).inc();
     };
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut seen = stamp(&path);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {

@@ -34,7 +34,7 @@ use crate::store::presence::Presence;
 use crate::store::replicas::{Replicas, Wanted};
 use crate::telemetry::{self, Health, Metrics};
 
-use super::reload::{check_drivers, check_kubernetes, config_error, reload, warn_about};
+use super::reload::{check_drivers, check_kubernetes, config_error, hangups, reload, warn_about};
 use super::{Ctx, Error, args};
 
 #[derive(Debug, clap::Args)]
@@ -183,6 +183,7 @@ impl Args {
             .publish(&mut publisher, &ctx.keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
+        let hup = hangups();
         self.log_started(ctx, &config, &listeners, transport);
         let (tx, rx) = watch::channel(Arc::new(config));
         let metrics = Arc::new(Metrics::default());
@@ -197,7 +198,7 @@ impl Args {
             shutdown.clone(),
         ));
         tasks.spawn(reload(
-            self.config.clone(),
+            (self.config.clone(), hup),
             self.kubernetes,
             tx,
             publisher,
