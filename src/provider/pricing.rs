@@ -1,7 +1,8 @@
 //! The energy prices of a machine and of a pod (SPEC §6.3, PricingNodePrice and
 //! PricingPodPrice): a machine's draw priced over an interval, a pod's requests as Kubernetes
 //! sums them, and the pod's share of the fleet's cheapest machine that can hold it. Pure: no
-//! I/O, no clock; the wire request is read into a `PodAsk` in `convert`.
+//! I/O, no clock; the wire request is read into a `PodAsk` in `convert`, and a quantity's value
+//! by `units::quantity_value`, beside the check the configuration's quantities pass.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -11,6 +12,8 @@ use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 
 use crate::config::{Config, PowerDraw};
 use crate::domain::name::GroupName;
+pub use crate::units::QuantityError;
+use crate::units::quantity_value;
 
 /// Why a price cannot be computed from a request.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -51,92 +54,6 @@ pub fn energy_price(
     end: Option<&prost_types::Timestamp>,
 ) -> Result<f64, PriceError> {
     Ok(energy_cost(power, interval(start, end)?))
-}
-
-/// Why a Kubernetes quantity is not one fleet prices with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
-    #[error(
-        "not a Kubernetes quantity (a number, optionally signed, with one of the suffixes Ki to \
-         Ei, n, u, m, k to E, or an exponent like e3)"
-    )]
-    Unreadable,
-    #[error("a negative request")]
-    Negative,
-    #[error("past 2^63 - 1 of its unit, more than Kubernetes' own int64 view of it holds")]
-    TooLarge,
-}
-
-/// A Kubernetes quantity's value in its unit (cores, bytes, devices), read by Kubernetes'
-/// grammar: a signed decimal number, then a binary suffix (`Ki` to `Ei`), a decimal one (`n`,
-/// `u`, `m`, none, `k`, `M` to `E`) or a decimal exponent (`e3`, `E-2`). A negative value, or one
-/// past `i64::MAX` (where Kubernetes' `Value()` saturates), is refused.
-pub fn quantity_value(text: &str) -> Result<f64, QuantityError> {
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(end);
-    if number.matches('.').count() > 1 || !number.bytes().any(|b| b.is_ascii_digit()) {
-        return Err(QuantityError::Unreadable);
-    }
-    let mantissa: f64 = number.parse().map_err(|_| QuantityError::Unreadable)?;
-    let scale = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        _ => 10f64.powi(exponent(suffix)?),
-    };
-    // Zero stays zero whatever its exponent (0 × 10^400 would be NaN).
-    let value = if mantissa == 0.0 {
-        0.0
-    } else {
-        mantissa * scale
-    };
-    if negative && value > 0.0 {
-        return Err(QuantityError::Negative);
-    }
-    // i64::MAX as f64 rounds up to 2^63, the first value Kubernetes cannot hold.
-    if !value.is_finite() || value >= i64::MAX as f64 {
-        return Err(QuantityError::TooLarge);
-    }
-    Ok(value)
-}
-
-/// A decimal exponent suffix (`e3`, `E-2`, `e+9`), clamped to where a power of ten is 0 or
-/// infinite anyway.
-fn exponent(suffix: &str) -> Result<i32, QuantityError> {
-    let digits = suffix
-        .strip_prefix(['e', 'E'])
-        .ok_or(QuantityError::Unreadable)?;
-    let (negative, unsigned) = match digits.as_bytes().first() {
-        Some(b'-') => (true, &digits[1..]),
-        Some(b'+') => (false, &digits[1..]),
-        _ => (false, digits),
-    };
-    if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(QuantityError::Unreadable);
-    }
-    // Only digits are left, so a failure to parse is an overflow.
-    let magnitude = unsigned.parse::<i32>().unwrap_or(i32::MAX).min(400);
-    Ok(if negative { -magnitude } else { magnitude })
 }
 
 /// What a pod asks of the machine that hosts it, each resource in its unit (cores, bytes,
@@ -481,62 +398,6 @@ pub(super) mod tests {
         };
         let p = energy_price(&power, Some(&at(0)), Some(&half)).unwrap();
         assert!((p - 0.5).abs() < 1e-9, "{p}");
-    }
-
-    // Kubernetes' quantity grammar, row by row: the value in its unit, or why it is refused.
-    #[test]
-    fn quantities_read_as_kubernetes_reads_them() {
-        use QuantityError::*;
-        let rows: [(&str, Result<f64, QuantityError>); 31] = [
-            ("1", Ok(1.0)),
-            ("500m", Ok(0.5)),
-            ("1.5", Ok(1.5)),
-            (".5", Ok(0.5)),
-            ("5.", Ok(5.0)),
-            ("+2", Ok(2.0)),
-            ("-0", Ok(0.0)),
-            ("250u", Ok(250e-6)),
-            ("7n", Ok(7e-9)),
-            ("2k", Ok(2e3)),
-            ("3M", Ok(3e6)),
-            ("64G", Ok(64e9)),
-            ("1T", Ok(1e12)),
-            ("1P", Ok(1e15)),
-            ("1E", Ok(1e18)),
-            ("1Ki", Ok(1024.0)),
-            ("1Mi", Ok(1024.0 * 1024.0)),
-            ("64Gi", Ok(64.0 * 1024.0 * 1024.0 * 1024.0)),
-            ("1e3", Ok(1e3)),
-            ("15E-1", Ok(1.5)),
-            ("1e+2", Ok(100.0)),
-            ("1e-99999999999", Ok(0.0)),
-            ("0e99999", Ok(0.0)),
-            ("-1", Err(Negative)),
-            ("-500m", Err(Negative)),
-            ("8Ei", Err(TooLarge)),
-            ("1e99999999999", Err(TooLarge)),
-            ("", Err(Unreadable)),
-            ("1.2.3", Err(Unreadable)),
-            ("1x", Err(Unreadable)),
-            ("1e", Err(Unreadable)),
-        ];
-        for (text, want) in rows {
-            let got = quantity_value(text);
-            match (got, want) {
-                (Ok(g), Ok(w)) => assert!((g - w).abs() <= w * 1e-12, "{text:?}: {g} ≠ {w}"),
-                (got, want) => assert_eq!(got, want, "{text:?}"),
-            }
-        }
-        for text in [
-            ".", "m", "NaN", "inf", "1 ", " 1", "1.5Gi ", "e3", "--1", "1ki", "1e3.5",
-        ] {
-            assert_eq!(quantity_value(text), Err(Unreadable), "{text:?}");
-        }
-        // The edge of Kubernetes' int64: the last whole values below 2^63 are held, 2^63 is not.
-        assert!(quantity_value("9223372036854774784").is_ok());
-        assert_eq!(quantity_value("9223372036854775808"), Err(TooLarge));
-        assert_eq!(quantity_value("8Ei"), Err(TooLarge), "2^63 bytes");
-        assert!(quantity_value("7Ei").is_ok());
     }
 
     pub(crate) fn list(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
