@@ -305,17 +305,7 @@ impl SentinelSet {
             "the sentinels to list the restarted replica",
             async || {
                 for s in &self.sentinels {
-                    let Ok(mut c) = connection(&format!("redis://127.0.0.1:{}", s.port)).await
-                    else {
-                        return None;
-                    };
-                    let replicas: Vec<std::collections::HashMap<String, String>> =
-                        redis::cmd("SENTINEL")
-                            .arg("REPLICAS")
-                            .arg(MASTER)
-                            .query_async(&mut c)
-                            .await
-                            .ok()?;
+                    let replicas = replicas_seen_by(s.port).await?;
                     let listed = replicas.iter().any(|r| {
                         r.get("port") == Some(&wanted)
                             && r.get("flags").map(String::as_str) == Some("slave")
@@ -366,21 +356,14 @@ impl SentinelSet {
             "the sentinels to know the replica and each other",
             async || {
                 for s in &self.sentinels {
-                    let Ok(mut c) = connection(&format!("redis://127.0.0.1:{}", s.port)).await
-                    else {
-                        return None;
-                    };
-                    let replicas: Vec<std::collections::HashMap<String, String>> =
-                        redis::cmd("SENTINEL")
-                            .arg("REPLICAS")
-                            .arg(MASTER)
-                            .query_async(&mut c)
-                            .await
-                            .ok()?;
+                    let replicas = replicas_seen_by(s.port).await?;
                     let ready = replicas.iter().any(|r| {
                         r.get("flags").map(String::as_str) == Some("slave")
                             && r.get("master-link-status").map(String::as_str) == Some("ok")
                     });
+                    let mut c = connection(&format!("redis://127.0.0.1:{}", s.port))
+                        .await
+                        .ok()?;
                     let master: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
                         .arg("MASTER")
                         .arg(MASTER)
@@ -397,6 +380,20 @@ impl SentinelSet {
         )
         .await
     }
+}
+
+/// The replicas one sentinel lists (`SENTINEL REPLICAS`), each as its field map; `None` when
+/// the sentinel cannot be asked yet.
+async fn replicas_seen_by(port: u16) -> Option<Vec<std::collections::HashMap<String, String>>> {
+    let mut c = connection(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .ok()?;
+    redis::cmd("SENTINEL")
+        .arg("REPLICAS")
+        .arg(MASTER)
+        .query_async(&mut c)
+        .await
+        .ok()
 }
 
 /// Polls `check` every `POLL` until it gives a value, within `bound`.
