@@ -189,7 +189,7 @@ async fn the_gate_counts_the_replicas_it_wants() {
             wanted,
             Duration::from_millis(400),
         )
-        .confirm()
+        .confirm(&group())
         .await
         .unwrap()
     };
@@ -220,5 +220,9 @@ async fn the_gate_counts_the_replicas_it_wants() {
         Wanted::Auto,
         Duration::from_millis(400),
     );
-    assert_eq!(alone.confirm().await.unwrap(), Acks::NotWanted);
+    assert_eq!(alone.confirm(&group()).await.unwrap(), Acks::NotWanted);
+}
+
+fn group() -> fleet::domain::name::GroupName {
+    fleet::domain::name::GroupName::parse("pool-a").unwrap()
 }

@@ -6,69 +6,21 @@
 
 mod support;
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
 use fleet::testing::SentinelSet;
-use support::{beat, bounded, http_get};
-
-/// Runs the fleet binary with `--redis url`.
-fn fleet(url: &str, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .args(["--redis", url])
-        .args(args)
-        .output()
-        .expect("running fleet")
-}
-
-fn ok(url: &str, args: &[&str]) -> String {
-    let o = fleet(url, args);
-    assert!(
-        o.status.success(),
-        "fleet {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// JSON without its layout.
-fn compact(json: &str) -> String {
-    json.split_whitespace().collect()
-}
+use support::remote::{
+    compact, fleet, metrics_addr, ok, raw, readyz, serve_config, subscribed, until,
+};
+use support::{beat, bounded};
 
 async fn set() -> SentinelSet {
     bounded("the sentinel set to start", SentinelSet::start())
         .await
         .expect("starting the sentinel set")
-}
-
-/// A raw command on the server at `url` (a plain URL of one server of the set).
-async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
-    let mut c = Endpoint::new(url, Duration::from_secs(2))
-        .connect()
-        .await
-        .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query_async(&mut c).await
-}
-
-/// Polls `check` every 50 ms until it holds, within `bound`; says what it waited for.
-async fn until(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + bound;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {bound:?}: {what}"
-        );
-        // Polling another process's state: nothing wakes this test sooner.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
@@ -171,38 +123,6 @@ async fn a_running_agent_keeps_beating_across_a_failover() {
     assert!(state.contains(r#""state":"UP""#), "{state}");
 }
 
-fn serve_config(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
-    let path = dir.join("fleet.yaml");
-    let beat = r#"["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl"#;
-    std::fs::write(
-        &path,
-        format!(
-            r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 2
-    readiness_taints: []
-    startup: {{ command: {beat} 1h"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
-    shutdown: {{ command: {beat} 0"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-  - {{ name: bench-02, group: pool-a }}
-"#,
-            bin = env!("CARGO_BIN_EXE_fleet"),
-        ),
-    )
-    .unwrap();
-    path
-}
-
-async fn readyz(addr: &str) -> u16 {
-    let addr = addr.to_owned();
-    tokio::task::spawn_blocking(move || http_get(&addr, "/readyz").0)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
     let mut set = set().await;
@@ -221,11 +141,7 @@ async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
     ];
     let mut serve = support::Serve::start_at("serve", &url, &config, &args);
     let started = serve.log(&["fleet serve started"]).await;
-    let addr = started
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics="))
-        .expect("the start line names the metrics address")
-        .to_owned();
+    let addr = metrics_addr(&started);
     ok(&url, &["claim", "bench-01"]);
     serve.log(&["claim moved", "to=ready"]).await;
     until(
@@ -236,25 +152,13 @@ async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
     .await;
 
     // The wake listener is subscribed on the primary (SPEC §4.5)...
-    let subscribed = async |url: String| {
-        let reply: Vec<redis::Value> = raw(
-            &url,
-            &[
-                "PUBSUB",
-                "SHARDNUMSUB",
-                &fleet::store::keys::Keys::default().wake_channel(),
-            ],
-        )
-        .await
-        .unwrap_or_default();
-        matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
-    };
+    let channel = fleet::store::keys::Keys::default().wake_channel();
     let old = set.primary_port().await.unwrap();
     let old_url = set.direct_url(old);
     until(
         "the wake listener on the primary",
         Duration::from_secs(10),
-        async || subscribed(old_url.clone()).await,
+        async || subscribed(&old_url, &channel).await,
     )
     .await;
     let failover = bounded("the failover", set.kill_primary()).await.unwrap();
@@ -266,7 +170,7 @@ async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
     until(
         "the wake listener on the new primary",
         Duration::from_secs(15),
-        async || subscribed(new_url.clone()).await,
+        async || subscribed(&new_url, &channel).await,
     )
     .await;
     // The controller's passes go on against the new primary: a new claim reaches ready, and
@@ -295,20 +199,14 @@ async fn serve_keeps_passing_and_claims_reach_ready_across_a_failover() {
 }
 
 #[test]
-fn a_bad_sentinel_url_is_exit_2_naming_what_is_valid_and_never_the_password() {
+fn a_bad_sentinel_or_cluster_url_is_exit_2_naming_what_is_valid_and_never_the_password() {
     for (url, said) in [
         ("redis+sentinel://u:hunter2@127.0.0.1:1", "no master name"),
         ("redis+sentinel://u:hunter2@127.0.0.1:x/m", "port"),
         ("redis+sentinel://u:hunter2@/m", "no host"),
         ("redis+sentinel://u:hunter2@h/m/x", "database"),
-        (
-            "redis+cluster://u:hunter2@h:7000",
-            "Cluster is not supported yet",
-        ),
-        (
-            "rediss+cluster://u:hunter2@h:7000",
-            "Cluster is not supported yet",
-        ),
+        ("redis+cluster://u:hunter2@h:7000/0", "no path"),
+        ("rediss+cluster://u:hunter2@h:x", "port"),
     ] {
         for verb in [&["state"][..], &["beat", "b1"], &["agent", "b1"]] {
             let o = fleet(url, verb);

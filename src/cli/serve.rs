@@ -402,13 +402,16 @@ impl Args {
             health,
         )
         .with_nodes(nodes)
-        .with_replicas(Replicas::new(
-            acks,
-            ctx.keys.clone(),
-            self.min_replica_acks.map_or(Wanted::Auto, Wanted::Exactly),
-            // A leader waiting for replicas must still renew its lease in time.
-            ctx.endpoint.timeout.min(self.lease / 2),
-        ))
+        .with_replicas(
+            Replicas::new(
+                acks.clone(),
+                ctx.keys.clone(),
+                self.min_replica_acks.map_or(Wanted::Auto, Wanted::Exactly),
+                // A leader waiting for replicas must still renew its lease in time.
+                ctx.endpoint.timeout.min(self.lease / 2),
+            )
+            .per_slot(acks.is_cluster()),
+        )
         .with_lease(lease)
         .announcing(signal)
         .with_faults(Faults {

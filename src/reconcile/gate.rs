@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use tracing::warn;
 
 use crate::domain::claim::{Claim, OperationKind};
-use crate::domain::name::BenchName;
+use crate::domain::name::{BenchName, GroupName};
 use crate::domain::slot::Recorded;
 use crate::lifecycle::Runner;
 use crate::store::replicas::Acks;
@@ -26,7 +26,7 @@ where
     /// Runs an operation whose record landed though its reply was lost, or that the replicas
     /// had not acknowledged (SPEC §5.6), once they have.
     pub(super) async fn run_recorded(&mut self, a: &mut Acting<'_>, recorded: Recorded) -> bool {
-        if !self.replicated(&a.slot.name).await {
+        if !self.replicated(&a.group.name, &a.slot.name).await {
             // The next pass finds the record again and asks again.
             self.memory.uncertain.insert(a.slot.name.clone(), recorded);
             return false;
@@ -45,7 +45,7 @@ where
         claim: Option<Claim>,
         started_at: DateTime<Utc>,
     ) -> bool {
-        if !self.replicated(&a.slot.name).await {
+        if !self.replicated(&a.group.name, &a.slot.name).await {
             // Recorded but not fired: the next pass runs it once the store still holds its
             // record and the replicas have it (RunRecorded).
             // Not in this controller's memory of fired operations either: that memory outlives
@@ -68,11 +68,11 @@ where
     /// Whether the writes so far reached the replicas (SPEC §5.6), before a power action on
     /// `slot`: always without a gate; never when the acknowledgements fall short or the gate
     /// cannot be asked (the operation waits for the next pass, recorded).
-    async fn replicated(&self, slot: &BenchName) -> bool {
+    async fn replicated(&self, group: &GroupName, slot: &BenchName) -> bool {
         let Some(replicas) = &self.replicas else {
             return true;
         };
-        match replicas.confirm().await {
+        match replicas.confirm(group).await {
             Ok(Acks::NotWanted | Acks::Confirmed { .. }) => true,
             Ok(Acks::Short { acked, wanted }) => {
                 warn!(%slot, acked, wanted, "the replicas did not acknowledge the operation's record in time; not firing it (the next pass asks again)");

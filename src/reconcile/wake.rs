@@ -7,7 +7,9 @@
 //!   A listener task holds a RESP3 connection of its own, subscribed with `SSUBSCRIBE` (redis-rs's
 //!   `aio::PubSub` has none), and every message it hears asks for a pass. It subscribes again
 //!   whenever the subscription ends: an unsubscribe the server sends (a slot that moved, in a
-//!   Cluster), a disconnection, a ping left unanswered. After each subscription it asks for one
+//!   Cluster), a disconnection, a ping left unanswered. On a Redis Cluster the listener's
+//!   connection is a Cluster connection of its own (RESP3, redis-rs's `ssubscribe`), which sends
+//!   the subscription to the node of the channel's slot. After each subscription it asks for one
 //!   pass, since a change announced while nobody listened is lost.
 //! - **Deadlines.** Each pass's read holds every key's deadline; the controller sets a timer at
 //!   the earliest (`domain::wake::expiry`, converted to a local instant from the moment the read
@@ -20,7 +22,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -32,6 +33,7 @@ use crate::store::conn::Conn;
 use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::presence::Snapshot;
+use crate::store::url::{ClusterUrl, Target};
 
 /// How long the listener waits before subscribing again after a failure, at first and at most
 /// (doubling in between).
@@ -74,6 +76,8 @@ enum Source {
     /// The primary a Sentinel URL names, asked for again at every subscription, so the listener
     /// follows a failover.
     Primary(Conn),
+    /// A Redis Cluster: the node of the channel's slot, found again at every subscription.
+    Cluster(Endpoint, ClusterUrl),
 }
 
 /// `client`, switched to RESP3: a push needs it.
@@ -117,7 +121,7 @@ impl Wake {
         }
     }
 
-    /// The RESP3 client of the listener's next connection.
+    /// The RESP3 client of the listener's next connection to one server.
     async fn client(&self) -> Result<Client, redis::RedisError> {
         match &self.source {
             Source::Server(client) => resp3(client),
@@ -128,22 +132,32 @@ impl Wake {
                     "a connection of one server has no primary to follow",
                 ))),
             },
+            Source::Cluster(..) => Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a Cluster has no one server to listen on",
+            ))),
         }
     }
 }
 
 impl Wake {
     /// The wake of `endpoint`'s server when its URL names one server; for a Sentinel URL, of the
-    /// primary `conn` follows (a connection opened from the same endpoint).
+    /// primary `conn` follows (a connection opened from the same endpoint); for a Cluster URL,
+    /// of the node that holds the channel's slot.
     pub fn of_endpoint(endpoint: &Endpoint, conn: &Conn, keys: &Keys) -> Option<Self> {
         if let Ok(client) = endpoint.client() {
             return Some(Wake::new(&client, keys, endpoint.timeout));
         }
-        let followed = matches!(
-            endpoint.target(),
-            Ok(crate::store::url::Target::Sentinel(_))
-        );
-        followed.then(|| Wake::following(conn.clone(), keys, endpoint.timeout))
+        let source = match endpoint.target() {
+            Ok(Target::Sentinel(_)) => Source::Primary(conn.clone()),
+            Ok(Target::Cluster(url)) => Source::Cluster(endpoint.clone(), url),
+            Ok(Target::Single) | Err(_) => return None,
+        };
+        Some(Wake {
+            source,
+            channel: keys.wake_channel(),
+            timeout: endpoint.timeout,
+        })
     }
 }
 
@@ -276,14 +290,23 @@ async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
 }
 
 /// A connection of the listener's own, subscribed to the wake channel, and its pushes.
-async fn subscribe(
-    wake: &Wake,
-) -> Result<(MultiplexedConnection, mpsc::UnboundedReceiver<PushInfo>), WakeError> {
+async fn subscribe(wake: &Wake) -> Result<(Conn, mpsc::UnboundedReceiver<PushInfo>), WakeError> {
     let failed = |source| WakeError::Subscribe {
         channel: wake.channel.clone(),
         source,
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    if let Source::Cluster(endpoint, url) = &wake.source {
+        let mut conn = endpoint.cluster(url, Some(tx)).await.map_err(|e| {
+            failed(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connecting to the cluster",
+                e.to_string(),
+            )))
+        })?;
+        conn.ssubscribe(&wake.channel).await.map_err(failed)?;
+        return Ok((Conn::from(conn), rx));
+    }
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(wake.timeout))
         .set_response_timeout(Some(wake.timeout))
@@ -301,12 +324,12 @@ async fn subscribe(
         .query_async::<redis::Value>(&mut conn)
         .await
         .map_err(failed)?;
-    Ok((conn, rx))
+    Ok((Conn::from(conn), rx))
 }
 
 /// Follows one subscription until it ends (`Some(why)`) or `stop` (`None`).
 async fn follow(
-    mut conn: MultiplexedConnection,
+    mut conn: Conn,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
     requested: &Notify,
     stop: &CancellationToken,

@@ -10,6 +10,7 @@
 //! one round trip (`read_all`). The decoding is pure and never panics: a value fleet did not
 //! write is an error naming the key and what is wrong, and spoils no other slot.
 
+use super::conn::{Order, query_by_tag};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -219,20 +220,23 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
         let Some((first, _)) = asked.first() else {
             return Ok(groups.iter().map(|_| Vec::new()).collect());
         };
-        let mut pipe = redis::pipe();
-        for (group, slots) in &asked {
-            let g = self.keys.group(group);
-            pipe.cmd("MGET")
-                .arg(slots.iter().map(|s| g.bmc(s)).collect::<Vec<_>>());
-        }
-        let mut conn = self.conn.clone();
-        let replies: Vec<Vec<Option<String>>> =
-            pipe.query_async(&mut conn)
-                .await
-                .map_err(|source| BmcError::Read {
-                    group: first.clone(),
-                    source,
-                })?;
+        // One MGET a group: a group's keys share its hash tag (one Cluster slot).
+        let parts: Vec<redis::Pipeline> = asked
+            .iter()
+            .map(|(group, slots)| {
+                let g = self.keys.group(group);
+                let mut part = redis::pipe();
+                part.cmd("MGET")
+                    .arg(slots.iter().map(|s| g.bmc(s)).collect::<Vec<_>>());
+                part
+            })
+            .collect();
+        let replies: Vec<Vec<Option<String>>> = query_by_tag(&self.conn, &parts, Order::Any)
+            .await
+            .map_err(|source| BmcError::Read {
+                group: first.clone(),
+                source,
+            })?;
         let mut replies = replies.into_iter();
         Ok(groups
             .iter()

@@ -11,6 +11,7 @@
 //! own: the slots' statuses and digests in `slots`, the groups in `groups`, the operation records
 //! in `operations`.
 
+use super::conn::{Order, query_by_tag};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -424,16 +425,19 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for group in groups {
-            let g = self.keys.group(group);
-            pipe.add_command(
-                eval_ro(READ_GROUP, &[g.claims(), g.operations()])
-                    .arg(g.claim_prefix())
-                    .to_owned(),
-            );
-        }
-        let mut conn = self.conn.clone();
+        let parts: Vec<redis::Pipeline> = groups
+            .iter()
+            .map(|group| {
+                let g = self.keys.group(group);
+                let mut part = redis::pipe();
+                part.add_command(
+                    eval_ro(READ_GROUP, &[g.claims(), g.operations()])
+                        .arg(g.claim_prefix())
+                        .to_owned(),
+                );
+                part
+            })
+            .collect();
         type Reply = (
             (String, String),
             Vec<String>,
@@ -441,7 +445,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             Vec<(String, String)>,
         );
         let replies: Vec<Reply> =
-            pipe.query_async(&mut conn)
+            query_by_tag(&self.conn, &parts, Order::Any)
                 .await
                 .map_err(|source| ClaimStoreError::ReadGroup {
                     group: groups[0].clone(),
@@ -489,10 +493,15 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .collect()
     }
 
-    /// The server's time: every claim time is on the store's clock.
+    /// The server's time: every claim time is on the store's clock. The `EXISTS` of a key of
+    /// the prefix's tag routes the pipeline on a Cluster: the clock is the node's that holds the
+    /// lease, not a random node's.
     pub async fn now(&self) -> Result<DateTime<Utc>, ClaimStoreError> {
         let mut conn = self.conn.clone();
-        let (secs, micros): (String, String) = redis::cmd("TIME")
+        let (_, (secs, micros)): (i64, (String, String)) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(self.keys.leader())
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(|e| ClaimStoreError::Reply(format!("TIME failed: {e}")))?;

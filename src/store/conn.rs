@@ -1,5 +1,6 @@
-//! fleet's connection to Redis, whatever the URL (SPEC §2.7): one server, or the primary a
-//! Sentinel URL names, followed across failovers (`store::sentinel`).
+//! fleet's connection to Redis, whatever the URL (SPEC §2.7): one server, the primary a
+//! Sentinel URL names, followed across failovers (`store::sentinel`), or a Redis Cluster
+//! (`store::cluster`).
 //!
 //! A [`Conn`] is cheap to clone (every clone shares one connection) and implements
 //! `redis::aio::ConnectionLike`, so every store takes it. It never runs a command twice: a call
@@ -9,7 +10,8 @@
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, RedisFuture, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, RedisFuture, RedisResult, Value};
 
 use super::connect::{ConnectError, Endpoint};
 use super::sentinel::Followed;
@@ -31,37 +33,40 @@ enum Inner {
     Manager(ConnectionManager),
     /// The primary of a Sentinel URL, found again after a failed call.
     Sentinel(Arc<Followed>),
+    /// A Redis Cluster: each call goes to the node of its keys' hash slot.
+    Cluster(ClusterConnection),
+}
+
+/// Whether the parts of [`query_by_tag`] may run in any order, or must run in the order
+/// written (a write whose effect the next part's read must see).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    Any,
+    AsWritten,
 }
 
 impl Endpoint {
     /// A connection for a command-line verb, bounded by the call timeout: one multiplexed
-    /// connection to one server (checked with a `PING`), or the primary a Sentinel URL names
-    /// (checked with `ROLE`). A Cluster URL is refused as not supported yet (exit 2).
+    /// connection to one server (checked with a `PING`), the primary a Sentinel URL names
+    /// (checked with `ROLE`), or a Cluster (every node it reached checked with a `PING`).
     pub async fn open(&self) -> Result<Conn, ConnectError> {
         let inner = match self.target()? {
             Target::Single => Inner::Multiplexed(self.connect().await?),
             Target::Sentinel(url) => Inner::Sentinel(Arc::new(Followed::open(self, url).await?)),
-            Target::Cluster(_) => {
-                return Err(ConnectError::ClusterUnsupported {
-                    url: self.redacted(),
-                });
-            }
+            Target::Cluster(url) => Inner::Cluster(self.cluster(&url, None).await?),
         };
         Ok(Conn { inner })
     }
 
     /// A connection for a long-running process (`fleet serve`, `fleet agent`): after a failed
     /// call it reconnects, to the same server or to the primary the sentinels name then, and
-    /// the caller retries on its own schedule.
+    /// the caller retries on its own schedule. A Cluster connection reconnects each node on its
+    /// own and reads the slot map again after a MOVED.
     pub async fn open_lasting(&self) -> Result<Conn, ConnectError> {
         let inner = match self.target()? {
             Target::Single => Inner::Manager(self.manager().await?),
             Target::Sentinel(url) => Inner::Sentinel(Arc::new(Followed::open(self, url).await?)),
-            Target::Cluster(_) => {
-                return Err(ConnectError::ClusterUnsupported {
-                    url: self.redacted(),
-                });
-            }
+            Target::Cluster(url) => Inner::Cluster(self.cluster(&url, None).await?),
         };
         Ok(Conn { inner })
     }
@@ -73,7 +78,62 @@ impl Conn {
     pub async fn primary_client(&self) -> Option<redis::RedisResult<redis::Client>> {
         match &self.inner {
             Inner::Sentinel(followed) => Some(followed.primary_client().await),
-            Inner::Multiplexed(_) | Inner::Manager(_) => None,
+            Inner::Multiplexed(_) | Inner::Manager(_) | Inner::Cluster(_) => None,
+        }
+    }
+
+    /// Whether this is a Redis Cluster's connection: a pipeline stays in one hash slot, and the
+    /// replicas of each slot's node are waited for on their own (`store::replicas`).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+}
+
+/// Runs `parts` and returns their replies in order, as one pipeline of all their commands would.
+/// Each part's keys share one hash tag (a group's, say), and no part ignores a reply.
+///
+/// The parts go as one pipeline: one round trip. A Cluster's connection refuses a pipeline across
+/// hash slots before sending anything (CROSSSLOT, redis-rs's own check): then each part goes as a
+/// pipeline of its own, all sent together (`Order::Any`: still one round trip's wait) or one
+/// after another (`Order::AsWritten`). So the stores take any connection, and a read across
+/// groups costs a single Redis one round trip and a Cluster one per group.
+pub async fn query_by_tag<C, T>(conn: &C, parts: &[redis::Pipeline], order: Order) -> RedisResult<T>
+where
+    C: ConnectionLike + Clone + Send,
+    T: FromRedisValue,
+{
+    let mut all = redis::pipe();
+    for cmd in parts.iter().flat_map(redis::Pipeline::cmd_iter) {
+        all.add_command(cmd.clone());
+    }
+    let replies: Vec<Value> = match all.query_async(&mut conn.clone()).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot) => {
+            let run = |part: &redis::Pipeline| {
+                let mut conn = conn.clone();
+                let part = part.clone();
+                async move { part.query_async::<Vec<Value>>(&mut conn).await }
+            };
+            let each = match order {
+                Order::Any => futures::future::try_join_all(parts.iter().map(run)).await?,
+                Order::AsWritten => {
+                    let mut each = Vec::with_capacity(parts.len());
+                    for part in parts {
+                        each.push(run(part).await?);
+                    }
+                    each
+                }
+            };
+            each.into_iter().flatten().collect()
+        }
+        other => other?,
+    };
+    Ok(redis::from_redis_value(Value::Array(replies))?)
+}
+
+impl From<ClusterConnection> for Conn {
+    fn from(conn: ClusterConnection) -> Self {
+        Conn {
+            inner: Inner::Cluster(conn),
         }
     }
 }
@@ -100,6 +160,7 @@ impl ConnectionLike for Conn {
             Inner::Multiplexed(c) => c.req_packed_command(cmd),
             Inner::Manager(c) => c.req_packed_command(cmd),
             Inner::Sentinel(s) => Box::pin(async move { s.command(cmd).await }),
+            Inner::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -115,6 +176,7 @@ impl ConnectionLike for Conn {
             Inner::Sentinel(s) => {
                 Box::pin(async move { s.commands(pipeline, offset, count).await })
             }
+            Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -123,6 +185,7 @@ impl ConnectionLike for Conn {
             Inner::Multiplexed(c) => c.get_db(),
             Inner::Manager(c) => c.get_db(),
             Inner::Sentinel(s) => s.db(),
+            Inner::Cluster(c) => c.get_db(),
         }
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! `redis://`, `rediss://` (TLS, with an optional CA file) and `redis+unix://` URLs are accepted,
 //! with `user:password@` for ACL users. Errors name the URL with its password redacted. A
-//! Sentinel URL (`store::url`) is followed by `store::conn::Conn` (`Endpoint::open`); the plain
-//! connections made here refuse it, saying so, and a Cluster URL is refused as not supported yet.
+//! Sentinel URL (`store::url`) is followed, and a Cluster URL spoken (`store::cluster`), by
+//! `store::conn::Conn` (`Endpoint::open`); the plain connections made here refuse both, saying so.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,8 +15,9 @@ use super::url::{self, Target};
 
 /// Every URL form fleet takes, for the messages that refuse one.
 pub const VALID_URLS: &str = "use redis://[user:password@]host:port[/db], rediss://... for TLS, \
-     redis+unix:///path/to/redis.sock, or redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db] \
-     (rediss+sentinel://... for TLS)";
+     redis+unix:///path/to/redis.sock, redis+sentinel://[user:password@]host:port[,host:port...]/MASTER_NAME[/db] \
+     (rediss+sentinel://... for TLS), or redis+cluster://[user:password@]host:port[,host:port...] \
+     (rediss+cluster://... for TLS)";
 
 /// The default Redis URL.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -42,15 +43,11 @@ pub enum ConnectError {
     /// A Sentinel or Cluster URL that fleet's own reader refuses (`store::url`).
     #[error("invalid Redis URL {url}: {why}; {VALID_URLS}")]
     Malformed { url: String, why: String },
+    /// A Sentinel or Cluster URL given to code that makes one plain connection (`connect`,
+    /// `manager`).
     #[error(
-        "Redis Cluster is not supported yet ({url}): use redis://, rediss:// or \
-         redis+sentinel://...; see issue 15"
-    )]
-    ClusterUnsupported { url: String },
-    /// A Sentinel URL given to code that makes one plain connection (`connect`, `manager`).
-    #[error(
-        "{url} is a Sentinel URL, and this takes one server's (redis://, rediss:// or \
-         redis+unix://)"
+        "{url} is a Sentinel or Cluster URL, and this takes one server's (redis://, rediss:// \
+         or redis+unix://)"
     )]
     NotPlain { url: String },
     #[error("reading the Redis CA file {path}")]
@@ -71,7 +68,6 @@ impl ConnectError {
             self,
             ConnectError::InvalidUrl { .. }
                 | ConnectError::Malformed { .. }
-                | ConnectError::ClusterUnsupported { .. }
                 | ConnectError::NotPlain { .. }
                 | ConnectError::CaFile { .. }
         )
@@ -114,12 +110,9 @@ impl Endpoint {
         redact(&self.url)
     }
 
-    /// What the URL asks to reach. A Cluster URL is refused here: not supported yet.
+    /// What the URL asks to reach.
     pub fn target(&self) -> Result<Target, ConnectError> {
         match url::parse(&self.url) {
-            Ok(Target::Cluster(_)) => Err(ConnectError::ClusterUnsupported {
-                url: self.redacted(),
-            }),
             Ok(target) => Ok(target),
             Err(why) => Err(ConnectError::Malformed {
                 url: self.redacted(),
@@ -130,15 +123,17 @@ impl Endpoint {
 
     /// Validates the URL of any form fleet takes, and reads the CA file, without connecting.
     pub fn check(&self) -> Result<(), ConnectError> {
-        if let Target::Sentinel(s) = self.target()? {
+        match self.target()? {
             // The primary's URL as it will be built: the user info must read as redis-rs reads
             // a plain URL's.
-            let (host, port) = &s.sentinels[0];
-            return self
-                .client_for(&s.server_url(host, *port, true, s.db))
-                .map(|_| ());
+            Target::Sentinel(s) => {
+                let (host, port) = &s.sentinels[0];
+                self.client_for(&s.server_url(host, *port, true, s.db))
+                    .map(|_| ())
+            }
+            Target::Cluster(c) => self.cluster_client(&c, None).map(|_| ()),
+            Target::Single => self.client().map(|_| ()),
         }
-        self.client().map(|_| ())
     }
 
     /// Builds the client of a one-server URL, validating it without connecting.
@@ -389,7 +384,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// TLS goes through rustls with the ring provider; installing it twice is harmless.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
@@ -532,19 +527,24 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_connection_refuses_a_sentinel_url_and_every_cluster_url_is_refused() {
+    fn a_plain_connection_refuses_a_sentinel_or_cluster_url() {
         let e = |url: &str| Endpoint::new(url, Duration::from_secs(1));
         let sentinel = e("redis+sentinel://u:hunter2@h:1/m");
         assert!(sentinel.check().is_ok());
         let err = sentinel.client().unwrap_err();
         assert!(matches!(err, ConnectError::NotPlain { .. }), "{err}");
-        for url in ["redis+cluster://u:hunter2@h:1", "rediss+cluster://h"] {
-            let err = e(url).check().unwrap_err();
-            assert!(err.to_string().contains("not supported yet"), "{err}");
-        }
+        let cluster = e("redis+cluster://u:hunter2@h:1,h:2");
+        assert!(cluster.check().is_ok());
+        let refused = cluster.client().unwrap_err();
+        assert!(
+            matches!(refused, ConnectError::NotPlain { .. }),
+            "{refused}"
+        );
         let err = e("redis+sentinel://u:hunter2@h:1").check().unwrap_err();
         assert!(err.is_invalid_input(), "{err}");
-        for err in [err, sentinel.client().unwrap_err()] {
+        let no_path = e("redis+cluster://u:hunter2@h:1/0").check().unwrap_err();
+        assert!(no_path.is_invalid_input(), "{no_path}");
+        for err in [err, no_path, refused, sentinel.client().unwrap_err()] {
             let text = err.to_string();
             assert!(!text.contains("hunter2"), "{text}");
         }

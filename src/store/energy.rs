@@ -11,6 +11,7 @@
 //! decoding is pure and never panics on a foreign write (a field it cannot read is skipped,
 //! with the reason).
 
+use super::conn::{Order, query_by_tag};
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -189,26 +190,43 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         &self,
         asked: &[(GroupName, Vec<BenchName>)],
     ) -> Result<(Vec<Vec<Stored>>, DateTime<Utc>), EnergyError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
-        for (group, slots) in asked {
-            let g = self.keys.group(group);
-            for slot in slots {
-                pipe.cmd("HGETALL").arg(g.energy(slot));
-            }
+        // One part a group (a group's ledgers share its hash tag: one Cluster slot); TIME rides
+        // in the first, so on a Cluster it is the clock of a node that holds ledgers.
+        let mut parts: Vec<redis::Pipeline> = asked
+            .iter()
+            .map(|(group, slots)| {
+                let g = self.keys.group(group);
+                let mut part = redis::pipe();
+                for slot in slots {
+                    part.cmd("HGETALL").arg(g.energy(slot));
+                }
+                part
+            })
+            .collect();
+        let mut first = redis::pipe();
+        first.cmd("TIME");
+        for cmd in parts
+            .first()
+            .into_iter()
+            .flat_map(redis::Pipeline::cmd_iter)
+        {
+            first.add_command(cmd.clone());
         }
-        let mut conn = self.conn.clone();
-        let (mut replies, time): (Vec<redis::Value>, (String, String)) = {
-            let mut all: Vec<redis::Value> = pipe
-                .query_async(&mut conn)
+        match parts.first_mut() {
+            Some(part) => *part = first,
+            None => parts.push(first),
+        }
+        let (mut replies, time) = {
+            let all: Vec<redis::Value> = query_by_tag(&self.conn, &parts, Order::Any)
                 .await
                 .map_err(|source| EnergyError::View { source })?;
-            if all.is_empty() {
+            let mut all = all.into_iter();
+            let Some(time) = all.next() else {
                 return Err(EnergyError::Reply(
                     "the pipeline returned nothing".to_owned(),
                 ));
-            }
-            let time = redis::from_redis_value(all.remove(0))
+            };
+            let time: (String, String) = redis::from_redis_value(time)
                 .map_err(|e| EnergyError::Reply(format!("TIME: {e}")))?;
             (all, time)
         };
@@ -218,12 +236,12 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         for (_, slots) in asked {
             let mut group = Vec::with_capacity(slots.len());
             for _ in slots {
-                if replies.is_empty() {
+                let Some(reply) = replies.next() else {
                     return Err(EnergyError::Reply(
                         "a ledger is missing from the reply".to_owned(),
                     ));
-                }
-                let fields: HashMap<String, String> = redis::from_redis_value(replies.remove(0))
+                };
+                let fields: HashMap<String, String> = redis::from_redis_value(reply)
                     .map_err(|e| EnergyError::Reply(format!("a ledger: {e}")))?;
                 group.push(decode(fields));
             }

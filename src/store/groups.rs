@@ -3,6 +3,7 @@
 //! group's target size, and its last scaling call. Every call is one round trip; forgetting a
 //! group takes a second only to put it back (see `forget_group`).
 
+use super::conn::{Order, query_by_tag};
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 
@@ -60,17 +61,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         group: &GroupName,
         timings: &Timings,
     ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn();
-        let (claims,): (usize,) = redis::pipe()
+        // The HDEL before the ZCARD: a claim created after the count records its group again.
+        let mut forget = redis::pipe();
+        forget
             .cmd("HDEL")
             .arg(self.keys().groups())
-            .arg(group.as_str())
-            .ignore()
-            .cmd("ZCARD")
-            .arg(self.keys().group(group).claims())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::Groups { source })?;
+            .arg(group.as_str());
+        let mut count = redis::pipe();
+        count.cmd("ZCARD").arg(self.keys().group(group).claims());
+        let (_, claims): (i64, usize) =
+            query_by_tag(&self.conn(), &[forget, count], Order::AsWritten)
+                .await
+                .map_err(|source| ClaimStoreError::Groups { source })?;
         if claims == 0 {
             return Ok(true);
         }

@@ -223,6 +223,13 @@ impl Keys {
 }
 
 impl GroupKeys {
+    /// The group's replication counter, on a Redis Cluster: the group's writes are on the node
+    /// of its own hash slot, whose replicas the controller waits for beside those of the
+    /// prefix's node (SPEC §5.6).
+    pub fn replicated(&self) -> String {
+        format!("{}:replicated", self.tag)
+    }
+
     /// One claim: its JSON. Deleted when the claim is cancelled or collected.
     pub fn claim(&self, name: &ClaimName) -> String {
         format!("{}{}", self.claim_prefix(), name)

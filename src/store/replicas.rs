@@ -23,6 +23,7 @@ use redis::aio::ConnectionLike;
 use tokio::sync::Mutex;
 
 use super::keys::Keys;
+use crate::domain::name::GroupName;
 
 /// How many replicas must acknowledge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +72,9 @@ pub struct Replicas<C> {
     /// answer is the same without asking, so a pass with several held-back actions blocks for
     /// one WAIT, not one each (the leader must still renew its lease in time).
     short: Arc<Mutex<Option<(u32, Instant)>>>,
+    /// On a Redis Cluster: a group's writes are on its own slot's node, so its counter is
+    /// waited for too.
+    per_slot: bool,
 }
 
 impl<C: ConnectionLike + Clone + Send> Replicas<C> {
@@ -86,12 +90,23 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
             wait: (call_timeout * 3 / 4).max(Duration::from_millis(1)),
             known: Arc::new(Mutex::new(None)),
             short: Arc::new(Mutex::new(None)),
+            per_slot: false,
         }
     }
 
-    /// Proves that every write the primary executed so far reached the wanted replicas. One
-    /// round trip (two when the replica count is read again).
-    pub async fn confirm(&self) -> Result<Acks, ReplicasError> {
+    /// For a Redis Cluster's connection: `WAIT` covers only the node it runs on, and a group's
+    /// records and fences are on its own slot's node, the lease and the written mark on the
+    /// prefix's. So each is proven on its node, one after the other, each WAIT given half the
+    /// bound. The replica count of `Wanted::Auto` is the prefix's node's.
+    pub fn per_slot(mut self, per_slot: bool) -> Self {
+        self.per_slot = per_slot;
+        self
+    }
+
+    /// Proves that every write the primary executed so far, `group`'s included, reached the
+    /// wanted replicas. One round trip (two when the replica count is read again; one more on a
+    /// Cluster, for the group's node).
+    pub async fn confirm(&self, group: &GroupName) -> Result<Acks, ReplicasError> {
         let wanted = match self.wanted {
             Wanted::Exactly(n) => n,
             Wanted::Auto => self.connected().await?.min(1),
@@ -104,18 +119,29 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
         {
             return Ok(Acks::Short { acked, wanted });
         }
-        let ms = u64::try_from(self.wait.as_millis()).unwrap_or(u64::MAX);
-        let mut conn = self.conn.clone();
-        let (_, acked): (i64, i64) = redis::pipe()
-            .cmd("INCR")
-            .arg(self.keys.replicated())
-            .cmd("WAIT")
-            .arg(wanted)
-            .arg(ms)
-            .query_async(&mut conn)
-            .await
-            .map_err(ReplicasError::Wait)?;
-        let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
+        let mut counters = vec![self.keys.replicated()];
+        if self.per_slot {
+            counters.push(self.keys.group(group).replicated());
+        }
+        let wait = self.wait / u32::try_from(counters.len()).unwrap_or(1);
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut acked = u32::MAX;
+        for counter in counters {
+            let mut conn = self.conn.clone();
+            let (_, on_node): (i64, i64) = redis::pipe()
+                .cmd("INCR")
+                .arg(counter)
+                .cmd("WAIT")
+                .arg(wanted)
+                .arg(ms)
+                .query_async(&mut conn)
+                .await
+                .map_err(ReplicasError::Wait)?;
+            acked = acked.min(u32::try_from(on_node.max(0)).unwrap_or(u32::MAX));
+            if acked < wanted {
+                break;
+            }
+        }
         if acked >= wanted {
             *self.short.lock().await = None;
             Ok(Acks::Confirmed { acked, wanted })
@@ -140,8 +166,13 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
         {
             return Ok(n);
         }
+        // The `EXISTS` of the counter routes the pipeline on a Cluster: the role asked is that of
+        // the node holding the prefix's keys, not a random node's.
         let mut conn = self.conn.clone();
-        let role: redis::Value = redis::cmd("ROLE")
+        let (_, role): (i64, redis::Value) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(self.keys.replicated())
+            .cmd("ROLE")
             .query_async(&mut conn)
             .await
             .map_err(ReplicasError::Role)?;

@@ -6,6 +6,7 @@
 //! The claims themselves are in `claims`: a claim's terminal write leaves its slot's digest, in
 //! the same script.
 
+use super::conn::{Order, query_by_tag};
 use redis::aio::ConnectionLike;
 
 use crate::domain::claim::LastClaim;
@@ -130,15 +131,13 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let Some((first, _)) = groups.first() else {
             return Ok(Vec::new());
         };
-        let mut conn = self.conn();
-        let replies: Vec<redis::Value> = self
-            .views_pipeline(groups)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-            group: first.clone(),
-            source,
-        })?;
+        let replies: Vec<redis::Value> =
+            query_by_tag(&self.conn(), &self.views_parts(groups), Order::Any)
+                .await
+                .map_err(|source| ClaimStoreError::ReadSlots {
+                    group: first.clone(),
+                    source,
+                })?;
         let mut replies = replies.into_iter();
         groups
             .iter()
@@ -146,10 +145,12 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .collect()
     }
 
-    /// Three commands a group: its scale record, its slots' statuses, their digests.
-    fn views_pipeline(&self, groups: &[(GroupName, Vec<BenchName>)]) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
+    /// Three commands a group: its scale record, its slots' statuses, their digests; one part a
+    /// group (its keys share its hash tag: one Cluster slot).
+    fn views_parts(&self, groups: &[(GroupName, Vec<BenchName>)]) -> Vec<redis::Pipeline> {
+        let mut parts = Vec::with_capacity(groups.len());
         for (group, slots) in groups {
+            let mut pipe = redis::pipe();
             let g = self.keys().group(group);
             pipe.cmd("GET").arg(g.last_scale());
             // MGET needs a key: an empty group asks for its scale record twice instead.
@@ -165,8 +166,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             } else {
                 digests
             });
+            parts.push(pipe);
         }
-        pipe
+        parts
     }
 
     /// Writes slot statuses, in one round trip, fenced like every controller write.

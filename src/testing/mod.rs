@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use crate::store::connect::Endpoint;
 
+mod cluster;
 mod sentinel;
+pub use cluster::RedisCluster;
 pub use sentinel::{Failover, MASTER, SentinelSet};
 
 /// How long a fresh server may take to say it is ready.
@@ -38,6 +40,8 @@ pub enum ServerError {
     NotReady { log: String },
     #[error("the Sentinel setup: {0}")]
     Sentinel(String),
+    #[error("the Redis Cluster: {0}")]
+    Cluster(String),
 }
 
 /// How to start a server.

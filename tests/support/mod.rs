@@ -1,6 +1,8 @@
 //! Shared test helpers: a private redis-server per test, connections and names.
 #![allow(dead_code)]
 
+pub mod remote;
+
 use std::time::Duration;
 
 use fleet::domain::name::{BenchName, Reason};
@@ -115,18 +117,25 @@ impl Serve {
     }
 
     /// Reads the log until a line contains every one of `words`.
+    /// On a timeout it fails showing the last lines it read, so the failure says why.
     pub async fn log(&mut self, words: &[&str]) -> String {
         let name = self.name;
-        bounded(&format!("{name} to log {words:?}"), async {
+        let found = tokio::time::timeout(Duration::from_secs(20), async {
             while let Some(line) = self.lines.recv().await {
                 self.seen.push(line.clone());
                 if words.iter().all(|w| line.contains(w)) {
-                    return line;
+                    return Some(line);
                 }
             }
-            panic!("{name} ended before logging {words:?}");
+            None
         })
-        .await
+        .await;
+        let tail = self.seen[self.seen.len().saturating_sub(40)..].join("\n");
+        match found {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("{name} ended before logging {words:?}; its last lines:\n{tail}"),
+            Err(_) => panic!("timed out: {name} to log {words:?}; its last lines:\n{tail}"),
+        }
     }
 
     /// Reads the log until each of `lines` (the words one line must contain) has been seen, in

@@ -1,0 +1,285 @@
+//! A private Redis Cluster on loopback: three primaries (and, asked for, one replica each),
+//! started from the installed `redis-server` and joined by `redis-cli --cluster create`.
+//! Everything is killed, and its directories removed, when the cluster drops.
+//!
+//! Each node's cluster bus gets a free port of its own (`--cluster-port`): the default, the
+//! node's port plus 10 000, may be taken or beyond 65 535 for a free port picked by the kernel.
+//! [`RedisCluster::start`] returns once every node says `cluster_state:ok` and knows every other
+//! node, so a test's first call never meets a cluster still joining. Every wait polls, bounded.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+use super::{Options, RedisServer, ServerError, free_port};
+use crate::store::connect::Endpoint;
+
+/// How long the nodes may take to agree.
+const SETTLE: Duration = Duration::from_secs(30);
+/// How often the waits ask.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Three primaries, and their replicas when asked for.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    user: Option<(String, String)>,
+    /// Replicas per primary.
+    replicas: usize,
+}
+
+impl RedisCluster {
+    /// Three primaries, no replica, Redis's default user (no password).
+    pub async fn start() -> Result<Self, ServerError> {
+        Self::start_as(0, None).await
+    }
+
+    /// Three primaries with one replica each.
+    pub async fn with_replicas() -> Result<Self, ServerError> {
+        Self::start_as(1, None).await
+    }
+
+    /// Three primaries that know only `user` with `password` (the default user off).
+    pub async fn with_user(user: &str, password: &str) -> Result<Self, ServerError> {
+        Self::start_as(0, Some((user.to_owned(), password.to_owned()))).await
+    }
+
+    async fn start_as(
+        replicas: usize,
+        user: Option<(String, String)>,
+    ) -> Result<Self, ServerError> {
+        let mut args: Vec<String> = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
+            .map(str::to_owned)
+            .to_vec();
+        if let Some((u, p)) = &user {
+            args.extend(
+                ["--user", u, "on", &format!(">{p}"), "~*", "&*", "+@all"].map(str::to_owned),
+            );
+            args.extend(["--user", "default", "off"].map(str::to_owned));
+            // A replica syncs from its primary as this user.
+            args.extend(["--masteruser", u, "--masterauth", p].map(str::to_owned));
+        }
+        let mut nodes = Vec::new();
+        for _ in 0..3 * (1 + replicas) {
+            let bus = free_port().ok_or_else(|| cluster("no free port for the bus"))?;
+            let mut node_args = args.clone();
+            node_args.extend(["--cluster-port".to_owned(), bus.to_string()]);
+            nodes.push(RedisServer::with(Options {
+                tcp: true,
+                aof: false,
+                args: node_args,
+            })?);
+        }
+        let cluster = RedisCluster {
+            nodes,
+            user,
+            replicas,
+        };
+        cluster.create(replicas)?;
+        cluster.settle().await?;
+        Ok(cluster)
+    }
+
+    /// `redis-cli --cluster create`: the slots split among the primaries, the replicas assigned.
+    fn create(&self, replicas: usize) -> Result<(), ServerError> {
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for port in self.ports() {
+            cmd.arg(format!("127.0.0.1:{port}"));
+        }
+        cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+        if let Some((u, p)) = &self.user {
+            cmd.args(["--user", u, "--pass", p, "--no-auth-warning"]);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| cluster(&format!("running redis-cli --cluster create: {e}")))?;
+        if !out.status.success() {
+            return Err(cluster(&format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits until every node says `cluster_state:ok`, knows all the others and lists every
+    /// primary's replicas, and every replica's link to its primary is up.
+    async fn settle(&self) -> Result<(), ServerError> {
+        let start = Instant::now();
+        for port in self.ports() {
+            loop {
+                if self.agrees(port).await {
+                    break;
+                }
+                if start.elapsed() > SETTLE {
+                    return Err(cluster(&format!(
+                        "the node on port {port} did not join within {SETTLE:?}"
+                    )));
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn agrees(&self, port: u16) -> bool {
+        let Ok(mut conn) = self.direct(port).await else {
+            return false;
+        };
+        let info: String = match redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut conn)
+            .await
+        {
+            Ok(info) => info,
+            Err(_) => return false,
+        };
+        let known = format!("cluster_known_nodes:{}", self.nodes.len());
+        if !info.contains("cluster_state:ok") || !info.contains(&known) {
+            return false;
+        }
+        let Ok(ranges) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Vec<redis::Value>>(&mut conn)
+            .await
+        else {
+            return false;
+        };
+        let served = ranges.iter().all(
+            |range| matches!(range, redis::Value::Array(parts) if parts.len() >= 3 + self.replicas),
+        );
+        // A replica's ROLE: ["slave", host, port, link state, offset].
+        let linked = match redis::cmd("ROLE")
+            .query_async::<Vec<redis::Value>>(&mut conn)
+            .await
+        {
+            Ok(role) => match (role.first(), role.get(3)) {
+                (Some(redis::Value::BulkString(kind)), Some(redis::Value::BulkString(link)))
+                    if kind.as_slice() == b"slave" =>
+                {
+                    link.as_slice() == b"connected"
+                }
+                _ => true,
+            },
+            Err(_) => false,
+        };
+        served && linked
+    }
+
+    /// A plain connection to the node on `port`, as the cluster's user.
+    pub async fn direct(&self, port: u16) -> redis::RedisResult<MultiplexedConnection> {
+        redis::Client::open(self.direct_url(port))?
+            .get_multiplexed_async_connection()
+            .await
+    }
+
+    /// The cluster's URL: `redis+cluster://[user:password@]127.0.0.1:P1,…` (every node).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}{}", self.userinfo(), hosts.join(","))
+    }
+
+    /// An endpoint for the cluster, with a generous timeout for slow CI machines.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.url(), Duration::from_secs(10))
+    }
+
+    /// A plain URL of the node on `port`, with the cluster's user.
+    pub fn direct_url(&self, port: u16) -> String {
+        format!("redis://{}127.0.0.1:{port}", self.userinfo())
+    }
+
+    /// The nodes' ports, in the order they started.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .map(|n| n.port().expect("started with tcp"))
+            .collect()
+    }
+
+    /// The port of the primary that serves `key`'s hash slot, as the first node's `CLUSTER
+    /// SLOTS` says.
+    pub async fn primary_of(&self, key: &str) -> redis::RedisResult<u16> {
+        Ok(self.serving(key).await?[0])
+    }
+
+    /// The port of a replica of the primary that serves `key`'s hash slot (a cluster started
+    /// `with_replicas`).
+    pub async fn replica_of(&self, key: &str) -> redis::RedisResult<u16> {
+        self.serving(key).await?.get(1).copied().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Client, "the slot has no replica"))
+        })
+    }
+
+    /// The process id of the node on `port`.
+    pub fn pid_of(&self, port: u16) -> Option<u32> {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == Some(port))
+            .map(RedisServer::pid)
+    }
+
+    /// The ports of the nodes that serve `key`'s hash slot: its primary, then its replicas.
+    async fn serving(&self, key: &str) -> redis::RedisResult<Vec<u16>> {
+        let mut conn = self.direct(self.ports()[0]).await?;
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        // Each range: [from, to, [ip, port, id, …] of the primary, then one per replica].
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await?;
+        let nodes_of = |range: &redis::Value| -> Option<(i64, i64, Vec<u16>)> {
+            let redis::Value::Array(parts) = range else {
+                return None;
+            };
+            let (redis::Value::Int(from), redis::Value::Int(to)) = (parts.first()?, parts.get(1)?)
+            else {
+                return None;
+            };
+            let ports = parts[2..]
+                .iter()
+                .filter_map(|node| match node {
+                    redis::Value::Array(node) => match node.get(1) {
+                        Some(redis::Value::Int(port)) => u16::try_from(*port).ok(),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            Some((*from, *to, ports))
+        };
+        ranges
+            .iter()
+            .filter_map(nodes_of)
+            .find(|(from, to, ports)| (*from..=*to).contains(&slot) && !ports.is_empty())
+            .map(|(_, _, ports)| ports)
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "no node serves the slot",
+                    slot.to_string(),
+                ))
+            })
+    }
+
+    fn userinfo(&self) -> String {
+        match &self.user {
+            Some((u, p)) => format!("{u}:{p}@"),
+            None => String::new(),
+        }
+    }
+}
+
+fn cluster(what: &str) -> ServerError {
+    ServerError::Cluster(what.to_owned())
+}

@@ -1,0 +1,318 @@
+//! Redis Cluster (SPEC §2.7, "Cluster"), against a real three-primary cluster on loopback
+//! (`fleet::testing::RedisCluster`, joined by `redis-cli --cluster create`): the presence verbs,
+//! the controller and the provider's main scenarios through a `redis+cluster://` URL. The fleet
+//! keys of the prefix live in one hash slot and each group's in its own, so the groups here are
+//! on other nodes than the presence keys, and every read across groups goes one call per group.
+//! Every wait is bounded; nothing sleeps to synchronise.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::domain::name::GroupName;
+use fleet::provider::service::Provider;
+use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
+use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
+use fleet::provider::wire::{
+    NodeGroupIncreaseSizeRequest, NodeGroupTargetSizeRequest, NodeGroupsRequest,
+};
+use fleet::store::claims::ClaimStore;
+use fleet::store::keys::Keys;
+use fleet::store::presence::Presence;
+use fleet::testing::RedisCluster;
+use support::remote::{
+    compact, fleet, metrics_addr, ok, raw, readyz, serve_config_of, subscribed, until,
+};
+use support::{beat, bounded};
+
+async fn cluster() -> RedisCluster {
+    bounded("the cluster to start", RedisCluster::start())
+        .await
+        .expect("starting the cluster")
+}
+
+/// Two groups whose keys are on other nodes than each other's, and than the presence keys'.
+const GROUPS: [&str; 2] = ["pool-a", "pool-c"];
+
+async fn spread(c: &RedisCluster) {
+    let keys = Keys::default();
+    let presence = c.primary_of(&keys.registry()).await.unwrap();
+    let a = c.primary_of(&keys.group(&group(GROUPS[0])).claims()).await;
+    let b = c.primary_of(&keys.group(&group(GROUPS[1])).claims()).await;
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(
+        a != b && a != presence && b != presence,
+        "the test wants three nodes: presence on {presence}, {} on {a}, {} on {b}",
+        GROUPS[0],
+        GROUPS[1]
+    );
+}
+
+fn group(name: &str) -> GroupName {
+    GroupName::parse(name).unwrap()
+}
+
+#[tokio::test]
+async fn beat_state_live_and_hold_go_to_the_node_of_the_fleet_slot() {
+    let c = cluster().await;
+    let url = c.url();
+    ok(&url, &["beat", "bench-01", "--ttl", "1m"]);
+    ok(&url, &["beat", "bench-02", "--ttl", "1m", "--load", "0.5"]);
+    ok(&url, &["hold", "bench-02", "--reason", "firmware"]);
+    ok(&url, &["beat", "bench-02", "--ttl", "1m"]);
+    let state = compact(&ok(&url, &["state", "-o", "json"]));
+    assert!(
+        state.contains(r#""name":"bench-01","state":"UP""#),
+        "{state}"
+    );
+    assert!(
+        state.contains(r#""name":"bench-02","state":"HELD""#),
+        "{state}"
+    );
+    assert_eq!(ok(&url, &["live"]), "bench-01\nbench-02\n");
+    // The beat is on the node that serves the prefix's hash slot.
+    let key = "{fleet}:bench:bench-01";
+    let node = c.direct_url(c.primary_of(key).await.unwrap());
+    assert_eq!(raw::<i64>(&node, &["EXISTS", key]).await.unwrap(), 1);
+    // A bench whose key lapses reads DOWN, by the server's clock.
+    ok(&url, &["beat", "bench-01", "--ttl", "0"]);
+    let state = compact(&ok(&url, &["state", "bench-01", "-o", "json"]));
+    assert!(state.contains(r#""state":"DOWN""#), "{state}");
+}
+
+#[tokio::test]
+async fn the_library_reads_and_beats_through_a_cluster_connection() {
+    let c = cluster().await;
+    let conn = c.endpoint().open_lasting().await.unwrap();
+    assert!(conn.is_cluster());
+    let presence = Presence::new(conn, Keys::default());
+    for i in 0..50 {
+        presence
+            .beat(&beat(&format!("bench-{i:02}"), Duration::from_secs(60)))
+            .await
+            .unwrap();
+    }
+    let snapshot = presence.read(&[]).await.unwrap();
+    assert_eq!(snapshot.benches.len(), 50);
+    for bench in &snapshot.benches {
+        let verdict = fleet::domain::state::decide(&bench.reading, snapshot.now);
+        assert_eq!(
+            verdict.state,
+            fleet::domain::state::State::Up,
+            "{}",
+            bench.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn serve_on_a_cluster_claims_reach_ready_and_cancels_complete_in_two_groups() {
+    let c = cluster().await;
+    spread(&c).await;
+    let url = c.url();
+    let dir = tempfile::tempdir().unwrap();
+    let config = serve_config_of(
+        dir.path(),
+        &url,
+        &[(GROUPS[0], &["bench-01"]), (GROUPS[1], &["bench-02"])],
+    );
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    let started = serve.log(&["fleet serve started"]).await;
+    let addr = metrics_addr(&started);
+    // The wake listener subscribes on the node of the wake channel's slot.
+    let channel = Keys::default().wake_channel();
+    let node = c.direct_url(c.primary_of(&channel).await.unwrap());
+    until(
+        "the wake listener on the channel's node",
+        Duration::from_secs(10),
+        async || subscribed(&node, &channel).await,
+    )
+    .await;
+    ok(&url, &["claim", "bench-01"]);
+    ok(&url, &["claim", "bench-02"]);
+    serve.log(&["claim moved", "to=ready", "bench-01"]).await;
+    serve.log(&["claim moved", "to=ready", "bench-02"]).await;
+    until(
+        "/readyz to answer 200",
+        Duration::from_secs(10),
+        async || readyz(&addr).await == 200,
+    )
+    .await;
+    assert_eq!(ok(&url, &["live"]), "bench-01\nbench-02\n");
+    // The views read across both groups' nodes.
+    let slots = compact(&ok(&url, &["slots", "-o", "json"]));
+    for slot in ["bench-01", "bench-02"] {
+        assert!(slots.contains(&format!(r#""name":"{slot}""#)), "{slots}");
+    }
+    let groups = ok(&url, &["groups"]);
+    assert!(
+        groups.contains(GROUPS[0]) && groups.contains(GROUPS[1]),
+        "{groups}"
+    );
+    let claims = compact(&ok(&url, &["claims", "-o", "json"]));
+    let name = claims
+        .split(r#""name":""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a claim's name")
+        .to_owned();
+    ok(&url, &["cancel", &name]);
+    serve.log(&["claim moved", "to=completed"]).await;
+    until(
+        "one bench powered off",
+        Duration::from_secs(10),
+        async || ok(&url, &["live"]).lines().count() == 1,
+    )
+    .await;
+    serve.stop().await;
+}
+
+#[tokio::test]
+async fn the_provider_scales_groups_on_other_nodes() {
+    let c = cluster().await;
+    spread(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve_config_of(
+        dir.path(),
+        &c.url(),
+        &[
+            (GROUPS[0], &["bench-01", "bench-02"]),
+            (GROUPS[1], &["bench-03"]),
+        ],
+    );
+    let config = fleet::config::load(&path).unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(Arc::new(config));
+    let conn = c.endpoint().open_lasting().await.unwrap();
+    let store = ClaimStore::new(conn, Keys::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(CloudProviderServer::new(Provider::new(rx, store)))
+            .serve_with_incoming(fleet::provider::server::incoming(listener)),
+    );
+    let mut client = CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let listed = client
+        .node_groups(NodeGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .node_groups;
+    assert_eq!(listed.len(), 2);
+    for (id, delta) in [(GROUPS[0], 2), (GROUPS[1], 1)] {
+        client
+            .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+                delta,
+                id: id.into(),
+            })
+            .await
+            .unwrap();
+        let target = client
+            .node_group_target_size(NodeGroupTargetSizeRequest { id: id.into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .target_size;
+        assert_eq!(target, delta, "{id}");
+    }
+    // Past the group's maximum: refused, nothing created.
+    let refused = client
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: GROUPS[1].into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused}");
+}
+
+#[tokio::test]
+async fn an_acl_user_reaches_the_cluster_and_its_password_never_shows() {
+    let c = bounded(
+        "the cluster to start",
+        RedisCluster::with_user("fleet", "s3cret-pw"),
+    )
+    .await
+    .expect("starting the cluster");
+    let url = c.url();
+    assert!(url.contains("fleet:s3cret-pw@"), "{url}");
+    ok(&url, &["beat", "bench-01", "--ttl", "1m"]);
+    assert_eq!(ok(&url, &["live"]), "bench-01\n");
+    let wrong = url.replace("s3cret-pw", "wr0ng-pw");
+    let o = fleet(&wrong, &["state"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        !err.contains("wr0ng-pw") && !err.contains("s3cret"),
+        "{err}"
+    );
+    // Nodes nobody listens on: exit 1 within the timeout.
+    let o = fleet(
+        "redis+cluster://fleet:s3cret-pw@127.0.0.1:1,127.0.0.1:2",
+        &["--timeout", "500ms", "state"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to the process `pid`.
+fn signal(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+#[tokio::test]
+async fn serve_waits_for_the_replicas_of_the_groups_own_node() {
+    let c = bounded("the cluster to start", RedisCluster::with_replicas())
+        .await
+        .expect("starting the cluster");
+    spread(&c).await;
+    let url = c.url();
+    let dir = tempfile::tempdir().unwrap();
+    let config = serve_config_of(dir.path(), &url, &[(GROUPS[0], &["bench-01"])]);
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--min-replica-acks",
+        "1",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    serve.log(&["fleet serve started"]).await;
+    // The replica of the group's node stops acknowledging; the prefix's node's replica still
+    // does, so only a wait on the group's own node can tell the record is not replicated.
+    let keys = Keys::default();
+    let replica = c
+        .replica_of(&keys.group(&group(GROUPS[0])).claims())
+        .await
+        .unwrap();
+    let pid = c.pid_of(replica).expect("the replica's process");
+    signal("STOP", pid);
+    ok(&url, &["claim", "bench-01"]);
+    serve
+        .log(&["the replicas did not acknowledge", "bench-01"])
+        .await;
+    assert_eq!(ok(&url, &["live"]), "", "nothing was started");
+    signal("CONT", pid);
+    serve.log(&["claim moved", "to=ready", "bench-01"]).await;
+    assert_eq!(ok(&url, &["live"]), "bench-01\n");
+    serve.stop().await;
+}

@@ -1,0 +1,119 @@
+//! Helpers for tests that reach Redis by URL (a Sentinel set, a Cluster) rather than through a
+//! private server's handle: running the binary, raw commands on one node, bounded polling, and a
+//! `fleet serve` configuration whose scripts beat through the same URL.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use fleet::store::connect::Endpoint;
+
+/// Runs the fleet binary with `--redis url`.
+pub fn fleet(url: &str, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", url])
+        .args(args)
+        .output()
+        .expect("running fleet")
+}
+
+/// `fleet` that must succeed: its stdout.
+pub fn ok(url: &str, args: &[&str]) -> String {
+    let o = fleet(url, args);
+    assert!(
+        o.status.success(),
+        "fleet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// JSON without its layout.
+pub fn compact(json: &str) -> String {
+    json.split_whitespace().collect()
+}
+
+/// A raw command on the server at `url` (a plain URL of one server).
+pub async fn raw<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
+    let mut c = Endpoint::new(url, Duration::from_secs(2))
+        .connect()
+        .await
+        .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?;
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut c).await
+}
+
+/// Polls `check` every 50 ms until it holds, within `bound`; says what it waited for.
+pub async fn until(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + bound;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {bound:?}: {what}"
+        );
+        // Polling another process's state: nothing wakes this test sooner.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether the server at `url` has a subscriber on the sharded channel `channel`.
+pub async fn subscribed(url: &str, channel: &str) -> bool {
+    let reply: Vec<redis::Value> = raw(url, &["PUBSUB", "SHARDNUMSUB", channel])
+        .await
+        .unwrap_or_default();
+    matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+}
+
+/// A `fleet serve` configuration in `dir`: one group `pool-a` of two slots, `bench-01` and
+/// `bench-02`, whose startup and shutdown scripts beat the slot's key through `url`.
+pub fn serve_config(dir: &Path, url: &str) -> PathBuf {
+    serve_config_of(dir, url, &[("pool-a", &["bench-01", "bench-02"])])
+}
+
+/// A `fleet serve` configuration in `dir` of `groups` (each a name and its slots), whose
+/// startup and shutdown scripts beat the slot's key through `url`.
+pub fn serve_config_of(dir: &Path, url: &str, groups: &[(&str, &[&str])]) -> PathBuf {
+    let path = dir.join("fleet.yaml");
+    let beat = r#"["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl"#;
+    let bin = env!("CARGO_BIN_EXE_fleet");
+    let mut yaml = String::from("groups:\n");
+    let mut slots = String::from("slots:\n");
+    for (group, names) in groups {
+        yaml.push_str(&format!(
+            r#"  - name: {group}
+    min_size: 0
+    max_size: {max}
+    readiness_taints: []
+    startup: {{ command: {beat} 1h"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
+    shutdown: {{ command: {beat} 0"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+"#,
+            max = names.len(),
+        ));
+        for name in *names {
+            slots.push_str(&format!("  - {{ name: {name}, group: {group} }}\n"));
+        }
+    }
+    std::fs::write(&path, yaml + &slots).unwrap();
+    path
+}
+
+/// The metrics address a `fleet serve` start line names (`metrics=ADDR`).
+pub fn metrics_addr(started: &str) -> String {
+    started
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .expect("the start line names the metrics address")
+        .to_owned()
+}
+
+/// The status `/readyz` answers at `addr`.
+pub async fn readyz(addr: &str) -> u16 {
+    let addr = addr.to_owned();
+    tokio::task::spawn_blocking(move || super::http_get(&addr, "/readyz").0)
+        .await
+        .unwrap()
+}
