@@ -316,3 +316,44 @@ async fn serve_waits_for_the_replicas_of_the_groups_own_node() {
     assert_eq!(ok(&url, &["live"]), "bench-01\n");
     serve.stop().await;
 }
+
+#[tokio::test]
+async fn a_verb_reaches_the_promoted_replica_after_its_primary_dies() {
+    let c = bounded("the cluster to start", RedisCluster::with_replicas())
+        .await
+        .expect("starting the cluster");
+    let url = c.url();
+    let keys = Keys::default();
+    ok(&url, &["beat", "bench-01", "--ttl", "1h"]);
+    let primary = c.primary_of(&keys.registry()).await.unwrap();
+    let replica = c.replica_of(&keys.registry()).await.unwrap();
+    signal("KILL", c.pid_of(primary).unwrap());
+    let killed = std::time::Instant::now();
+    // The replica is promoted once the others judge the primary failed (node timeout 2 s);
+    // meanwhile a verb fails, exit 1, and nothing is written anywhere else.
+    until(
+        "a beat to land after the failover",
+        Duration::from_secs(30),
+        async || {
+            fleet(
+                &url,
+                &["--timeout", "1s", "beat", "bench-02", "--ttl", "1h"],
+            )
+            .status
+            .success()
+        },
+    )
+    .await;
+    eprintln!("a beat landed {:?} after the kill", killed.elapsed());
+    let promoted = c.direct_url(replica);
+    assert_eq!(
+        raw::<i64>(&promoted, &["EXISTS", "{fleet}:bench:bench-02"])
+            .await
+            .unwrap(),
+        1
+    );
+    // bench-01's beat was replicated long before the kill, but replication is asynchronous:
+    // only the beat after the failover is certain.
+    let live = ok(&url, &["live"]);
+    assert!(live.lines().any(|l| l == "bench-02"), "{live}");
+}
