@@ -775,3 +775,35 @@ async fn a_bench_user_from_an_older_acl_file_still_beats_and_is_told_to_renew_it
     );
     assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
 }
+
+#[tokio::test]
+async fn every_user_may_read_a_clusters_slot_map_and_the_controller_may_wait_for_replicas() {
+    let acl = Acl::start();
+    // A Redis Cluster connection reads the slot map as it connects; this server is no cluster,
+    // so the command fails, but on its mode, not on the user's permission.
+    for user in USERS {
+        let mut conn = acl.conn(user).await;
+        let err = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<redis::Value>(&mut conn)
+            .await
+            .expect_err("no cluster");
+        assert_eq!(err.code(), Some("ERR"), "{user}: {err}");
+        assert!(
+            err.to_string().contains("cluster support disabled"),
+            "{user}: {err}"
+        );
+    }
+    // The replica gate (SPEC §5.6): INCR of its counter, then WAIT.
+    let mut conn = acl.conn("fleet-controller").await;
+    let (_, acked): (i64, i64) = redis::pipe()
+        .cmd("INCR")
+        .arg(Keys::default().replicated())
+        .cmd("WAIT")
+        .arg(0)
+        .arg(100)
+        .query_async(&mut conn)
+        .await
+        .expect("the controller may wait for replicas");
+    assert_eq!(acked, 0);
+}

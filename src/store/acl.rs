@@ -24,9 +24,10 @@ pub const CONTROLLER: &str = "fleet-controller";
 pub const VIEWER: &str = "fleet-viewer";
 
 /// What a connection needs whatever it does: the check `Endpoint::connect` makes, `ROLE` (a
-/// connection found through Sentinel checks it reached the primary, SPEC §2.7), and `SELECT`
-/// for a URL that names a database (key patterns hold in every database alike).
-const CONNECTION: &[&str] = &["ping", "role", "select"];
+/// connection found through Sentinel checks it reached the primary, SPEC §2.7), `SELECT` for a
+/// URL that names a database (key patterns hold in every database alike), and `CLUSTER SLOTS`,
+/// which a Redis Cluster connection reads the slot map with.
+const CONNECTION: &[&str] = &["cluster|slots", "ping", "role", "select"];
 
 /// The commands of the views: the fleet read (its pipeline, and the read script through
 /// `EVAL_RO`), the last-seen read, the catalog, the group read script, the slots' statuses and
@@ -59,6 +60,9 @@ const WRITES: &[&str] = &[
 /// What the controller's wake listener sends on its own connection (SPEC §4.5): the subscription
 /// to the wake channel, the one channel any of fleet's users may use.
 const WAKE: &[&str] = &["ssubscribe"];
+
+/// What the replica gate sends before a power action (SPEC §5.6), beside its counter's `INCR`.
+const GATE: &[&str] = &["wait"];
 
 /// What a bench's beat does (`beat.lua`), on its own two keys: the script, the server's clock,
 /// the key's read (was its state about to change?) and write (or its deletion, for a TTL of 0),
@@ -129,7 +133,7 @@ impl User {
                 all[0],
                 all[1],
                 keys.wake_channel(),
-                grants(&[CONNECTION, READS, WRITES, WAKE])
+                grants(&[CONNECTION, READS, WRITES, WAKE, GATE])
             ),
             User::Viewer => format!(
                 "%R~{} %R~{} {}",
@@ -247,20 +251,22 @@ mod tests {
         let keys = Keys::new("team-a").unwrap();
         assert_eq!(
             User::Controller.rules(&keys),
-            "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +del +eval +eval_ro +exists +get \
-             +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget +pexpire +ping \
-             +role +rpush +sadd +scard +select +set +sismember +smembers +spublish +srem +ssubscribe \
-             +time +type +zadd +zcard +zrange +zrem"
+            "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +cluster|slots +del +eval +eval_ro \
+             +exists +get +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget \
+             +pexpire +ping +role +rpush +sadd +scard +select +set +sismember +smembers +spublish \
+             +srem +ssubscribe +time +type +wait +zadd +zcard +zrange +zrem"
         );
         assert_eq!(
             User::Viewer.rules(&keys),
-            "%R~{team-a}:* %R~{team-a:*}:* -@all +eval_ro +exists +get +hget +hgetall +hmget \
-             +lrange +mget +ping +role +scard +select +sismember +smembers +time +type +zcard +zrange"
+            "%R~{team-a}:* %R~{team-a:*}:* -@all +cluster|slots +eval_ro +exists +get +hget \
+             +hgetall +hmget +lrange +mget +ping +role +scard +select +sismember +smembers +time \
+             +type +zcard +zrange"
         );
         assert_eq!(
             User::Bench(bench("bench-a")).rules(&keys),
             "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack \
-             &{team-a}:wake -@all +del +eval +get +ping +role +select +set +spublish +time \
+             &{team-a}:wake -@all +cluster|slots +del +eval +get +ping +role +select +set +spublish \
+             +time \
              (%R~{team-a}:holds -@all +hget) \
              (~{team-a}:joined -@all +sadd) \
              (%R~{team-a}:off:bench-a %R~{team-a}:off:bench-a:ack -@all +get)"
