@@ -48,31 +48,31 @@ struct SlotEnergy {
 }
 
 #[derive(Debug, Serialize)]
-struct GroupEnergy {
-    group: GroupName,
+pub(super) struct GroupEnergy {
+    pub(super) group: GroupName,
     slots: Vec<SlotEnergy>,
     /// The sum of the slots; the energy figures sum the slots that have a draw.
-    total: Total,
+    pub(super) total: Total,
 }
 
 #[derive(Debug, Serialize)]
-struct Total {
-    hours_on: f64,
-    hours_off: f64,
-    kwh: Option<f64>,
-    kwh_saved: Option<f64>,
-    cost_saved: Option<f64>,
-    activations: u64,
+pub(super) struct Total {
+    pub(super) hours_on: f64,
+    pub(super) hours_off: f64,
+    pub(super) kwh: Option<f64>,
+    pub(super) kwh_saved: Option<f64>,
+    pub(super) cost_saved: Option<f64>,
+    pub(super) activations: u64,
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+pub(super) struct Report {
     /// The first day of the window and today (UTC, `YYYY-MM-DD`).
-    since: String,
-    until: String,
-    groups: Vec<GroupEnergy>,
+    pub(super) since: String,
+    pub(super) until: String,
+    pub(super) groups: Vec<GroupEnergy>,
     /// Ledger fields that could not be read (a foreign write), each left out with its reason.
-    problems: Vec<String>,
+    pub(super) problems: Vec<String>,
 }
 
 #[derive(tabled::Tabled)]
@@ -113,23 +113,7 @@ impl Args {
             .iter()
             .filter(|g| self.group.as_ref().is_none_or(|want| &g.name == want))
             .collect();
-        let asked: Vec<(GroupName, Vec<BenchName>)> = groups
-            .iter()
-            .map(|g| {
-                (
-                    g.name.clone(),
-                    g.slots.iter().map(|s| s.name.clone()).collect(),
-                )
-            })
-            .collect();
-        let store = EnergyStore::new(conn, ctx.keys.clone());
-        let (ledgers, now) = store
-            .read_groups(&asked)
-            .await
-            .map_err(|e| Error::Runtime(e.into()))?;
-        let today = energy::day_of(now);
-        let from = energy::day_of(now - chrono::Duration::from_std(self.since).unwrap_or_default());
-        let report = report(&groups, ledgers, from, today);
+        let report = read_report(conn, &ctx.keys, &groups, self.since).await?;
         if self.format.is_json() {
             return Ok(super::output::json(out, &report, false)?);
         }
@@ -145,6 +129,33 @@ impl Args {
         grid(out, lines(&report))?;
         Ok(())
     }
+}
+
+/// The report of `groups` over the whole UTC days from `since` ago through today, by the
+/// server's clock: one round trip (`fleet energy`, and the live page's figures).
+pub(super) async fn read_report(
+    conn: crate::store::conn::Conn,
+    keys: &crate::store::keys::Keys,
+    groups: &[&CatalogGroup],
+    since: Duration,
+) -> Result<Report, Error> {
+    let asked: Vec<(GroupName, Vec<BenchName>)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g.name.clone(),
+                g.slots.iter().map(|s| s.name.clone()).collect(),
+            )
+        })
+        .collect();
+    let store = EnergyStore::new(conn, keys.clone());
+    let (ledgers, now) = store
+        .read_groups(&asked)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let today = energy::day_of(now);
+    let from = energy::day_of(now - chrono::Duration::from_std(since).unwrap_or_default());
+    Ok(report(groups, ledgers, from, today))
 }
 
 /// The report of `groups` from their stored ledgers, over the days from `from` to `today`.

@@ -22,6 +22,7 @@ pub mod hold;
 pub mod live;
 pub mod operation;
 pub mod output;
+pub mod page;
 pub mod release;
 pub mod reload;
 pub mod reset;
@@ -67,8 +68,9 @@ pub struct Cli {
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Global options")]
 pub struct Global {
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss://... (TLS) or
-    /// redis+unix:///path/to/redis.sock.
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss://... (TLS),
+    /// redis+unix:///path/to/redis.sock, redis+sentinel://[user:password@]host:port[,...]/MASTER
+    /// or redis+cluster://[user:password@]host:port[,...].
     // The URL may hold a password: help shows the variable's name, never its value.
     #[arg(long = "redis", env = "FLEET_REDIS_URL", default_value = DEFAULT_URL, global = true,
           hide_env_values = true)]
@@ -112,7 +114,7 @@ pub enum Command {
     /// Remove benches from the registry.
     Forget(forget::Args),
     /// Run the lifecycle controller and the cluster-autoscaler provider.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// The groups: size bounds, target, health.
     Groups(groups::Args),
     /// The slots: phase, power, claim, history.
@@ -313,12 +315,23 @@ impl Command {
 
 /// Runs a parsed command line to its exit code: the binary's whole body after parsing.
 pub async fn main(cli: Cli) -> u8 {
+    let Cli { global, command } = cli;
+    run_verb(&global, async |ctx, out| command.run(ctx, out).await).await
+}
+
+/// Runs one verb with the context the global flags make, the shutdown signal armed, on stdout,
+/// to its exit code. `fleet-agent` calls it with the agent verb alone, so that binary links no
+/// other verb (issue 15).
+pub async fn run_verb(
+    global: &Global,
+    verb: impl AsyncFnOnce(&Ctx, &mut (dyn Write + Send)) -> Result<(), Error>,
+) -> u8 {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let ctx = Ctx::new(&cli.global, shutdown, tty);
+    let ctx = Ctx::new(global, shutdown, tty);
     let mut out = std::io::stdout();
-    match cli.command.run(&ctx, &mut out).await {
+    match verb(&ctx, &mut out).await {
         Ok(()) => 0,
         // A reader that went away (`fleet completions bash | head`) wanted no more: not a failure.
         Err(e) if e.is_broken_pipe() => 0,

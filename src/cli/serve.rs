@@ -35,16 +35,21 @@ use crate::store::replicas::{Replicas, Wanted};
 use crate::telemetry::{self, Health, Metrics};
 
 use super::reload::{check_drivers, check_kubernetes, config_error, hangups, reload, warn_about};
-use super::{Ctx, Error, args};
+use super::{Ctx, Error, args, page};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The configuration file (groups and slots).
     #[arg(long, env = "FLEET_CONFIG")]
     pub config: PathBuf,
-    /// Where to serve /metrics, /healthz and /readyz.
+    /// Where to serve /metrics, /healthz, /readyz and the live page (/).
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
+    /// A file holding the token (16 characters or more) that turns the live page's actions on:
+    /// claim, cancel, hold, release, each sent with the token as a bearer header. Without it
+    /// the page is read-only.
+    #[arg(long, env = "FLEET_UI_TOKEN_FILE")]
+    pub ui_token_file: Option<PathBuf>,
     /// How often a pass runs over every slot (presence is re-read each pass).
     #[arg(long, env = "FLEET_PASS_INTERVAL", default_value = "1s", value_parser = args::pass_interval, allow_hyphen_values = true)]
     pub interval: Duration,
@@ -116,6 +121,26 @@ fn ratio(text: &str) -> Result<f64, String> {
             "invalid ratio {text:?}: a number from 0 to 1, like 0.5"
         )),
     }
+}
+
+/// The token of `--ui-token-file`: its first line, of 16 characters or more.
+fn ui_token(path: &std::path::Path) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::usage(format!(
+            "reading --ui-token-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.lines().next().unwrap_or_default().trim().to_owned();
+    if token.chars().count() < page::actions_min_token() || token.contains(char::is_whitespace) {
+        return Err(Error::usage(format!(
+            "--ui-token-file {}: the token is its first line, {} characters or more without \
+             spaces (make one with `openssl rand -hex 24`)",
+            path.display(),
+            page::actions_min_token()
+        )));
+    }
+    Ok(token)
 }
 
 /// The host's name, for the lease holder's id.
@@ -190,10 +215,11 @@ impl Args {
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
+        let page = self.page(ctx, &health, &tasks).await?;
         tasks.spawn(telemetry::serve(
             listeners.metrics,
-            metrics.clone(),
-            health.clone(),
+            (metrics.clone(), health.clone()),
+            page,
             self.interval * 5,
             shutdown.clone(),
         ));
@@ -244,6 +270,30 @@ impl Args {
         tasks.wait().await;
         info!("fleet serve stopped");
         Ok(())
+    }
+
+    /// The live page (SPEC §4.13): its reader, on a connection of its own and once a pass
+    /// interval, and its routes; with `--ui-token-file`, its actions.
+    async fn page(
+        &self,
+        ctx: &Ctx,
+        health: &Arc<Health>,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> Result<axum::Router, Error> {
+        let actions = match &self.ui_token_file {
+            None => None,
+            Some(path) => Some(page::Actions::new(
+                ui_token(path)?,
+                ctx.endpoint.clone(),
+                ctx.keys.clone(),
+                ctx.shutdown.clone(),
+            )),
+        };
+        let conn = ctx.endpoint.open_lasting().await?;
+        let feed = page::Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
+        let (tx, rx) = feed.channel();
+        tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
+        Ok(page::router(rx, actions, health.clone()))
     }
 
     /// The leader renews its lease once a pass, so a lease no longer than a pass lapses between

@@ -38,12 +38,17 @@ pub struct World {
 
 impl World {
     pub async fn read(ctx: &Ctx) -> Result<World, Error> {
-        let mut conn = ctx.endpoint.open().await?;
-        let (catalog, controller) = Catalog::read_with_status(&mut conn, &ctx.keys)
+        let conn = ctx.endpoint.open().await?;
+        World::read_on(conn, &ctx.keys).await
+    }
+
+    /// `read` over a connection the caller holds (the live page's reader keeps one).
+    pub async fn read_on(mut conn: Conn, keys: &crate::store::keys::Keys) -> Result<World, Error> {
+        let (catalog, controller) = Catalog::read_with_status(&mut conn, keys)
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
-        let readings = BmcStore::new(conn.clone(), ctx.keys.clone());
-        let store = ClaimStore::new(conn, ctx.keys.clone());
+        let readings = BmcStore::new(conn.clone(), keys.clone());
+        let store = ClaimStore::new(conn, keys.clone());
         let read = store
             .read_groups(&catalog.group_names())
             .await

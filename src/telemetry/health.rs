@@ -53,6 +53,11 @@ impl Health {
         self.follower.store(follower, Ordering::Relaxed);
     }
 
+    /// Whether this process follows: the live page's actions are refused then.
+    pub fn is_follower(&self) -> bool {
+        self.follower.load(Ordering::Relaxed)
+    }
+
     /// Ready: this process leads, a pass finished within `within`, and the controller can see.
     /// Why not, otherwise.
     pub fn ready(&self, within: Duration) -> Result<(), String> {
@@ -73,11 +78,12 @@ impl Health {
     }
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown`.
+/// Serves `/metrics`, `/healthz`, `/readyz` and the routes of `more` (the live page) until
+/// `shutdown`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    metrics: std::sync::Arc<Metrics>,
-    health: std::sync::Arc<Health>,
+    (metrics, health): (std::sync::Arc<Metrics>, std::sync::Arc<Health>),
+    more: axum::Router,
     ready_within: Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
@@ -112,7 +118,8 @@ pub async fn serve(
                     }
                 }
             }),
-        );
+        )
+        .merge(more);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

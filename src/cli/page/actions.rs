@@ -1,0 +1,217 @@
+//! The live page's actions (SPEC §4.13): claim a slot, cancel a claim, hold or release a bench.
+//! On only when `fleet serve` has `--ui-token-file`.
+//!
+//! Each request must carry the token as `Authorization: Bearer <token>` (compared in constant
+//! time) and the page's CSRF token as `X-Fleet-CSRF`, and must not come from another site
+//! (`Sec-Fetch-Site`, `Origin`). A browser never adds the bearer header by itself, and another
+//! site can neither read the CSRF token nor send the header without a preflight this server
+//! never answers, so a page elsewhere cannot act through an operator's browser. A follower
+//! refuses every action, as the provider refuses changes there. An action runs the very verb the
+//! command line runs (`fleet claim`, `cancel`, `hold`, `release`), with the same checks and the
+//! same words back.
+
+use std::sync::Arc;
+
+use axum::extract::Path;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::domain::name::{BenchName, ClaimName, Reason};
+use crate::store::connect::Endpoint;
+use crate::store::keys::Keys;
+use crate::telemetry::Health;
+
+use super::super::{Ctx, Error};
+
+/// The shortest token `--ui-token-file` may hold.
+pub const MIN_TOKEN: usize = 16;
+
+/// What the actions need: the token, the CSRF token, and how to reach the store.
+#[derive(Clone)]
+pub struct Actions {
+    token: Arc<String>,
+    csrf: Arc<String>,
+    endpoint: Endpoint,
+    keys: Keys,
+    shutdown: CancellationToken,
+}
+
+/// An action's body.
+#[derive(Deserialize)]
+struct Asked {
+    /// The slot (claim), claim (cancel) or bench (hold, release) acted on.
+    target: String,
+    /// Why, for a hold.
+    reason: Option<String>,
+}
+
+impl Actions {
+    /// Actions with `token` (read from `--ui-token-file`) and a CSRF token of this process's own.
+    pub fn new(token: String, endpoint: Endpoint, keys: Keys, shutdown: CancellationToken) -> Self {
+        let csrf: String = (0..16)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        Actions {
+            token: Arc::new(token),
+            csrf: Arc::new(csrf),
+            endpoint,
+            keys,
+            shutdown,
+        }
+    }
+
+    pub fn csrf(&self) -> &str {
+        &self.csrf
+    }
+
+    /// Checks a request and runs its action; the answer is the verb's own words.
+    pub async fn handle(
+        &self,
+        Path(action): Path<String>,
+        headers: HeaderMap,
+        body: String,
+        health: &Health,
+    ) -> Response {
+        if let Some(refused) = self.refused(&headers) {
+            return refused;
+        }
+        if health.is_follower() {
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this fleet serve follows: actions go to the leader's page".to_owned(),
+            );
+        }
+        let Ok(asked) = serde_json::from_str::<Asked>(&body) else {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                "the body must be JSON: {\"target\": \"NAME\", \"reason\": \"...\"}".to_owned(),
+            );
+        };
+        let mut out: Vec<u8> = Vec::new();
+        let ran = self.run(&action, asked, &mut out).await;
+        let said = String::from_utf8_lossy(&out).trim().to_owned();
+        match ran {
+            Ok(()) => {
+                info!(action, said, "the live page acted");
+                answer(StatusCode::OK, said)
+            }
+            Err(Error::Usage(e)) => answer(StatusCode::BAD_REQUEST, format!("{e:#}")),
+            Err(Error::Runtime(e)) => answer(StatusCode::CONFLICT, format!("{e:#}")),
+        }
+    }
+
+    /// The refusal of a request without the token, the CSRF token, or from another site.
+    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
+        let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        let bearer = text(header::AUTHORIZATION.as_str()).and_then(|v| v.strip_prefix("Bearer "));
+        if !bearer.is_some_and(|b| same(b.as_bytes(), self.token.as_bytes())) {
+            let mut refused = answer(
+                StatusCode::UNAUTHORIZED,
+                "an action needs the token of --ui-token-file, as Authorization: Bearer TOKEN"
+                    .to_owned(),
+            );
+            refused.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return Some(refused);
+        }
+        let csrf = text("x-fleet-csrf");
+        if !csrf.is_some_and(|c| same(c.as_bytes(), self.csrf.as_bytes())) {
+            return Some(answer(
+                StatusCode::FORBIDDEN,
+                "an action needs the page's CSRF token as X-Fleet-CSRF (reload the page)"
+                    .to_owned(),
+            ));
+        }
+        let cross_site = text("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none");
+        let host = text(header::HOST.as_str());
+        let foreign_origin = text(header::ORIGIN.as_str()).is_some_and(|origin| {
+            let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
+            host != Some(origin_host)
+        });
+        (cross_site || foreign_origin).then(|| {
+            answer(
+                StatusCode::FORBIDDEN,
+                "an action must come from this page, not another site".to_owned(),
+            )
+        })
+    }
+
+    /// Runs the verb of `action` on what was asked, writing its words to `out`.
+    async fn run(&self, action: &str, asked: Asked, out: &mut Vec<u8>) -> Result<(), Error> {
+        let ctx = Ctx {
+            endpoint: self.endpoint.clone(),
+            keys: self.keys.clone(),
+            shutdown: self.shutdown.clone(),
+            tty: false,
+        };
+        let bench = || BenchName::parse(&asked.target).map_err(Error::usage);
+        match action {
+            "claim" => {
+                super::super::claim::Args {
+                    slot: bench()?,
+                    wait: false,
+                }
+                .run(&ctx, out)
+                .await
+            }
+            "cancel" => {
+                super::super::cancel::Args {
+                    claim: ClaimName::parse(&asked.target).map_err(Error::usage)?,
+                }
+                .run(&ctx, out)
+                .await
+            }
+            "hold" => {
+                let why = asked.reason.as_deref().unwrap_or("held from the page");
+                super::super::hold::Args {
+                    name: bench()?,
+                    reason: Reason::parse(why).map_err(Error::usage)?,
+                    register: false,
+                    for_: None,
+                }
+                .run(&ctx, out)
+                .await
+            }
+            "release" => {
+                super::super::release::Args { name: bench()? }
+                    .run(&ctx, out)
+                    .await
+            }
+            other => Err(Error::usage(format!(
+                "no action {other:?}: the page's actions are claim, cancel, hold and release"
+            ))),
+        }
+    }
+}
+
+fn answer(status: StatusCode, text: String) -> Response {
+    (
+        status,
+        [(header::CACHE_CONTROL, "no-store")],
+        format!("{text}\n"),
+    )
+        .into_response()
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"abcdef", b"abcdef"));
+        assert!(!same(b"abcdef", b"abcdeg"));
+        assert!(!same(b"abc", b"abcdef"));
+        assert!(!same(b"", b"a"));
+    }
+}
