@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fleet needs from the OS packages, when it is missing. `ensure-deps.sh` is what the
-# tests need: redis-server (the store), libfaketime (the skewed-clock test) and openssl (the TLS
-# test). `ensure-deps.sh up` is what the local stack needs: redis-server only.
+# tests need: redis-server (the store), libfaketime (the skewed-clock test), openssl (the TLS
+# test), ipmitool and ipmi_sim, chromium and chromedriver (the live page in a browser).
+# `ensure-deps.sh up` is what the local stack needs: redis-server only.
 set -euo pipefail
 
 # The Redfish driver's tests (tests/redfish.rs) drive sushy-tools' emulator, which is on PyPI and
@@ -25,6 +26,12 @@ if [ "${1:-}" != "up" ]; then
   # The IPMI driver's tests (tests/ipmi.rs): ipmitool is the client, ipmi_sim the BMC.
   command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
   command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
+  # The live page's browser tests (tests/support/browser.rs): headless Chromium driven through
+  # chromedriver over WebDriver. Debian ships the driver as /usr/bin/chromedriver (older releases
+  # as chromium.driver); chromium-driver pulls in the matching chromium.
+  if ! command -v chromedriver >/dev/null 2>&1 && ! command -v chromium.driver >/dev/null 2>&1; then
+    need+=(chromium chromium-driver)
+  fi
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -1,6 +1,7 @@
 //! Shared test helpers: a private redis-server per test, connections and names.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod remote;
 
 use std::time::Duration;
