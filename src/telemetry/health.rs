@@ -53,9 +53,15 @@ impl Health {
         self.follower.store(follower, Ordering::Relaxed);
     }
 
-    /// Whether this process follows: the live page's actions are refused then.
-    pub fn is_follower(&self) -> bool {
-        self.follower.load(Ordering::Relaxed)
+    /// Whether this process leads: it holds the lease and has passed since. The live page's
+    /// actions run only then; a process that has not passed yet may be about to follow.
+    pub fn is_leading(&self) -> bool {
+        !self.follower.load(Ordering::Relaxed)
+            && self
+                .last_pass
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some()
     }
 
     /// Ready: this process leads, a pass finished within `within`, and the controller can see.

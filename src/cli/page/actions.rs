@@ -78,10 +78,12 @@ impl Actions {
         if let Some(refused) = self.refused(&headers) {
             return refused;
         }
-        if health.is_follower() {
+        if !health.is_leading() {
             return answer(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "this fleet serve follows: actions go to the leader's page".to_owned(),
+                "this fleet serve does not lead (it follows, or has not passed yet): actions go \
+                 to the leader's page"
+                    .to_owned(),
             );
         }
         let Ok(asked) = serde_json::from_str::<Asked>(&body) else {
