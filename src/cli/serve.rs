@@ -125,12 +125,8 @@ fn ratio(text: &str) -> Result<f64, String> {
 
 /// The token of `--ui-token-file`: its first line, of 16 characters or more.
 fn ui_token(path: &std::path::Path) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::usage(format!(
-            "reading --ui-token-file {}: {e}",
-            path.display()
-        ))
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::usage(format!("reading --ui-token-file {}: {e}", path.display())))?;
     let token = text.lines().next().unwrap_or_default().trim().to_owned();
     if token.chars().count() < page::actions_min_token() || token.contains(char::is_whitespace) {
         return Err(Error::usage(format!(
@@ -293,7 +289,12 @@ impl Args {
         let feed = page::Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
         let (tx, rx) = feed.channel();
         tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
-        Ok(page::router(rx, actions, health.clone()))
+        Ok(page::router(
+            rx,
+            actions,
+            health.clone(),
+            ctx.shutdown.clone(),
+        ))
     }
 
     /// The leader renews its lease once a pass, so a lease no longer than a pass lapses between

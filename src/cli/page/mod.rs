@@ -140,11 +140,14 @@ impl Asset {
     }
 }
 
-/// The page's routes, to merge into the metrics listener's.
+/// The page's routes, to merge into the metrics listener's. Every stream ends at `stop`: the
+/// listener's graceful shutdown waits for its connections, and a page's stream never ends on
+/// its own (found by the browser test: `fleet serve` could not stop while a page was open).
 pub fn router(
     frames: watch::Receiver<Arc<Published>>,
     actions: Option<Actions>,
     health: Arc<Health>,
+    stop: CancellationToken,
 ) -> axum::Router {
     let css = Asset::of("page", "css", CSS, "text/css; charset=utf-8");
     let js = Asset::of("page", "js", JS, "text/javascript; charset=utf-8");
@@ -170,7 +173,8 @@ pub fn router(
             get(move || {
                 let frames = frames.clone();
                 let streams = streams.clone();
-                async move { stream(frames, streams) }
+                let stop = stop.clone();
+                async move { stream(frames, streams, stop) }
             }),
         );
     for asset in [css, js] {
@@ -212,7 +216,11 @@ fn no_store(mut response: Response) -> Response {
 /// One page's stream: the newest frame at once, then each new one. A feeder task moves frames
 /// into a queue of `QUEUE`; when the page has not taken them and the queue is full, the feeder
 /// stops and the stream ends after what it holds (the browser reconnects to the newest frame).
-fn stream(frames: watch::Receiver<Arc<Published>>, streams: Arc<AtomicUsize>) -> Response {
+fn stream(
+    frames: watch::Receiver<Arc<Published>>,
+    streams: Arc<AtomicUsize>,
+    stop: CancellationToken,
+) -> Response {
     if streams.fetch_add(1, Ordering::SeqCst) >= MAX_STREAMS {
         streams.fetch_sub(1, Ordering::SeqCst);
         return (
@@ -224,7 +232,10 @@ fn stream(frames: watch::Receiver<Arc<Published>>, streams: Arc<AtomicUsize>) ->
     let (tx, rx) = mpsc::channel::<Arc<Published>>(QUEUE);
     tokio::spawn(async move {
         let mut frames = frames;
-        forward(&mut frames, &tx).await;
+        tokio::select! {
+            () = forward(&mut frames, &tx) => {}
+            () = stop.cancelled() => {}
+        }
         streams.fetch_sub(1, Ordering::SeqCst);
     });
     let events = futures::stream::unfold(rx, |mut rx| async move {
