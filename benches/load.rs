@@ -1,39 +1,36 @@
 //! The load benchmark (issue 15, "100 000 benches on one Redis"; SPEC §2.5, §5.7).
+//! Long: one measurement read top to bottom (seeding, the load generator, the load beside it,
+//! the readings of Redis and the host, the report); its pieces serve no other bench.
 //!
 //! One private redis-server, one run:
 //!
 //! 1. Seeds `--benches` benches (100 000; 10 000 with `--quick`) through the real beat script,
-//!    then a configuration of as many slots in groups of 1 000, each slot bound to its bench by a
-//!    ready claim, and runs the controller's first pass (statuses and energy ledgers written).
-//!    `INFO memory`'s `used_memory` before and after each step, divided by the bench count, is
-//!    the memory per bench.
-//! 2. The quiet window (the anchor): `--rate` beats per second (10 000) for `--seconds` (20; 5
-//!    with `--quick`), nothing else running. Each beat is one round trip of the beat script, the
-//!    call the agent makes; each bench beats at its own interval (the fleet's mean interval
-//!    times 0.9 to 1.1, as the agent's jitter spreads a rack), so the rate is spread over the
-//!    fleet. A few generators on their own connections and their own runtime issue the beats
-//!    when due, never waiting for one to finish before the next.
-//! 3. The loaded window: the same beats, while the controller passes over every slot back to
-//!    back (the pass `fleet serve` runs, driven as `benches/controller.rs` drives it) and readers
-//!    run the fleet read in a loop (as `fleet state --watch` does: one held-registry read and the
-//!    rows, each frame, on a reader's own connection).
+//!    then binds as many slots (groups of 1 000) to them by ready claims, and runs the
+//!    controller's first pass. `used_memory` (`INFO memory`) before and after each step, over
+//!    the bench count, is the memory per bench.
+//! 2. The quiet window (the anchor): `--rate` beats/s (10 000) for `--seconds` (20; 5 with
+//!    `--quick`), nothing else running. A beat is one round trip of the beat script, the agent's
+//!    call; each bench beats at its own interval (the fleet's mean times 0.9 to 1.1, as the
+//!    agent's jitter spreads a rack). A few generators, on their own connections and runtime,
+//!    issue each beat when due, whatever is still in flight.
+//! 3. The loaded window: the same beats while the controller passes over every slot back to back
+//!    (`fleet serve`'s pass, driven as `benches/controller.rs` drives it) and readers loop as
+//!    `fleet state --watch` does: the held-registry read and its rows, then `--read-interval`
+//!    (1 s, the watch's default; 0: back to back), each on its own connection.
 //!
-//! It prints every beat's p50, p99, p99.9 and max, the achieved rate and Redis's CPU in each
-//! window, the ratio loaded/quiet of p99, the passes and reads, and the target lines.
+//! Per window: the beats' p50/p99/p99.9/max (from the beat's issue to its answer), the rate
+//! achieved (answers over the time to the last one, so a backlog lowers it), how late the
+//! generators issued, Redis's and the host's CPU, Redis's busiest commands (`INFO
+//! commandstats`; a script's calls count again on their own lines); then p99 loaded/quiet and the
+//! target lines. The beats' TTL is an hour, so no key expires between the steps (the controller
+//! would act): a TTL costs nothing, and a steady beat publishes no wake (SPEC §2.4). Everything
+//! here and redis-server share the host's cores: a round trip includes waits for a core.
 //!
-//! The beats' TTL is an hour, so no key expires between the seeding and the windows (which would
-//! make the controller act): the TTL does not change a beat's cost, and a steady beat (same
-//! hold, a later deadline) publishes no wake (SPEC §2.4), so the beats here are the agent's.
-//!
-//! The generators, the controller, the readers and redis-server share this machine's cores: a
-//! beat's latency under load includes the time the generator's thread waits for a core, not
-//! Redis's alone. Redis's CPU per window says how busy the server was.
-//!
-//! Run: `cargo bench --bench load` (add `-- --quick` for 10 000 benches and 5 s windows;
-//! `--benches N`, `--rate R`, `--seconds S`, `--tasks T` generators, `--readers K`).
+//! Run: `cargo bench --bench load` (`-- --quick`; `--benches N`, `--rate R`, `--seconds S`,
+//! `--tasks T` generators, `--readers K`, `--read-interval S`).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +66,7 @@ struct Args {
     seconds: f64,
     tasks: usize,
     readers: usize,
+    read_interval: f64,
     quick: bool,
 }
 
@@ -88,6 +86,7 @@ impl Args {
             seconds: value("--seconds").unwrap_or(if quick { 5.0 } else { 20.0 }),
             tasks: value("--tasks").map_or(4, |n| n as usize).max(1),
             readers: value("--readers").map_or(2, |n| n as usize),
+            read_interval: value("--read-interval").unwrap_or(1.0),
             quick,
         }
     }
@@ -173,22 +172,14 @@ async fn seed_claims(
         let slots: Vec<BenchName> = (g * GROUP_SIZE..benches.min((g + 1) * GROUP_SIZE))
             .map(bench_name)
             .collect();
-        let seeds = store.seeds(&group_name(g), &slots).await?;
-        let claims: Vec<Claim> = slots
-            .iter()
-            .map(|slot| {
-                let name = ClaimName::parse(&format!("{slot}-1")).expect("valid name");
-                Claim::new(
-                    name,
-                    slot.clone(),
-                    group_name(g),
-                    None,
-                    now,
-                    &Default::default(),
-                    None,
-                )
+        let (group, timings) = (group_name(g), Default::default());
+        let claims: Vec<Claim> = (slots.iter())
+            .map(|s| {
+                let name = ClaimName::parse(&format!("{s}-1")).expect("valid name");
+                Claim::new(name, s.clone(), group.clone(), None, now, &timings, None)
             })
             .collect();
+        let seeds = store.seeds(&group, &slots).await?;
         let refused = store.create_all(&claims, &seeds).await?;
         anyhow::ensure!(refused.is_none(), "a claim was refused: {refused:?}");
         created.extend(claims);
@@ -206,26 +197,64 @@ async fn seed_claims(
     Ok(())
 }
 
-/// A field of `INFO section`, as a number.
-async fn info(conn: &MultiplexedConnection, section: &str, field: &str) -> anyhow::Result<f64> {
-    let text: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut conn.clone())
-        .await?;
-    let value = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .ok_or_else(|| anyhow::anyhow!("INFO {section} has no {field}"))?;
-    Ok(value.trim().parse()?)
+/// `INFO` of `sections`, as Redis writes it.
+async fn info(conn: &MultiplexedConnection, sections: &[&str]) -> anyhow::Result<String> {
+    let mut conn = conn.clone();
+    Ok(redis::cmd("INFO")
+        .arg(sections)
+        .query_async(&mut conn)
+        .await?)
+}
+
+/// A `name:value` field of an `INFO` text, as a number.
+fn field(text: &str, name: &str) -> anyhow::Result<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("INFO has no {name}"))
 }
 
 async fn used_memory(conn: &MultiplexedConnection) -> anyhow::Result<f64> {
-    info(conn, "memory", "used_memory").await
+    field(&info(conn, &["memory"]).await?, "used_memory")
 }
 
-/// Redis's CPU time so far (system and user), in seconds.
-async fn redis_cpu(conn: &MultiplexedConnection) -> anyhow::Result<f64> {
-    Ok(info(conn, "cpu", "used_cpu_sys").await? + info(conn, "cpu", "used_cpu_user").await?)
+/// What Redis and the host had spent by one instant: a window's CPU, and where Redis's went.
+struct Reading {
+    at: Instant,
+    /// Redis's CPU time (system and user), in seconds.
+    redis: f64,
+    /// The host's busy and total jiffies over all its cores (`/proc/stat`).
+    host: (u64, u64),
+    /// `INFO commandstats`: each command's calls and µs.
+    commands: BTreeMap<String, (u64, u64)>,
+}
+
+impl Reading {
+    async fn take(conn: &MultiplexedConnection) -> anyhow::Result<Reading> {
+        let text = info(conn, &["cpu", "commandstats"]).await?;
+        Ok(Reading {
+            at: Instant::now(),
+            redis: field(&text, "used_cpu_sys")? + field(&text, "used_cpu_user")?,
+            host: host_jiffies(),
+            commands: text.lines().filter_map(command_stat).collect(),
+        })
+    }
+}
+
+/// A commandstats line's command, calls and µs.
+fn command_stat(line: &str) -> Option<(String, (u64, u64))> {
+    let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+    let pairs = fields.split(',').filter_map(|f| f.split_once('='));
+    let get = |key: &str| pairs.clone().find(|p| p.0 == key)?.1.parse().ok();
+    Some((name.to_owned(), (get("calls")?, get("usec")?)))
+}
+
+/// The host's busy and total jiffies so far over all its cores (`/proc/stat`'s first line).
+fn host_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu = stat.lines().next().unwrap_or_default().split_whitespace();
+    let times: Vec<u64> = cpu.skip(1).take(8).filter_map(|t| t.parse().ok()).collect();
+    let idle: u64 = times.iter().skip(3).take(2).sum();
+    (times.iter().sum::<u64>() - idle, times.iter().sum())
 }
 
 /// When each bench beats: its own interval, the fleet's mean interval times a factor from 0.9
@@ -270,6 +299,8 @@ struct Sample {
     latencies: Vec<Duration>,
     /// How late the generator issued its latest beat, behind the beat's due time.
     lag: Duration,
+    /// When its last beat was answered, from its start.
+    finished: Duration,
 }
 
 /// One generator: the benches `task`, `task + tasks`, … each beating when due for `window`, on
@@ -311,6 +342,7 @@ async fn generate(
     while let Some(done) = in_flight.next().await {
         sample.latencies.push(done?);
     }
+    sample.finished = start.elapsed();
     Ok(sample)
 }
 
@@ -319,12 +351,52 @@ struct Window {
     /// Every beat's round trip, sorted.
     latencies: Vec<Duration>,
     lag: Duration,
+    /// From the start to the last beat's answer.
     seconds: f64,
-    /// Redis's CPU over the window, in percent of one core.
+    /// Redis's CPU, in percent of one core.
     redis_cpu: f64,
+    /// The host's CPU, in percent of all its cores.
+    host_cpu: f64,
+    /// Where Redis's time went: the busiest commands, with their calls and µs.
+    busiest: Vec<(String, u64, u64)>,
+    /// Beside the loaded window: the controller's passes and the readers' reads, sorted.
+    passes: Vec<Duration>,
+    reads: Vec<Duration>,
 }
 
 impl Window {
+    fn of(samples: Vec<Sample>, args: &Args, before: &Reading, after: &Reading) -> Window {
+        let elapsed = (after.at - before.at).as_secs_f64();
+        let mut busiest: Vec<(String, u64, u64)> = after
+            .commands
+            .iter()
+            .map(|(name, &(calls, usec))| {
+                let (c, u) = before.commands.get(name).copied().unwrap_or_default();
+                (name.clone(), calls - c, usec - u)
+            })
+            .collect();
+        busiest.sort_by_key(|b| Reverse(b.2));
+        busiest.truncate(5);
+        let (busy, total) = (after.host.0 - before.host.0, after.host.1 - before.host.1);
+        let mut window = Window {
+            latencies: Vec::new(),
+            lag: Duration::ZERO,
+            seconds: args.seconds,
+            redis_cpu: (after.redis - before.redis) / elapsed * 100.0,
+            host_cpu: busy as f64 / total.max(1) as f64 * 100.0,
+            busiest,
+            passes: Vec::new(),
+            reads: Vec::new(),
+        };
+        for sample in samples {
+            window.latencies.extend(sample.latencies);
+            window.lag = window.lag.max(sample.lag);
+            window.seconds = window.seconds.max(sample.finished.as_secs_f64());
+        }
+        window.latencies.sort();
+        window
+    }
+
     fn rate(&self) -> f64 {
         self.latencies.len() as f64 / self.seconds
     }
@@ -347,31 +419,16 @@ async fn window(
     args: &Args,
 ) -> anyhow::Result<Window> {
     let plan = Plan::new(args);
-    let cpu = redis_cpu(conn).await?;
-    let started = Instant::now();
+    let before = Reading::take(conn).await?;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|t| beats.spawn(generate(endpoint.clone(), t, plan, args.window())))
         .collect();
-    let mut out = Window {
-        latencies: Vec::new(),
-        lag: Duration::ZERO,
-        seconds: args.seconds,
-        redis_cpu: 0.0,
-    };
+    let mut samples = Vec::new();
     for task in tasks {
-        let sample = task.await??;
-        out.latencies.extend(sample.latencies);
-        out.lag = out.lag.max(sample.lag);
+        samples.push(task.await??);
     }
-    out.redis_cpu = (redis_cpu(conn).await? - cpu) / started.elapsed().as_secs_f64() * 100.0;
-    out.latencies.sort();
-    Ok(out)
-}
-
-/// The load beside the beats: the controller passing back to back, and the readers reading.
-struct Load {
-    passes: Vec<Duration>,
-    reads: Vec<Duration>,
+    let after = Reading::take(conn).await?;
+    Ok(Window::of(samples, args, &before, &after))
 }
 
 /// The loaded window: the controller and the readers start (each reader's first, cold read done
@@ -381,52 +438,67 @@ async fn loaded(
     endpoint: &Endpoint,
     conn: &MultiplexedConnection,
     args: &Args,
-    mut ctl: Controller<MultiplexedConnection, Exec>,
-) -> anyhow::Result<(Window, Load)> {
+    ctl: Controller<MultiplexedConnection, Exec>,
+) -> anyhow::Result<Window> {
     let stop = CancellationToken::new();
     let mut readers = Vec::new();
     for _ in 0..args.readers {
         let presence = Presence::new(endpoint.connect().await?, Keys::default());
         presence.read(&[]).await?;
-        let stop = stop.clone();
-        readers.push(tokio::spawn(async move {
-            let mut reads = Vec::new();
-            while !stop.is_cancelled() {
-                let start = Instant::now();
-                let snapshot = presence.read(&[]).await?;
-                let rows: Vec<_> = snapshot
-                    .benches
-                    .iter()
-                    .map(|b| b.row(snapshot.now))
-                    .collect();
-                anyhow::ensure!(rows.len() == snapshot.benches.len(), "a row per bench");
-                reads.push(start.elapsed());
-            }
-            anyhow::Ok(reads)
-        }));
+        let pause = Duration::from_secs_f64(args.read_interval);
+        readers.push(tokio::spawn(read_loop(presence, pause, stop.clone())));
     }
-    let passing = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut passes = Vec::new();
-            while !stop.is_cancelled() {
-                passes.push(at_rest_pass(&mut ctl).await?);
-            }
-            anyhow::Ok(passes)
-        })
-    };
+    let passing = tokio::spawn(pass_loop(ctl, stop.clone()));
     let beaten = window(beats, endpoint, conn, args).await;
     stop.cancel();
-    let mut load = Load {
-        passes: passing.await??,
-        reads: Vec::new(),
-    };
+    let mut under = beaten?;
+    under.passes = passing.await??;
     for reader in readers {
-        load.reads.extend(reader.await??);
+        under.reads.extend(reader.await??);
     }
-    load.passes.sort();
-    load.reads.sort();
-    Ok((beaten?, load))
+    under.passes.sort();
+    under.reads.sort();
+    Ok(under)
+}
+
+/// The controller passing back to back until `stop`; the time of each pass.
+async fn pass_loop(
+    mut ctl: Controller<MultiplexedConnection, Exec>,
+    stop: CancellationToken,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut passes = Vec::new();
+    while !stop.is_cancelled() {
+        passes.push(at_rest_pass(&mut ctl).await?);
+    }
+    Ok(passes)
+}
+
+/// A reader: `fleet state --watch`'s frame (the fleet read and its rows), then its pause,
+/// until `stop`; the time of each read.
+async fn read_loop(
+    presence: Presence<MultiplexedConnection>,
+    pause: Duration,
+    stop: CancellationToken,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut reads = Vec::new();
+    while !stop.is_cancelled() {
+        let start = Instant::now();
+        let snapshot = presence.read(&[]).await?;
+        let rows: Vec<_> = snapshot
+            .benches
+            .iter()
+            .map(|b| b.row(snapshot.now))
+            .collect();
+        anyhow::ensure!(rows.len() == snapshot.benches.len(), "a row per bench");
+        reads.push(start.elapsed());
+        if !pause.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.cancelled() => {}
+            }
+        }
+    }
+    Ok(reads)
 }
 
 /// One pass, timed; the fleet is at rest (every slot ready, its bench up), so a pass that
@@ -444,63 +516,62 @@ async fn at_rest_pass(
     Ok(took)
 }
 
-/// The memory readings, in bytes of `used_memory`.
-struct Memory {
-    empty: f64,
-    benches: f64,
-    claims: f64,
-    first_pass: f64,
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-fn print_windows(args: &Args, quiet: &Window, under: &Window, load: &Load) {
-    println!(
-        "{:<7}  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>9}",
-        "window", "beats/s", "beats", "p50", "p99", "p99.9", "max", "gen. lag", "Redis CPU"
-    );
+fn print_windows(args: &Args, quiet: &Window, under: &Window) {
+    let head = "     beats/s       beats         p50         p99       p99.9         max    gen. lag   Redis CPU";
+    println!("{:<7}{head}  host CPU", "window");
     for (name, w) in [("quiet", quiet), ("loaded", under)] {
-        println!(
-            "{:<7}  {:>10.0}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8.0}%",
-            name,
-            w.rate(),
-            w.latencies.len(),
+        let cells = [
+            format!("{:.0}", w.rate()),
+            w.latencies.len().to_string(),
             ms(w.at(0.5)),
             ms(w.at(0.99)),
             ms(w.at(0.999)),
             ms(w.at(1.0)),
             ms(w.lag),
-            w.redis_cpu,
-        );
+            format!("{:.0}%", w.redis_cpu),
+        ];
+        let cells = cells.map(|c| format!("{c:>12}")).concat();
+        println!("{name:<7}{cells}  {:.0}% of all cores", w.host_cpu);
     }
+    for (name, w) in [("quiet", quiet), ("loaded", under)] {
+        let busiest: Vec<String> = (w.busiest.iter())
+            .map(|(c, calls, usec)| format!("{c} {calls} x {} us", usec / calls.max(&1)))
+            .collect();
+        println!("Redis's busiest commands, {name}: {}", busiest.join(", "));
+    }
+    let (passes, reads) = (&under.passes, &under.reads);
     println!(
-        "load beside the loaded window: {} controller passes (median {}, worst {}), {} fleet reads by {} readers (median {}, worst {})",
-        load.passes.len(),
-        ms(quantile(&load.passes, 0.5)),
-        ms(quantile(&load.passes, 1.0)),
-        load.reads.len(),
+        "beside the loaded window: {} controller passes (median {}, worst {}); {} fleet reads by {} readers, {} s apart (median {}, worst {})",
+        passes.len(),
+        ms(quantile(passes, 0.5)),
+        ms(quantile(passes, 1.0)),
+        reads.len(),
         args.readers,
-        ms(quantile(&load.reads, 0.5)),
-        ms(quantile(&load.reads, 1.0)),
+        args.read_interval,
+        ms(quantile(reads, 0.5)),
+        ms(quantile(reads, 1.0)),
     );
 }
 
-fn print_targets(args: &Args, quiet: &Window, under: &Window, load: &Load, memory: &Memory) {
+/// `memory`: `used_memory` empty, with the benches, with their claims, after the first pass.
+fn print_targets(args: &Args, quiet: &Window, under: &Window, memory: [f64; 4]) {
     let p99 = under.at(0.99);
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
-    let per_bench = |bytes: f64| bytes / args.benches as f64;
+    let per_bench = |i: usize| (memory[i] - memory[0]) / args.benches as f64;
+    let mb = memory.map(|m| format!("{:.1} MB", m / 1e6));
+    let p99_ms = p99.as_secs_f64() * 1e3;
     println!(
-        "beat p99 under load: {:.2} ms (target < 5 ms) [{}]",
-        p99.as_secs_f64() * 1e3,
+        "beat p99 under load: {p99_ms:.2} ms (target < 5 ms) [{}]",
         met(p99 < P99_TARGET)
     );
+    let ratio = p99.as_secs_f64() / quiet.at(0.99).as_secs_f64();
     println!(
-        "beat p99 loaded/quiet: {:.2}x ({} / {})",
-        p99.as_secs_f64() / quiet.at(0.99).as_secs_f64(),
-        ms(p99),
-        ms(quiet.at(0.99)),
+        "beat p99 loaded/quiet: {ratio:.2}x (quiet p99 {})",
+        ms(quiet.at(0.99))
     );
     println!(
         "achieved beats/s: {:.0} (target {:.0}) [{}] (quiet window: {:.0})",
@@ -510,25 +581,23 @@ fn print_targets(args: &Args, quiet: &Window, under: &Window, load: &Load, memor
         quiet.rate(),
     );
     println!(
-        "memory per bench: {:.0} bytes (its heartbeat key, join key and join-set member; used_memory {:.1} MB -> {:.1} MB)",
-        per_bench(memory.benches - memory.empty),
-        memory.empty / 1e6,
-        memory.benches / 1e6,
+        "memory per bench: {:.0} bytes (heartbeat key, join key, join-set member; used_memory {} -> {}); with its slot's ready claim {:.0} bytes, after the controller's first pass {:.0} bytes ({})",
+        per_bench(1),
+        mb[0],
+        mb[1],
+        per_bench(2),
+        per_bench(3),
+        mb[3]
     );
     println!(
-        "memory per bench with its slot: {:.0} bytes after the claims, {:.0} bytes after the controller's first pass (statuses, ledgers; used_memory {:.1} MB)",
-        per_bench(memory.claims - memory.empty),
-        per_bench(memory.first_pass - memory.empty),
-        memory.first_pass / 1e6,
-    );
-    println!(
-        "controller pass median under load: {:.0} ms (over {} slots; 1 s is the pass interval)",
-        quantile(&load.passes, 0.5).as_secs_f64() * 1e3,
+        "controller pass median under load: {:.0} ms (over {} slots; the pass interval is 1 s)",
+        quantile(&under.passes, 0.5).as_secs_f64() * 1e3,
         args.benches,
     );
 }
 
-/// Starts Redis, seeds, measures memory, and runs the quiet and the loaded windows.
+/// Starts Redis; seeds the benches and their claims, measuring memory; passes once; runs the
+/// quiet window and the loaded one.
 async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
     let server = RedisServer::with(Options {
         tcp: true,
@@ -537,51 +606,46 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
     let port = server.port().expect("started with tcp");
     let endpoint = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60));
     let conn = endpoint.connect().await?;
-    let store = ClaimStore::new(conn.clone(), Keys::default());
     println!(
-        "load benchmark: {} benches in groups of {GROUP_SIZE}, {} beats/s for {} s per window from {} generators, {} readers; redis-server on 127.0.0.1:{port}{}",
+        "load benchmark{}: {} benches in groups of {GROUP_SIZE}, {} beats/s for {} s per window from {} generators; redis-server on 127.0.0.1:{port}; host load average {}",
+        if args.quick { " (quick)" } else { "" },
         args.benches,
         args.rate,
         args.seconds,
         args.tasks,
-        args.readers,
-        if args.quick { " (quick)" } else { "" },
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
     );
-    let empty = used_memory(&conn).await?;
+    let (store, mut memory) = (ClaimStore::new(conn.clone(), Keys::default()), [0.0; 4]);
+    memory[0] = used_memory(&conn).await?;
     let step = Instant::now();
     seed_benches(&conn, args.benches).await?;
-    let benches = used_memory(&conn).await?;
+    memory[1] = used_memory(&conn).await?;
     let seeded = step.elapsed();
-    let step = Instant::now();
     let cfg = config::parse(&yaml(args.benches), Path::new("load.yaml"))?;
     seed_claims(&store, args.benches).await?;
-    let claims = used_memory(&conn).await?;
-    let bound = step.elapsed();
+    memory[2] = used_memory(&conn).await?;
+    let bound = step.elapsed() - seeded;
     let mut ctl = controller(cfg, endpoint.connect().await?);
     let first = at_rest_pass(&mut ctl).await?;
-    let memory = Memory {
-        empty,
-        benches,
-        claims,
-        first_pass: used_memory(&conn).await?,
-    };
+    memory[3] = used_memory(&conn).await?;
     let mut quiet_passes = Vec::new();
     for _ in 0..3 {
         quiet_passes.push(at_rest_pass(&mut ctl).await?);
     }
     quiet_passes.sort();
     println!(
-        "seeded {} benches through the beat script in {:.1} s; bound their slots by ready claims in {:.1} s; controller's first pass {}, then {} median of 3 quiet passes",
-        args.benches,
+        "seeded the benches through the beat script in {:.1} s, their slots' ready claims in {:.1} s; the controller's first pass {}, then {} (median of 3 quiet passes)",
         seeded.as_secs_f64(),
         bound.as_secs_f64(),
         ms(first),
         ms(quantile(&quiet_passes, 0.5)),
     );
     let quiet = window(&beats, &endpoint, &conn, &args).await?;
-    let (under, load) = loaded(&beats, &endpoint, &conn, &args, ctl).await?;
-    print_windows(&args, &quiet, &under, &load);
-    print_targets(&args, &quiet, &under, &load, &memory);
+    let under = loaded(&beats, &endpoint, &conn, &args, ctl).await?;
+    print_windows(&args, &quiet, &under);
+    print_targets(&args, &quiet, &under, memory);
     Ok(())
 }
 
