@@ -4,8 +4,9 @@
 //! each with a beating bench, which the controller adopts (a ready claim each). Then, for two windows of the same length, every
 //! bench's beat flips between held and not (all 1 000 slots change twice a cycle: the bench's
 //! state, the slot's usability): first with no page open, then with 100 pages reading
-//! `/events`. It prints the controller's mean pass time in each window (from `fleet serve`'s own
-//! `fleet_pass_seconds` histogram), their ratio, and what the pages received.
+//! `/events`; then a third window with the pages open and nothing changing. It prints the
+//! controller's mean pass time in each window (from `fleet serve`'s own `fleet_pass_seconds`
+//! histogram), their ratios, and what the pages received.
 //!
 //! Run: `cargo bench --bench page` (add `-- --quick` for 5 s windows instead of 20 s).
 
@@ -93,8 +94,17 @@ async fn beat_all(presence: &Presence<redis::aio::MultiplexedConnection>, held: 
     }
 }
 
-/// Flips every bench between held and not until `until`; returns the flips.
-async fn churn(presence: &Presence<redis::aio::MultiplexedConnection>, until: Instant) -> u32 {
+/// Flips every bench between held and not until `until` (or, with `flip` false, changes
+/// nothing); returns the flips.
+async fn churn(
+    presence: &Presence<redis::aio::MultiplexedConnection>,
+    until: Instant,
+    flip: bool,
+) -> u32 {
+    if !flip {
+        tokio::time::sleep_until(until.into()).await;
+        return 0;
+    }
     let mut flips = 0;
     while Instant::now() < until {
         beat_all(presence, flips % 2 == 0).await;
@@ -111,9 +121,10 @@ async fn window(
     addr: &str,
     presence: &Presence<redis::aio::MultiplexedConnection>,
     length: Duration,
+    flip: bool,
 ) -> (Duration, f64, u32) {
     let (sum0, count0) = passes(addr);
-    let flips = churn(presence, Instant::now() + length).await;
+    let flips = churn(presence, Instant::now() + length, flip).await;
     let (sum1, count1) = passes(addr);
     let n = (count1 - count0).max(1.0);
     (Duration::from_secs_f64((sum1 - sum0) / n), n, flips)
@@ -171,14 +182,20 @@ async fn main() -> anyhow::Result<()> {
     beat_all(&presence, false).await;
     wait_ready(&addr)?;
     println!("page benchmark: {SLOTS} slots ready, a flip of every bench's hold each second");
-    let (quiet, quiet_passes, _) = window(&addr, &presence, length).await;
-    let frames = Arc::new(AtomicU64::new(0));
+    let (quiet, quiet_passes, _) = window(&addr, &presence, length, true).await;
+    let frames_counter = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     for _ in 0..PAGES {
-        open_page(addr.clone(), frames.clone(), bytes.clone());
+        open_page(addr.clone(), frames_counter.clone(), bytes.clone());
     }
-    let (crowded, crowded_passes, flips) = window(&addr, &presence, length).await;
-    let frames = frames.load(Ordering::Relaxed);
+    let frames = &frames_counter;
+    let (crowded, crowded_passes, flips) = window(&addr, &presence, length, true).await;
+    let frames = frames_now(frames);
+    let sent = bytes.load(Ordering::Relaxed);
+    // The same pages while nothing changes: each gets the read's time, not the frame.
+    let (still, still_passes, _) = window(&addr, &presence, length, false).await;
+    let still_frames = frames_now(&frames_counter) - frames;
+    let still_bytes = bytes.load(Ordering::Relaxed) - sent;
     println!(
         "mean pass, no page open:   {:>8.2} ms over {quiet_passes:.0} passes",
         ms(quiet)
@@ -191,10 +208,21 @@ async fn main() -> anyhow::Result<()> {
         "ratio crowded/quiet: {:.2}x; the pages received {frames} frames ({:.1} each, {:.1} MB)",
         ms(crowded) / ms(quiet),
         frames as f64 / PAGES as f64,
-        bytes.load(Ordering::Relaxed) as f64 / 1e6
+        sent as f64 / 1e6
+    );
+    println!(
+        "mean pass, {PAGES} pages open, nothing changing: {:>8.2} ms over {still_passes:.0} passes \
+         ({:.2}x quiet); the pages received {still_frames} frames and {:.1} kB",
+        ms(still),
+        ms(still) / ms(quiet),
+        still_bytes as f64 / 1e3
     );
     serve.kill()?;
     Ok(())
+}
+
+fn frames_now(frames: &AtomicU64) -> u64 {
+    frames.load(Ordering::Relaxed)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -172,12 +172,12 @@ async fn a_read_only_page_renders_on_the_server_and_streams_a_claim_to_ready() {
     let (config, _) = setup(dir.path(), &server);
     let (mut serve, addr) = serve(&server, &config, &[]).await;
     serve.log(&["became the leader"]).await;
-    let page = support::remote::until(
+    support::remote::until(
         "the first read on the page",
         Duration::from_secs(10),
         async || http_get(&addr, "/").1.contains("data-slot=\"bench-02\""),
-    );
-    page.await;
+    )
+    .await;
     let (status, page) = http_get(&addr, "/");
     assert_eq!(status, 200);
     check_accessibility(&page);
@@ -239,6 +239,12 @@ async fn actions_need_the_token_the_csrf_token_this_site_and_the_leader() {
     let token_arg = token.display().to_string();
     let (mut leader, addr) = serve(&server, &config, &["--ui-token-file", &token_arg]).await;
     leader.log(&["became the leader"]).await;
+    support::remote::until(
+        "the first read on the page",
+        Duration::from_secs(10),
+        async || http_get(&addr, "/").1.contains("data-slot=\"bench-02\""),
+    )
+    .await;
     let (_, page) = http_get(&addr, "/");
     check_accessibility(&page);
     let csrf = csrf_of(&page);

@@ -49,16 +49,16 @@ pub struct SlotView {
     pub bench: State,
     /// The hold the bench carries, or the one asked of it and not carried yet.
     pub hold: Option<String>,
-    /// How long the bench's beat still counts.
-    pub expires_in: Option<Duration>,
 }
 
-/// A live claim, with how long it has run against its deadline.
+/// A live claim, with when it was made and its deadline (the page shows the time elapsed
+/// against it).
 pub struct ClaimView {
     pub row: ClaimRow,
-    pub elapsed: Duration,
-    /// What is left of its deadline (`None`: no deadline; zero: past it).
-    pub left: Option<Duration>,
+    pub made: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    /// Whether the read found it past its deadline.
+    pub past: bool,
 }
 
 /// A failed claim, with why, and its last operation's output.
@@ -94,10 +94,9 @@ impl Frame {
             .filter(|c| c.phase.is_live())
             .map(|c| ClaimView {
                 row: views::claim_row(c, &world),
-                elapsed: (world.now - c.requested_at).to_std().unwrap_or_default(),
-                left: c
-                    .deadline_at
-                    .map(|d| (d - world.now).to_std().unwrap_or_default()),
+                made: c.requested_at,
+                deadline: c.deadline_at,
+                past: c.deadline_at.is_some_and(|d| d <= world.now),
             })
             .collect();
         claims.sort_by(|a, b| a.row.requested_at.cmp(&b.row.requested_at));
@@ -142,7 +141,6 @@ async fn bench_views(world: &World, conn: &Conn, keys: &Keys) -> Result<Vec<Slot
                 hold: carried
                     .map(|r| r.to_string())
                     .or_else(|| asked.map(|h| format!("asked: {}", h.reason))),
-                expires_in: verdict.and_then(|v| v.expires_in),
                 row,
             }
         })

@@ -36,8 +36,8 @@ pub struct Shell<'a> {
     pub csrf: Option<&'a str>,
 }
 
-/// The whole page around `fragment` (the `<main>` content).
-pub fn page(shell: &Shell<'_>, fragment: &str) -> String {
+/// The whole page around `fragment` (the `<main>` content) read at `at`.
+pub fn page(shell: &Shell<'_>, fragment: &str, at: &str) -> String {
     let actions = match shell.csrf {
         Some(csrf) => format!("<meta name=\"fleet-csrf\" content=\"{}\">", esc(csrf)),
         None => String::new(),
@@ -59,10 +59,13 @@ pub fn page(shell: &Shell<'_>, fragment: &str) -> String {
          <title>fleet</title><link rel=\"stylesheet\" href=\"{css}\">\
          <script src=\"{js}\" defer></script></head><body>\
          <header><h1>fleet</h1><p id=\"live\" role=\"status\" aria-live=\"polite\">\
-         Not live: the page updates itself when JavaScript runs.</p>{panel}</header>\
+         Not live: the page updates itself when JavaScript runs.</p>\
+         <p id=\"asof\" class=\"asof\">As of <time>{at}</time> (the store's clock).</p>{panel}\
+         </header>\
          <main id=\"frame\">{fragment}</main></body></html>",
         css = esc(shell.css),
         js = esc(shell.js),
+        at = esc(at),
     )
 }
 
@@ -87,12 +90,6 @@ pub fn fragment(frame: Option<&Frame>, error: Option<&str>, actions: bool) -> St
         }
         return out;
     };
-    let _ = write!(
-        out,
-        "<p class=\"asof\">As of <time datetime=\"{}\">{}</time> (the store's clock).</p>",
-        frame.now.to_rfc3339(),
-        clock(frame.now)
-    );
     controller(&mut out, frame);
     groups(&mut out, frame);
     tiles(&mut out, frame);
@@ -119,12 +116,7 @@ fn controller(out: &mut String, frame: &Frame) {
              under this prefix: nothing is powered on or off.</p>",
         ),
         Some(c) => {
-            let _ = write!(
-                out,
-                "<p>Leader <strong>{}</strong>, last pass at {}. ",
-                esc(&c.holder),
-                clock(c.updated_at)
-            );
+            let _ = write!(out, "<p>Leader <strong>{}</strong>. ", esc(&c.holder));
             match &c.blind {
                 None => out.push_str("<span class=\"badge ok\">sees</span> every machine.</p>"),
                 Some(b) => {
@@ -251,15 +243,12 @@ fn slots(out: &mut String, frame: &Frame, actions: bool) {
             },
         );
         let bench = bench_word(s.bench);
-        let left = s
-            .expires_in
-            .map_or_else(String::new, |d| format!(" <small>{} left</small>", span(d)));
         let _ = write!(
             out,
             "<tr data-slot=\"{name}\"><th scope=\"row\">{name}</th><td>{group}</td>\
              <td class=\"phase\"><span class=\"badge phase-{phase}\">{phase}</span></td>\
              <td class=\"power\"><span class=\"badge power-{power}\">{power}</span></td>\
-             <td>{bmc}</td><td class=\"bench\"><span class=\"badge bench-{lower}\">{bench}</span>{left}</td>\
+             <td>{bmc}</td><td class=\"bench\"><span class=\"badge bench-{lower}\">{bench}</span></td>\
              <td>{hold}</td><td>{claim}</td>",
             name = esc(&s.row.name),
             group = esc(&s.row.group),
@@ -318,15 +307,27 @@ fn claims(out: &mut String, frame: &Frame, actions: bool) {
 
 fn claim_row(out: &mut String, c: &ClaimView, actions: bool) {
     let phase = c.row.phase.to_string().to_lowercase();
-    let elapsed = match c.left {
-        None => span(c.elapsed),
-        Some(left) if left.is_zero() => format!("{} (past its deadline)", span(c.elapsed)),
-        Some(left) => format!("{} ({} to its deadline)", span(c.elapsed), span(left)),
+    // Absolute times, so a frame changes only when the claim does; the page's script shows the
+    // time elapsed against the deadline from them, every second.
+    let elapsed = match c.deadline {
+        None => format!(
+            "<td data-since=\"{}\">made {}</td>",
+            c.made.to_rfc3339(),
+            clock(c.made)
+        ),
+        Some(d) => format!(
+            "<td data-since=\"{}\" data-deadline=\"{}\">made {}, deadline {}{}</td>",
+            c.made.to_rfc3339(),
+            d.to_rfc3339(),
+            clock(c.made),
+            clock(d),
+            if c.past { " (past it)" } else { "" }
+        ),
     };
     let _ = write!(
         out,
         "<tr data-claim=\"{name}\"><th scope=\"row\">{name}</th><td>{slot}</td>\
-         <td class=\"phase\"><span class=\"badge phase-{phase}\">{phase}</span></td><td>{elapsed}</td>\
+         <td class=\"phase\"><span class=\"badge phase-{phase}\">{phase}</span></td>{elapsed}\
          <td>{attempt}</td><td>{op}</td><td>{waiting}</td>",
         name = esc(c.row.name.as_str()),
         slot = esc(c.row.slot.as_str()),
@@ -376,7 +377,7 @@ fn failures(out: &mut String, failures: &[Failure]) {
 }
 
 /// A time of day on the store's clock, in UTC.
-fn clock(t: DateTime<Utc>) -> String {
+pub fn clock(t: DateTime<Utc>) -> String {
     t.format("%H:%M:%S UTC").to_string()
 }
 

@@ -7,7 +7,8 @@
 //! page's shell, and `/events` streams every new one (server-sent events) to each open page,
 //! whose script swaps it in. A page's stream holds at most `QUEUE` frames: one that falls behind
 //! is dropped, never buffered without limit, and its browser reconnects to the newest frame.
-//! Assets are embedded, named by their content's hash and cached for a year. Actions
+//! Every frame is a new read, so a stream is never idle longer than a pass interval and needs no
+//! keep-alive. Assets are embedded, named by their content's hash and cached for a year. Actions
 //! (`actions.rs`) are on only with `--ui-token-file`.
 
 mod actions;
@@ -19,7 +20,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::http::{StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
@@ -47,11 +47,54 @@ const MAX_STREAMS: usize = 1_000;
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
-/// The newest read as every page gets it: the fragment, rendered once.
+/// The newest read as every page gets it, encoded once for every page.
+///
+/// A frame (the `<main>` fragment) is sent to a page only when it differs from the last one the
+/// page got: the fragment holds no clock that moves by itself (claims show when they were made
+/// and their deadline; the page's script counts from those), so a fleet where nothing changes
+/// costs each page one small `tick` event a read, saying the read's time.
 pub struct Published {
     pub fragment: String,
     /// Whether the read succeeded (a failed one keeps the last frame under a banner).
     pub ok: bool,
+    /// Counts the changes of the fragment: a page that got frame `seq` gets a tick next.
+    pub seq: u64,
+    /// The read's time on the store's clock, as the page says it.
+    pub at: String,
+    /// The frame as one server-sent event (`frame`, or `stale` after a failed read): each
+    /// page's stream sends these very bytes, so a hundred pages cost a hundred socket writes, not
+    /// a hundred encodings.
+    pub frame: axum::body::Bytes,
+    /// The read's time as a `tick` event.
+    pub tick: axum::body::Bytes,
+}
+
+impl Published {
+    pub fn new(fragment: String, ok: bool, seq: u64, at: String) -> Published {
+        Published {
+            frame: event(if ok { "frame" } else { "stale" }, &fragment),
+            tick: event("tick", &at),
+            fragment,
+            ok,
+            seq,
+            at,
+        }
+    }
+}
+
+/// One server-sent event: its name, then its data line by line.
+fn event(name: &str, data: &str) -> axum::body::Bytes {
+    let mut event = String::with_capacity(data.len() + 64);
+    event.push_str("event: ");
+    event.push_str(name);
+    event.push('\n');
+    for line in data.split('\n') {
+        event.push_str("data: ");
+        event.push_str(line.trim_end_matches('\r'));
+        event.push('\n');
+    }
+    event.push('\n');
+    axum::body::Bytes::from(event)
 }
 
 /// Reads the store once every `interval` and publishes each read, until `stop`.
@@ -79,10 +122,12 @@ impl Feed {
         watch::Sender<Arc<Published>>,
         watch::Receiver<Arc<Published>>,
     ) {
-        watch::channel(Arc::new(Published {
-            fragment: html::fragment(None, None, self.actions),
-            ok: true,
-        }))
+        watch::channel(Arc::new(Published::new(
+            html::fragment(None, None, self.actions),
+            true,
+            0,
+            "not read yet".to_owned(),
+        )))
     }
 
     pub async fn run(self, tx: watch::Sender<Arc<Published>>, stop: CancellationToken) {
@@ -95,12 +140,15 @@ impl Feed {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let published = match Frame::read(self.conn.clone(), &self.keys).await {
+            let (fragment, ok, at) = match Frame::read(self.conn.clone(), &self.keys).await {
                 Ok(frame) => {
                     failing = false;
                     let fragment = html::fragment(Some(&frame), None, self.actions);
+                    let at = frame
+                        .now
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
                     last = Some(frame);
-                    Published { fragment, ok: true }
+                    (fragment, true, at)
                 }
                 Err(e) => {
                     let why = e.to_string();
@@ -109,14 +157,15 @@ impl Feed {
                         failing = true;
                     }
                     let fragment = html::fragment(last.as_ref(), Some(&why), self.actions);
-                    Published {
-                        fragment,
-                        ok: false,
-                    }
+                    (fragment, false, tx.borrow().at.clone())
                 }
             };
+            let seq = {
+                let before = tx.borrow();
+                before.seq + u64::from(before.fragment != fragment || before.ok != ok)
+            };
             // Nobody may be watching: a send with no page open is not a failure.
-            let _ = tx.send_replace(Arc::new(published));
+            let _ = tx.send_replace(Arc::new(Published::new(fragment, ok, seq, at)));
         }
     }
 }
@@ -164,7 +213,10 @@ pub fn router(
                     js,
                     csrf: actions.as_ref().map(Actions::csrf),
                 };
-                let body = html::page(&shell, &page_frames.borrow().fragment);
+                let body = {
+                    let now = page_frames.borrow();
+                    html::page(&shell, &now.fragment, &now.at)
+                };
                 async move { no_store(Html(body).into_response()) }
             }),
         )
@@ -229,7 +281,7 @@ fn stream(
         )
             .into_response();
     }
-    let (tx, rx) = mpsc::channel::<Arc<Published>>(QUEUE);
+    let (tx, rx) = mpsc::channel::<axum::body::Bytes>(QUEUE);
     tokio::spawn(async move {
         let mut frames = frames;
         tokio::select! {
@@ -239,30 +291,40 @@ fn stream(
         streams.fetch_sub(1, Ordering::SeqCst);
     });
     let events = futures::stream::unfold(rx, |mut rx| async move {
-        let frame = rx.recv().await?;
-        let event = Event::default()
-            .event(if frame.ok { "frame" } else { "stale" })
-            .data(&frame.fragment);
+        let event = rx.recv().await?;
         Some((Ok::<_, std::convert::Infallible>(event), rx))
     });
-    no_store(
-        Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-            .into_response(),
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        axum::body::Body::from_stream(events),
     )
+        .into_response()
 }
 
-/// Moves each new frame into one page's queue: the newest at once, then every change. Returns
-/// when the page is gone or has left `QUEUE` frames untaken: a slow page is dropped, never
-/// buffered for.
-async fn forward(frames: &mut watch::Receiver<Arc<Published>>, tx: &mpsc::Sender<Arc<Published>>) {
+/// Moves each new read into one page's queue: the newest frame at once, then at each read the
+/// frame when it changed since the page's last, else the tick. Returns when the page is gone or
+/// has left `QUEUE` events untaken: a slow page is dropped, never buffered for.
+async fn forward(
+    frames: &mut watch::Receiver<Arc<Published>>,
+    tx: &mpsc::Sender<axum::body::Bytes>,
+) {
     let first = frames.borrow_and_update().clone();
-    if tx.try_send(first).is_err() {
+    if tx.try_send(first.frame.clone()).is_err() {
         return;
     }
+    let mut sent = first.seq;
     while frames.changed().await.is_ok() {
         let next = frames.borrow_and_update().clone();
-        if tx.try_send(next).is_err() {
+        let event = if next.seq == sent {
+            next.tick.clone()
+        } else {
+            sent = next.seq;
+            next.frame.clone()
+        };
+        if tx.try_send(event).is_err() {
             return;
         }
     }

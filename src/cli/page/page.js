@@ -1,26 +1,56 @@
 // fleet's live page (SPEC §4.13): keeps the server-rendered page live. The server streams the
-// whole <main> fragment at every read (server-sent events); this swaps it in. Actions send the
-// operator's token as a bearer header and the page's CSRF token, and say what the server said.
+// <main> fragment whenever it changes (server-sent events) and the read's time otherwise; this
+// swaps the fragment in, counts each live claim's time against its deadline, and sends the
+// actions: the operator's token as a bearer header, the page's CSRF token, and says what the
+// server said. The live region speaks only when the page changed, never at each tick.
 "use strict";
 (function () {
   const live = document.getElementById("live");
+  const asof = document.querySelector("#asof time");
   const main = document.getElementById("frame");
-  const say = (text) => { live.textContent = text; };
-  const now = () => new Date().toLocaleTimeString();
-  let stream;
-  function connect() {
-    stream = new EventSource("events");
-    stream.addEventListener("frame", (e) => {
-      main.innerHTML = e.data;
-      say("Live: updated at " + now() + ".");
-    });
-    stream.addEventListener("stale", (e) => {
-      main.innerHTML = e.data;
-      say("The server cannot read the store (" + now() + "); retrying.");
-    });
-    stream.onerror = () => say("Connection lost at " + now() + "; reconnecting.");
+  // The store's clock minus this browser's, from the last tick: claims are timed on the store's.
+  let skew = 0;
+  const clock = (ms) => new Date(ms).toISOString().slice(11, 19) + " UTC";
+  const span = (ms) => {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+    return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+  };
+  function ages() {
+    const now = Date.now() + skew;
+    for (const cell of main.querySelectorAll("td[data-since]")) {
+      const since = Date.parse(cell.dataset.since);
+      let text = span(now - since) + " since it was made";
+      if (cell.dataset.deadline) {
+        const deadline = Date.parse(cell.dataset.deadline);
+        text += deadline > now
+          ? ", " + span(deadline - now) + " to its deadline (" + clock(deadline) + ")"
+          : ", past its deadline (" + clock(deadline) + ")";
+      }
+      cell.textContent = text;
+    }
   }
-  connect();
+  function tick(at) {
+    const ms = Date.parse(at);
+    if (!Number.isNaN(ms)) {
+      skew = ms - Date.now();
+      asof.textContent = clock(ms);
+    }
+  }
+  const stream = new EventSource("events");
+  stream.addEventListener("frame", (e) => {
+    main.innerHTML = e.data;
+    ages();
+    live.textContent = "Live: updated at " + clock(Date.now() + skew) + ".";
+  });
+  stream.addEventListener("tick", (e) => tick(e.data));
+  stream.addEventListener("stale", (e) => {
+    main.innerHTML = e.data;
+    live.textContent = "The server cannot read the store; retrying.";
+  });
+  stream.onerror = () => { live.textContent = "Connection lost; reconnecting."; };
+  setInterval(ages, 1000);
 
   const csrf = document.querySelector('meta[name="fleet-csrf"]');
   const token = document.getElementById("token");

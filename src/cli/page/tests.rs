@@ -87,10 +87,12 @@ fn the_contrast_formula_reads_the_known_pairs() {
 }
 
 fn published(n: usize) -> Arc<Published> {
-    Arc::new(Published {
-        fragment: format!("frame {n}"),
-        ok: true,
-    })
+    Arc::new(Published::new(
+        format!("frame {n}"),
+        true,
+        n as u64,
+        format!("at {n}"),
+    ))
 }
 
 #[tokio::test]
@@ -98,9 +100,26 @@ async fn a_page_gets_the_newest_frame_then_each_new_one() {
     let (tx, mut frames) = watch::channel(published(0));
     let (queue, mut page) = mpsc::channel(QUEUE);
     let forwarding = tokio::spawn(async move { forward(&mut frames, &queue).await });
-    assert_eq!(page.recv().await.unwrap().fragment, "frame 0");
+    assert_eq!(
+        &page.recv().await.unwrap()[..],
+        b"event: frame\ndata: frame 0\n\n"
+    );
     tx.send_replace(published(1));
-    assert_eq!(page.recv().await.unwrap().fragment, "frame 1");
+    assert_eq!(
+        &page.recv().await.unwrap()[..],
+        b"event: frame\ndata: frame 1\n\n"
+    );
+    // The same frame read again: the page gets the read's time only.
+    tx.send_replace(Arc::new(Published::new(
+        "frame 1".to_owned(),
+        true,
+        1,
+        "at 2".to_owned(),
+    )));
+    assert_eq!(
+        &page.recv().await.unwrap()[..],
+        b"event: tick\ndata: at 2\n\n"
+    );
     drop(tx);
     forwarding.await.unwrap();
     assert!(page.recv().await.is_none(), "the stream ends with the feed");
@@ -129,4 +148,16 @@ async fn a_page_that_takes_nothing_is_dropped_after_its_queue_fills() {
         held, QUEUE,
         "no more than the queue was ever held for the page"
     );
+}
+
+#[test]
+fn a_frame_is_one_event_whatever_its_lines() {
+    let p = Published::new("<p>a</p>\n<p>b</p>".to_owned(), true, 3, "t".to_owned());
+    assert_eq!(
+        &p.frame[..],
+        b"event: frame\ndata: <p>a</p>\ndata: <p>b</p>\n\n"
+    );
+    assert_eq!(&p.tick[..], b"event: tick\ndata: t\n\n");
+    let stale = Published::new("x".to_owned(), false, 4, "t".to_owned());
+    assert_eq!(&stale.frame[..], b"event: stale\ndata: x\n\n");
 }
