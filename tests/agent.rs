@@ -180,16 +180,43 @@ async fn a_final_beat_with_a_hold_promises_a_planned_sleep() {
 
 #[tokio::test]
 async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
+    beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet"), &["agent"]).await;
+}
+
+// Issue 15: `fleet-agent` is `fleet agent` alone, a small binary of its own over the same library
+// code: its beat reads UP through the library, and it stops as `fleet agent` does.
+#[tokio::test]
+async fn the_small_agent_binary_beats_up_and_stops_on_sigterm_with_a_final_beat() {
+    beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet-agent"), &[]).await;
+}
+
+#[test]
+fn the_small_agent_binary_takes_the_same_flags_as_fleet_agent() {
+    let flags = |exe: &str, args: &[&str]| {
+        let o = std::process::Command::new(exe).args(args).output().unwrap();
+        assert!(o.status.success(), "{exe} {args:?}");
+        let help = String::from_utf8(o.stdout).unwrap();
+        help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '(' || c == ')')
+            .filter(|w| w.starts_with("--"))
+            .map(str::to_owned)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let fleet = flags(env!("CARGO_BIN_EXE_fleet"), &["agent", "--help"]);
+    let mut small = flags(env!("CARGO_BIN_EXE_fleet-agent"), &["--help"]);
+    // A top-level command has --version, a verb does not.
+    assert!(small.remove("--version"), "{small:?}");
+    assert!(fleet.contains("--power-off-command") && fleet.contains("--redis"));
+    assert_eq!(small, fleet);
+}
+
+/// Starts `exe verb bench-01` beating every 100 ms, waits for a beat that reads UP through the
+/// library, then stops it with SIGTERM: exit 0, and the final beat (TTL 0) reads DOWN.
+async fn beats_up_then_stops_on_sigterm(exe: &str, verb: &[&str]) {
     let server = server();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .args([
-            "--redis",
-            &server.url(),
-            "agent",
-            "bench-01",
-            "--interval",
-            "100ms",
-        ])
+    let mut child = tokio::process::Command::new(exe)
+        .args(["--redis", &server.url()])
+        .args(verb)
+        .args(["bench-01", "--interval", "100ms"])
         .env("FLEET_LOG", "debug")
         .stderr(std::process::Stdio::piped())
         .spawn()
