@@ -70,6 +70,7 @@ banner() {
   cat <<MSG
 fleet local stack: redis at $FLEET_REDIS_URL
 controller log: $run/serve.log; cluster-autoscaler provider on $grpc
+live page: http://$page/   (the fleet at a glance, in a browser)
 In another shell:  export FLEET_REDIS_URL=$FLEET_REDIS_URL
                    $fleet claim sim-01 --wait     # ask for a machine; watch it boot below
                    $fleet cancel <claim>          # give it back
@@ -89,6 +90,8 @@ for _ in $(seq 300); do
   fi
   sleep 0.1
 done
+# The live page is on the metrics listener, whose port fleet serve picked: its start line says.
+page=$(grep -o 'metrics=[^ ]*' "$run/serve.log" | head -n 1 | cut -d= -f2)
 lines=$(banner | wc -l)
 if [ -t 1 ]; then printf '\033[H\033[2J'; fi
 banner

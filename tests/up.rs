@@ -150,6 +150,16 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
             .output()
             .unwrap()
     };
+    // The banner names the live page, and it answers with the stack's slots.
+    let page = banner
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .expect("the banner names the live page")
+        .trim_end_matches('/')
+        .to_owned();
+    let (status, body) = support::http_get(&page, "/");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<title>fleet</title>"), "{body}");
     // A claim to ready, as the quick start does.
     let o = fleet(&["claim", "sim-01", "--wait"]);
     assert!(o.status.success(), "{o:?}");
