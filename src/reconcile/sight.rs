@@ -186,20 +186,26 @@ where
                     .map(move |(slot, _)| (&g.group, slot))
             })
             .collect();
-        let seen = config.slots.values().map(|slot| {
-            let key = (&slot.group, &slot.name);
-            let last = self
-                .memory
-                .last_power
-                .get(&(slot.group.clone(), slot.name.clone()));
-            sight::Seen {
-                was_on: last == Some(&Power::On),
-                wanted: wanted.contains(&key),
-                powering_off: powering_off.contains(&key),
-                now_off: bench_of(snap, &slot.name)
-                    .is_none_or(|b| b.verdict(snap.now).state == State::Down),
-            }
-        });
+        // Only the configured slots last seen on: the rule counts no other (`was_on`), and
+        // walking these rather than every slot builds no key per slot (100 000 slots' passes
+        // spent 7% of their time here, cloning two names a slot for the lookup).
+        let seen = self
+            .memory
+            .last_power
+            .iter()
+            .filter(|((group, name), power)| {
+                **power == Power::On && config.slots.get(name).is_some_and(|s| &s.group == group)
+            })
+            .map(|((group, name), _)| {
+                let key = (group, name);
+                sight::Seen {
+                    was_on: true,
+                    wanted: wanted.contains(&key),
+                    powering_off: powering_off.contains(&key),
+                    now_off: bench_of(snap, name)
+                        .is_none_or(|b| b.verdict(snap.now).state == State::Down),
+                }
+            });
         sight::mass_vanishing(seen, self.faults.vanish_min, self.faults.vanish_ratio)
     }
 
