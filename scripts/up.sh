@@ -29,13 +29,21 @@ cleanup() {
   local code="$1"
   trap - EXIT INT TERM
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for proc in /proc/[0-9]*; do
-    pid="${proc#/proc/}"
-    [ "$pid" = "$$" ] && continue
-    # NUL-separated, read whole by grep -z (no pipe: pipefail would see tr's SIGPIPE).
-    if grep -qxzF "SIM_DIR=$run" "$proc/environ" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+  # Scanned again until a scan finds none: the list of processes is read once per scan, and a
+  # process of the stack may start a child after it was read and before it is killed (an
+  # operation's script starting its `sleep`: found by tests/up.rs in CI).
+  for _ in $(seq 20); do
+    found=0
+    for proc in /proc/[0-9]*; do
+      pid="${proc#/proc/}"
+      [ "$pid" = "$$" ] && continue
+      # NUL-separated, read whole by grep -z (no pipe: pipefail would see tr's SIGPIPE).
+      if grep -qxzF "SIM_DIR=$run" "$proc/environ" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+        found=1
+      fi
+    done
+    [ "$found" = 0 ] && break
   done
   # Gone before their directory is: SIGKILL is delivered at once, the exit a moment later.
   for pid in "${pids[@]}"; do
