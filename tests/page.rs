@@ -163,11 +163,7 @@ fn check_accessibility(page: &str) {
 
 #[tokio::test]
 async fn a_read_only_page_renders_on_the_server_and_streams_a_claim_to_ready() {
-    let server = RedisServer::with(fleet::testing::Options {
-        tcp: true,
-        ..Default::default()
-    })
-    .unwrap();
+    let server = support::tcp_server();
     let dir = tempfile::tempdir().unwrap();
     let (config, _) = setup(dir.path(), &server);
     let (mut serve, addr) = serve(&server, &config, &[]).await;
@@ -229,11 +225,7 @@ async fn a_read_only_page_renders_on_the_server_and_streams_a_claim_to_ready() {
 
 #[tokio::test]
 async fn actions_need_the_token_the_csrf_token_this_site_and_the_leader() {
-    let server = RedisServer::with(fleet::testing::Options {
-        tcp: true,
-        ..Default::default()
-    })
-    .unwrap();
+    let server = support::tcp_server();
     let dir = tempfile::tempdir().unwrap();
     let (config, token) = setup(dir.path(), &server);
     let token_arg = token.display().to_string();

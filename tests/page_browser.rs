@@ -17,7 +17,6 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fleet::testing::{Options, RedisServer};
 use serde_json::json;
 use support::browser::Browser;
 use support::remote::metrics_addr;
@@ -84,11 +83,7 @@ fn screenshots() -> PathBuf {
 // Long: one scenario, step by step, each step's timing said as it is measured.
 #[tokio::test]
 async fn the_open_page_follows_a_claim_to_ready_and_back_and_takes_actions_only_with_the_token() {
-    let server = RedisServer::with(Options {
-        tcp: true,
-        ..Options::default()
-    })
-    .unwrap();
+    let server = support::tcp_server();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &server.url());
     let token = dir.path().join("token");

@@ -141,17 +141,7 @@ async fn write_last_output(
     c: &Claim,
     out: &mut (dyn Write + Send),
 ) -> Result<(), Error> {
-    let tail = store
-        .timeline(&c.group, &c.name)
-        .await
-        .ok()
-        .and_then(|t| {
-            t.into_iter()
-                .rev()
-                .find(|e| e.operation.is_some() && e.detail.is_some())
-        })
-        .and_then(|e| e.detail)
-        .unwrap_or_default();
+    let tail = super::views::last_output(store, &c.group, &c.name).await;
     if !tail.is_empty() {
         writeln!(out, "output of its last operation:")?;
         for line in tail.lines() {

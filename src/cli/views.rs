@@ -393,6 +393,23 @@ pub fn group_rows(world: &World) -> Vec<GroupRow> {
         .collect()
 }
 
+/// The output of a claim's last operation that said anything (`fleet claim --wait` on a claim
+/// that ended, the live page's failures). A timeline that cannot be read gives none: the caller
+/// says the failure anyway.
+pub async fn last_output(store: &ClaimStore<Conn>, group: &GroupName, claim: &ClaimName) -> String {
+    store
+        .timeline(group, claim)
+        .await
+        .ok()
+        .and_then(|t| {
+            t.into_iter()
+                .rev()
+                .find(|e| e.operation.is_some() && e.detail.is_some())
+        })
+        .and_then(|e| e.detail)
+        .unwrap_or_default()
+}
+
 /// The store, the catalog, the named claim and the server's time: what a verb on one claim needs.
 pub async fn find_claim(
     ctx: &Ctx,

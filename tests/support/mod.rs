@@ -12,6 +12,16 @@ use fleet::store::presence::{Beat, Presence};
 use fleet::testing::RedisServer;
 use redis::aio::MultiplexedConnection;
 
+/// A private redis-server that listens on a loopback port too (for processes that reach it by
+/// `redis://`, or a test that reads its port).
+pub fn tcp_server() -> RedisServer {
+    RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        ..Default::default()
+    })
+    .expect("starting redis-server")
+}
+
 pub fn server() -> RedisServer {
     RedisServer::start().expect("starting redis-server")
 }

@@ -159,18 +159,7 @@ async fn failures(world: &World) -> Vec<Failure> {
     failed.sort_by_key(|(_, last)| std::cmp::Reverse(last.finished_at));
     let mut out = Vec::new();
     for (slot, last) in failed.into_iter().take(FAILURES) {
-        let tail = world
-            .store
-            .timeline(&last.group, &last.name)
-            .await
-            .ok()
-            .and_then(|t| {
-                t.into_iter()
-                    .rev()
-                    .find(|e| e.operation.is_some() && e.detail.is_some())
-            })
-            .and_then(|e| e.detail)
-            .unwrap_or_default();
+        let tail = views::last_output(&world.store, &last.group, &last.name).await;
         let lines: Vec<String> = tail.lines().map(str::to_owned).collect();
         out.push(Failure {
             slot: slot.clone(),
