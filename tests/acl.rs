@@ -500,6 +500,11 @@ async fn the_viewer_runs_every_view_and_every_write_it_tries_is_refused() {
         .unwrap();
     assert_eq!(states(&first), states(&state));
     watch.kill().await.unwrap();
+    // Nothing the views sent was refused: a cold read's listing (SPEC §2.5) needs no grant the
+    // viewer lacks, so none fell back to the read script for want of one (Redis logs every
+    // refusal).
+    let log: redis::Value = raw(&acl.server, &["ACL", "LOG"]).await;
+    assert!(!format!("{log:?}").contains("\"fleet-viewer\""), "{log:?}");
 
     // Every write is refused, through the verbs and raw.
     for args in [

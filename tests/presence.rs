@@ -367,10 +367,11 @@ async fn forget_removes_benches_from_the_registry_and_a_beat_registers_again() {
     assert_eq!(p.read(&[]).await.unwrap().benches.len(), 2);
 }
 
-// Every store call is one round trip, and the fleet read one whatever the fleet's size: the
-// read script when the reader holds no registry, one pipeline when it does (SPEC §2.5).
+// Every store call is one round trip, and the fleet read one or two whatever the fleet's size:
+// one pipeline when the reader holds the registry, the listing and then that pipeline when it
+// does not (SPEC §2.5).
 #[tokio::test]
-async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size() {
+async fn every_store_call_is_one_round_trip_and_the_fleet_read_at_most_two_at_any_size() {
     let server = server();
     let counting = Counting::new(conn(&server).await);
     let p = Presence::new(counting.clone(), Keys::default());
@@ -381,7 +382,9 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size()
         trips = now;
     };
     p.read(&[]).await.unwrap();
-    expect(1, "read of an empty fleet");
+    expect(2, "read of an empty fleet: the listing, then the pipeline");
+    p.read(&[]).await.unwrap();
+    expect(1, "read of an empty fleet, the registry held");
     p.beat(&beat("bench-00000", Duration::from_secs(30)))
         .await
         .unwrap();
@@ -400,7 +403,8 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size()
         .await
         .unwrap();
     expect(1, "forget of two");
-    // 9 000 benches: beyond one MGET chunk of the read script (4 000) and the Lua stack (8 000).
+    // 9 000 benches: beyond the read's MGET chunks (1 000), and one MGET chunk of the read script
+    // (4 000) and the Lua stack (8 000).
     let n = 9_000;
     let seeding = Presence::new(conn(&server).await, Keys::default());
     let mut pending = Vec::new();
@@ -414,9 +418,10 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size()
     for task in pending {
         task.await.unwrap().unwrap();
     }
-    // The reader's registry is out of date: the pipeline sees the version move, the script reads.
+    // The reader's registry is out of date: the pipeline sees the version move, the registry is
+    // listed and read over.
     let snap = p.read(&[]).await.unwrap();
-    expect(2, "read after the registry changed");
+    expect(3, "read after the registry changed");
     assert_eq!(snap.benches.len(), n);
     assert!(
         snap.benches
@@ -430,7 +435,7 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size()
         .read(&[])
         .await
         .unwrap();
-    expect(1, "a fresh reader's read of 9 000 benches");
+    expect(2, "a fresh reader's read of 9 000 benches");
     assert_eq!(cold.benches, snap.benches);
     let named: Vec<_> = (0..n)
         .step_by(3)
@@ -447,7 +452,7 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_one_at_any_size()
     expect(1, "read after a known bench beat");
     seeding.forget(&[name("bench-00002")]).await.unwrap();
     assert_eq!(p.read(&[]).await.unwrap().benches.len(), n - 1);
-    expect(2, "read after a forget");
+    expect(3, "read after a forget");
 }
 
 // A writer other than fleet that adds to the registry changes its size; the reader notices.
@@ -777,7 +782,8 @@ fn names_of(snapshot: &fleet::store::presence::Snapshot) -> Vec<&str> {
 // SPEC §2.3: a bench's user may add any name to the join set, so a name there counts only with
 // its own join key, which only that bench writes. A reader holding the registry notices when such
 // a name gets its key, though the set's size does not move then: its pipeline asks, and the cold
-// read follows once.
+// read follows once. A cold read that finds a name without its key asks which (a third round
+// trip) and leaves it out.
 #[tokio::test]
 async fn a_name_in_the_join_set_counts_only_once_its_own_bench_beats_and_a_warm_reader_sees_it() {
     let server = server();
@@ -789,7 +795,13 @@ async fn a_name_in_the_join_set_counts_only_once_its_own_bench_beats_and_a_warm_
         .unwrap();
     // Another bench's user adds bench-02 (it may: SADD on the join set).
     let _: () = raw(&server, &["SADD", &keys.joined(), "bench-02"]).await;
+    let trips = counting.trips();
     assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
+    assert_eq!(
+        counting.trips() - trips,
+        3,
+        "a cold read: the listing, the pipeline, and which candidate has no join key"
+    );
     let trips = counting.trips();
     assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
     assert_eq!(counting.trips() - trips, 1, "a warm read");
@@ -811,8 +823,8 @@ async fn a_name_in_the_join_set_counts_only_once_its_own_bench_beats_and_a_warm_
     assert_eq!(state_of(&snap, "bench-02"), State::Up);
     assert_eq!(
         counting.trips() - trips,
-        2,
-        "the pipeline saw it, the script read it"
+        3,
+        "the pipeline saw it, the registry was listed and read over"
     );
     // Forgotten: out of the join set with its join key, and out of every reader.
     assert_eq!(
@@ -849,4 +861,159 @@ async fn a_join_key_holds_the_last_counting_beat_and_a_ttl_of_zero_keeps_it() {
             .unwrap(),
         [Some(counted.at), None]
     );
+}
+
+/// A connection under which the registry changes before every call it sends: a bench joins (its
+/// name in the join set and its join key, as its beat writes them) through another connection.
+#[derive(Clone)]
+struct Churning {
+    inner: redis::aio::MultiplexedConnection,
+    side: redis::aio::MultiplexedConnection,
+    joined: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Churning {
+    async fn join_one(&mut self) {
+        let keys = Keys::default();
+        let i = self
+            .joined
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let bench = name(&format!("churn-{i:03}"));
+        let _: () = redis::pipe()
+            .sadd(keys.joined(), bench.as_str())
+            .set(keys.joined_key(&bench), 0)
+            .query_async(&mut self.side)
+            .await
+            .unwrap();
+    }
+}
+
+impl redis::aio::ConnectionLike for Churning {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            self.join_one().await;
+            self.inner.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            self.join_one().await;
+            self.inner
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+// SPEC §2.5: the cold read lists the registry and reads over the listing; a registry that changes
+// between the two every time is listed at most three times, and then the read script resolves it
+// on the server, so a read under churn still returns every bench there is.
+#[tokio::test]
+async fn a_cold_read_under_a_registry_that_keeps_changing_falls_back_to_the_script() {
+    let server = server();
+    let seeding = presence(&server).await;
+    for i in 0..3 {
+        seeding
+            .beat(&beat(&format!("bench-{i:02}"), Duration::from_secs(30)))
+            .await
+            .unwrap();
+    }
+    let joined = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let churning = Churning {
+        inner: conn(&server).await,
+        side: conn(&server).await,
+        joined: joined.clone(),
+    };
+    let script_runs = || async {
+        let info: String = raw(&server, &["INFO", "commandstats"]).await;
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_eval_ro:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(script_runs().await, 0);
+    let snap = Presence::new(churning, Keys::default())
+        .read(&[])
+        .await
+        .unwrap();
+    assert_eq!(script_runs().await, 1, "the script read it once");
+    // Three listings and three reads over them, then the script: seven calls, a bench joining
+    // before each, every one of them there when the script read.
+    let churned = joined.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(churned, 7);
+    let mut expected: Vec<String> = (0..3).map(|i| format!("bench-{i:02}")).collect();
+    expected.extend((0..churned).map(|i| format!("churn-{i:03}")));
+    expected.sort();
+    assert_eq!(names_of(&snap), expected);
+    assert_eq!(state_of(&snap, "bench-01"), State::Up);
+    assert_eq!(state_of(&snap, "churn-000"), State::Down);
+}
+
+// SPEC §2.3, §2.5: a name of the join set counts while its join key or its heartbeat exists. A
+// cold read proves an up bench by the heartbeat it reads anyway, and asks for the join keys of the
+// down ones only (a third round trip, only when there is one). A forgotten bench's heartbeat goes
+// with it, so a name put back in the join set by another bench's user counts again only once its
+// own bench beats.
+#[tokio::test]
+async fn a_cold_read_proves_up_benches_by_their_heartbeat_and_down_ones_by_their_join_key() {
+    let server = server();
+    let keys = Keys::default();
+    let counting = Counting::new(conn(&server).await);
+    let writer = presence(&server).await;
+    let cold_read = || async {
+        let trips = counting.trips();
+        let snap = Presence::new(counting.clone(), keys.clone())
+            .read(&[])
+            .await
+            .unwrap();
+        (snap, counting.trips() - trips)
+    };
+    writer
+        .beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    writer
+        .beat(&beat("bench-02", Duration::ZERO))
+        .await
+        .unwrap();
+    let (snap, trips) = cold_read().await;
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
+    assert_eq!(state_of(&snap, "bench-02"), State::Down);
+    assert_eq!(trips, 3, "bench-02 is down: its join key was asked for");
+    writer
+        .beat(&beat("bench-02", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let (snap, trips) = cold_read().await;
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
+    assert_eq!(trips, 2, "every bench up: proved by its heartbeat");
+
+    writer.forget(&[name("bench-01")]).await.unwrap();
+    let heartbeat: Option<String> =
+        raw(&server, &["GET", &keys.heartbeat(&name("bench-01"))]).await;
+    assert_eq!(heartbeat, None, "the heartbeat goes with the join key");
+    let _: () = raw(&server, &["SADD", &keys.joined(), "bench-01"]).await;
+    let (snap, _) = cold_read().await;
+    assert_eq!(names_of(&snap), ["bench-02"]);
+    let named = writer.read(&[name("bench-01")]).await.unwrap();
+    assert_eq!(named.benches[0].reading, Reading::Missing);
+    writer
+        .beat(&beat("bench-01", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let (snap, _) = cold_read().await;
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
 }

@@ -10,6 +10,8 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 pub const DEFAULT_PREFIX: &str = "fleet";
 /// The longest prefix: keys stay short enough to read in `redis-cli`.
 pub const MAX_PREFIX_LEN: usize = 64;
+/// What a heartbeat key has between the hash tag and the bench name.
+const HEARTBEAT: &str = ":bench:";
 
 /// The key namer for one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,13 +45,18 @@ impl Keys {
     /// The heartbeat key of one bench: the bench's own word that it is there. It has a TTL,
     /// always; the beat script is its only writer.
     pub fn heartbeat(&self, name: &BenchName) -> String {
-        format!("{}{}", self.heartbeat_prefix(), name)
+        // By hand, not with format!: a fleet read builds one per bench, 100 000 at a time.
+        let mut key = String::with_capacity(self.tag.len() + HEARTBEAT.len() + name.as_str().len());
+        key.push_str(&self.tag);
+        key.push_str(HEARTBEAT);
+        key.push_str(name.as_str());
+        key
     }
 
     /// The part of every heartbeat key before the bench name, for the fleet read script, which
     /// builds the keys of the registry's members on the server.
     pub fn heartbeat_prefix(&self) -> String {
-        format!("{}:bench:", self.tag)
+        format!("{}{HEARTBEAT}", self.tag)
     }
 
     /// The hold requests (the seed's DesiredKey): a hash from bench name to the operator's ask,
@@ -85,9 +92,9 @@ impl Keys {
     }
 
     /// The join set: the names benches added themselves under, one per bench that beat. A bench's
-    /// user may add to it, so it may hold any name: a name counts as registered only while its
-    /// own join key (`joined_key`) exists, which only that bench, or fleet's controller and CLI,
-    /// can write (SPEC §2.11). No TTL; members leave by `fleet forget`.
+    /// user may add to it, so it may hold any name: a name counts as registered only while one of
+    /// its own two keys exists, its join key (`joined_key`) or its heartbeat, which only that
+    /// bench, or fleet's controller and CLI, can write (SPEC §2.3, §2.11). No TTL; members leave by `fleet forget`.
     pub fn joined(&self) -> String {
         format!("{}:joined", self.tag)
     }

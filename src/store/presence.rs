@@ -1,22 +1,25 @@
 //! The presence store: beats, the fleet read, hold requests and the registry (SPEC §2.3 to §2.5).
 //!
-//! Every method is one round trip: a script, or one pipeline. The store never decides a state;
-//! it turns what Redis holds into `domain::state` readings, judged later on the server's clock
-//! that the same round trip read.
+//! Every method is one round trip: a script, or one pipeline; the fleet read of a reader that
+//! holds no registry yet is the one exception, two. The store never decides a state; it turns
+//! what Redis holds into `domain::state` readings, judged later on the server's clock that the
+//! round trip of the keys read.
 //!
 //! The fleet read has two plans (SPEC §2.5). A reader that holds a current copy of the registry
 //! sends one pipeline: the registry's version and sizes, `TIME`, `MGET` of every heartbeat key,
 //! and `HGETALL` of the hold requests. A reader without one, or whose copy the version shows out
-//! of date, runs the read script, which resolves the registry on the server and returns it with
-//! its version. Both are one round trip; the pipeline costs Redis a fraction of the script.
+//! of date, lists the registry first and then sends that pipeline over it: one round trip more,
+//! where the read script that resolves the registry on the server in one would hold Redis's
+//! thread ten times as long while every beat waits. The script remains for a registry that
+//! keeps changing under the listing.
 //!
 //! The registry is two sets (SPEC §2.3): the registry proper, which only fleet's own users write,
 //! and the join set, which every bench's beat adds its name to; a name in the join set counts only
-//! while the bench's own join key exists. So a bench's Redis user, confined to its own keys by
+//! while one of the bench's own keys exists (its join key or its heartbeat). So a bench's Redis user, confined to its own keys by
 //! `fleet acl` (SPEC §2.11), can neither register nor remove another bench.
 //!
-//! The two read plans are in `read`; what the replies hold is decoded in `decode`, pure. This
-//! file makes the writes and the small reads.
+//! The warm read plan is in `read`, the cold one in `cold`; what the replies hold is decoded in
+//! `decode`, pure. This file makes the writes and the small reads.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +34,7 @@ use super::keys::Keys;
 use super::power_off::{OffRequest, pending};
 use super::script::{eval, script};
 
+mod cold;
 mod decode;
 mod read;
 
@@ -265,6 +269,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.registry_version(),
             self.keys.joined(),
             self.keys.joined_key(name),
+            self.keys.heartbeat(name),
         ];
         let ms = ttl.map_or(0, |d| {
             u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -336,9 +341,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .collect())
     }
 
-    /// Removes benches from the registry and the join set, with their join keys and hold
-    /// requests. Returns, per name, whether it was registered. A bench that beats again registers
-    /// itself again.
+    /// Removes benches from the registry and the join set, with their join keys, heartbeat keys
+    /// and hold requests. Returns, per name, whether it was registered. A bench that beats again
+    /// registers itself again.
     pub async fn forget(&self, names: &[BenchName]) -> Result<Vec<bool>, PresenceError> {
         let mut keys = vec![
             self.keys.registry(),
@@ -348,6 +353,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.joined(),
         ];
         keys.extend(names.iter().map(|n| self.keys.joined_key(n)));
+        keys.extend(names.iter().map(|n| self.keys.heartbeat(n)));
         let mut cmd = eval(FORGET, &keys);
         for name in names {
             cmd.arg(name.as_str());

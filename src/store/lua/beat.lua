@@ -12,7 +12,7 @@
 -- on every key it declares, and a bench's own Redis user may only read the hold requests and add
 -- to the join set (SPEC §2.11). Every key here shares the hash tag, so the script still touches
 -- one Redis Cluster slot. The beat writes nothing shared that a bench could use against another:
--- its own two keys, and its name in the join set, where a name counts only with its join key.
+-- its own two keys, and its name in the join set, where a name counts only with its join key or its heartbeat key.
 --
 -- The server's clock stamps the beat (TIME) and the expiry is that stamp plus the TTL (PXAT), so
 -- the bench's own clock is never part of the promise and the key expires exactly at the

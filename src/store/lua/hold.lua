@@ -1,16 +1,16 @@
 -- An operator's hold request (SPEC §2.4). One round trip.
 --
 -- KEYS[1] the hold-request hash, KEYS[2] the registry, KEYS[3] the registry version, KEYS[4] the
--- join set, KEYS[5] the bench's join key.
+-- join set, KEYS[5] the bench's join key, KEYS[6] its heartbeat key.
 -- ARGV[1] the bench name, ARGV[2] the reason, ARGV[3] how long it lasts in ms (0: until released),
 -- ARGV[4] '1' to refuse a bench that is not registered (a typo is told, not registered).
 --
 -- Returns the server time, or -1 when the bench is not registered and ARGV[4] refuses it.
 --
--- A bench is registered when the registry holds it, or the join set does and its own join key
--- exists (SPEC §2.3). The lapse is stamped on the server's clock, like every deadline fleet keeps.
+-- A bench is registered when the registry holds it, or the join set does and one of its own two
+-- keys exists, the join key or the heartbeat (SPEC §2.3). The lapse is stamped on the server's clock, like every deadline fleet keeps.
 local known = redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
-  or (redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[5]) == 1)
+  or (redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[5], KEYS[6]) > 0)
 if ARGV[4] == '1' and not known then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

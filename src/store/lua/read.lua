@@ -1,7 +1,9 @@
--- The cold fleet read (SPEC §2.5): the registry with its version, the server's TIME, every
--- registered bench's heartbeat value and the hold requests, in one round trip. Used when the
--- reader does not hold the registry yet, or its copy is out of date; afterwards the reader uses
--- one pipeline (version, sizes, HGETALL, MGET, TIME), which costs Redis a fraction of this script.
+-- The atomic fleet read (SPEC §2.5): the registry with its version, the server's TIME, every
+-- registered bench's heartbeat value and the hold requests, in one round trip. Used only when
+-- the cold read's listing of the registry cannot be used (a set of another type) or the
+-- registry changed under it three times running; the reader otherwise lists the registry and
+-- sends one pipeline (version, sizes, HGETALL, MGET, TIME), which costs Redis a fraction of this
+-- script.
 -- TIME is read after the keys: a key the MGET missed expired at or before the returned now. Read
 -- only: sent with EVAL_RO, so a user that may only read (`fleet-viewer`) runs it.
 --
@@ -9,9 +11,9 @@
 -- join set.
 -- ARGV[1] the heartbeat key prefix, ARGV[2] the join key prefix (named by the key module).
 --
--- The benches are the registry's members and the join set's members whose own join key exists:
--- a bench's user may add any name to the join set, but write only its own join key (SPEC
--- §2.11). The join set's other members are returned apart, so a reader holding the registry
+-- The benches are the registry's members and the join set's members whose own join key or
+-- heartbeat key exists: a bench's user may add any name to the join set, but write only its own
+-- two keys (SPEC §2.11). The join set's other members are returned apart, so a reader holding the registry
 -- checks in its pipeline whether one of them got its key since.
 local registered = redis.call('SMEMBERS', KEYS[1])
 local joined = redis.call('SMEMBERS', KEYS[4])
@@ -33,7 +35,13 @@ for first = 1, #candidates, 4000 do
   local v = redis.call('MGET', unpack(keys))
   for j = 1, #keys do
     local name = candidates[first + j - 1]
-    if v[j] then names[#names + 1] = name else unproven[#unproven + 1] = name end
+    -- A candidate counts when either of its own two keys exists, whatever it holds, as the
+    -- listed read counts it (SPEC §2.3).
+    if v[j] or redis.call('EXISTS', keys[j], ARGV[1] .. name) > 0 then
+      names[#names + 1] = name
+    else
+      unproven[#unproven + 1] = name
+    end
   end
 end
 local n = #names
