@@ -1,8 +1,12 @@
 //! Compiles the externalgrpc proto with protox (no system protoc) into the provider's wire types,
-//! and records the git commit the binary was built from (for `fleet version`), when built from a
-//! checkout.
+//! records the git commit the binary was built from (for `fleet version`), when built from a
+//! checkout, and writes the SHA-1 of each Lua script as Redis names it (`store::script`), so a
+//! script is called by its hash without the binary hashing anything.
+
+use sha1::{Digest, Sha1};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    script_hashes()?;
     println!("cargo:rerun-if-changed=proto/externalgrpc.proto");
     let fds = protox::compile(["proto/externalgrpc.proto"], ["proto"])?;
     tonic_prost_build::configure()
@@ -26,5 +30,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "not built from a git checkout".to_owned());
     println!("cargo:rustc-env=FLEET_GIT_COMMIT={commit}");
+    Ok(())
+}
+
+/// `OUT_DIR/lua/<file>.sha1` for every script of `src/store/lua/`: the hex SHA-1 of the prelude and
+/// the script, the text `store::script::script!` sends, which is what Redis hashes (`EVALSHA`).
+fn script_hashes() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::path::Path::new("src/store/lua");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("lua");
+    std::fs::create_dir_all(&out)?;
+    let prelude = std::fs::read(dir.join("prelude.lua"))?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !name.ends_with(".lua") || name == "prelude.lua" {
+            continue;
+        }
+        let mut hasher = Sha1::new();
+        hasher.update(&prelude);
+        hasher.update(std::fs::read(&path)?);
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        std::fs::write(out.join(format!("{name}.sha1")), hex)?;
+    }
     Ok(())
 }

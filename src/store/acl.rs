@@ -53,8 +53,8 @@ const READS: &[&str] = &[
 /// What the controller, the provider and the writing verbs add to the reads: the scripts, and
 /// the writes they and the store's pipelines make.
 const WRITES: &[&str] = &[
-    "del", "eval", "hdel", "hexists", "hset", "incr", "ltrim", "pexpire", "rpush", "sadd", "set",
-    "spublish", "srem", "zadd", "zrem",
+    "del", "eval", "evalsha", "hdel", "hexists", "hset", "incr", "ltrim", "pexpire", "rpush",
+    "sadd", "set", "spublish", "srem", "zadd", "zrem",
 ];
 
 /// What the controller's wake listener sends on its own connection (SPEC §4.5): the subscription
@@ -64,10 +64,11 @@ const WAKE: &[&str] = &["ssubscribe"];
 /// What the replica gate sends before a power action (SPEC §5.6), beside its counter's `INCR`.
 const GATE: &[&str] = &["wait"];
 
-/// What a bench's beat does (`beat.lua`), on its own two keys: the script, the server's clock,
-/// the key's read (was its state about to change?) and write (or its deletion, for a TTL of 0),
-/// and the announcement of a change on the wake channel.
-const BEAT: &[&str] = &["eval", "time", "get", "set", "del", "spublish"];
+/// What a bench's beat does (`beat.lua`), on its own two keys: the script (by its hash, and whole
+/// when the server lacks it, `store::script`), the server's clock, the key's read (was its state
+/// about to change?) and write (or its deletion, for a TTL of 0), and the announcement of a
+/// change on the wake channel.
+const BEAT: &[&str] = &["eval", "evalsha", "time", "get", "set", "del", "spublish"];
 
 /// The only thing a bench may do to the hold requests: read its own (a hash's fields cannot be
 /// told apart by an ACL, so it may read them all; they are no secret, every view shows them).
@@ -252,9 +253,9 @@ mod tests {
         assert_eq!(
             User::Controller.rules(&keys),
             "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +cluster|slots +del +eval +eval_ro \
-             +exists +get +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim +mget \
-             +pexpire +ping +role +rpush +sadd +scard +select +set +sismember +smembers +spublish \
-             +srem +ssubscribe +time +type +wait +zadd +zcard +zrange +zrem"
+             +evalsha +exists +get +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange +ltrim \
+             +mget +pexpire +ping +role +rpush +sadd +scard +select +set +sismember +smembers \
+             +spublish +srem +ssubscribe +time +type +wait +zadd +zcard +zrange +zrem"
         );
         assert_eq!(
             User::Viewer.rules(&keys),
@@ -265,8 +266,8 @@ mod tests {
         assert_eq!(
             User::Bench(bench("bench-a")).rules(&keys),
             "~{team-a}:bench:bench-a ~{team-a}:joined:bench-a ~{team-a}:off:bench-a:ack \
-             &{team-a}:wake -@all +cluster|slots +del +eval +get +ping +role +select +set +spublish \
-             +time \
+             &{team-a}:wake -@all +cluster|slots +del +eval +evalsha +get +ping +role +select +set \
+             +spublish +time \
              (%R~{team-a}:holds -@all +hget) \
              (~{team-a}:joined -@all +sadd) \
              (%R~{team-a}:off:bench-a %R~{team-a}:off:bench-a:ack -@all +get)"

@@ -20,9 +20,9 @@ use serde::Deserialize;
 use crate::domain::name::{BenchName, GroupName};
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{Script, eval, script};
 
-const WRITE: &str = script!("bmc_write.lua");
+const WRITE: Script = script!("bmc_write.lua");
 
 /// The longest reason kept with an unknown reading: a reason is a line for a view, not a log.
 pub const MAX_WHY: usize = 240;

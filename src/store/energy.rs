@@ -21,9 +21,9 @@ use crate::domain::energy::{Advance, Bucket, Ledger, Mark, date_of, day_of_date}
 use crate::domain::name::{BenchName, GroupName};
 
 use super::keys::Keys;
-use super::script::{eval, script, server_time};
+use super::script::{Script, eval, script, server_time};
 
-const ACCOUNT: &str = script!("energy_account.lua");
+const ACCOUNT: Script = script!("energy_account.lua");
 
 /// The field of the mark.
 const MARK: &str = "mark";

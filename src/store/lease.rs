@@ -11,12 +11,12 @@ use redis::aio::ConnectionLike;
 use tokio::sync::watch;
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{Script, eval, script};
 
-const ACQUIRE: &str = script!("lease_acquire.lua");
-const RELEASE: &str = script!("lease_release.lua");
-const GENERATION: &str = script!("generation.lua");
-const WRITTEN: &str = script!("written_mark.lua");
+const ACQUIRE: Script = script!("lease_acquire.lua");
+const RELEASE: Script = script!("lease_release.lua");
+const GENERATION: Script = script!("generation.lua");
+const WRITTEN: Script = script!("written_mark.lua");
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {

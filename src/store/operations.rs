@@ -17,11 +17,11 @@ use crate::domain::operation::{OpEnd, SlotOp};
 use super::claims::{ClaimStore, ClaimStoreError, json};
 pub use super::operation_record::Operations;
 use super::operation_record::{WireEnd, WireStart, ms};
-use super::script::{eval, script};
+use super::script::{Script, eval, script};
 
-const UNCLAIMED: &str = script!("op_unclaimed.lua");
-const END: &str = script!("op_end.lua");
-const OBSERVE: &str = script!("op_observe.lua");
+const UNCLAIMED: Script = script!("op_unclaimed.lua");
+const END: Script = script!("op_end.lua");
+const OBSERVE: Script = script!("op_observe.lua");
 
 fn start_json(op: &SlotOp) -> Result<String, ClaimStoreError> {
     json(

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use crate::domain::name::BenchName;
 
 use super::keys::Keys;
-use super::script::{eval, script};
+use super::script::{Script, eval, script};
 
-const OFF_REQUEST: &str = script!("off_request.lua");
+const OFF_REQUEST: Script = script!("off_request.lua");
 
 /// How long an acknowledgement outlives the request it answers: past the request's own end,
 /// so a beat never sees the request without its answer, and then gone on its own.

@@ -32,7 +32,7 @@ use crate::domain::state::Bench;
 
 use super::keys::Keys;
 use super::power_off::{OffRequest, pending};
-use super::script::{eval, script};
+use super::script::{Script, eval, invoke, script};
 
 mod cold;
 mod decode;
@@ -45,11 +45,11 @@ use read::Registry;
 /// (reference §1.7), and a month is already far past the longest planned sleep.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-const BEAT: &str = script!("beat.lua");
+const BEAT: Script = script!("beat.lua");
 /// Here, not in `read`: a script's path is taken from the file that names it.
-const READ: &str = script!("read.lua");
-const HOLD: &str = script!("hold.lua");
-const FORGET: &str = script!("forget.lua");
+const READ: Script = script!("read.lua");
+const HOLD: Script = script!("hold.lua");
+const FORGET: Script = script!("forget.lua");
 
 /// A failed store operation; each variant names the operation and the bench it was for.
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +167,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.joined_key(&beat.name),
         ];
         let mut conn = self.conn.clone();
-        let (at_ms, hold, refused, problem, off, ack, off_problem): BeatReply = eval(BEAT, &keys)
+        // By its hash: the script is a hundred times what a beat carries (`store::script`).
+        let (at_ms, hold, refused, problem, off, ack, off_problem): BeatReply = invoke(BEAT, &keys)
             .arg(beat.name.as_str())
             .arg(ttl_ms)
             .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))

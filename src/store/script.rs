@@ -1,17 +1,27 @@
-//! Running fleet's Lua scripts: each one is sent whole with `EVAL`, after a shared prelude; and
-//! reading the server's clock from a `TIME` reply.
+//! Running fleet's Lua scripts, each after a shared prelude; and reading the server's clock from a
+//! `TIME` reply.
 //!
-//! EVAL rather than EVALSHA: every call is then exactly one round trip, with no NOSCRIPT retry
-//! after a Redis restart; the server still caches the compiled script by its hash, and the
-//! scripts are small next to what they carry. The prelude (`lua/prelude.lua`) makes a command
-//! that meets a key of a foreign type fail naming the key (SPEC §2.7).
+//! Most scripts are sent whole with `EVAL`: every such call is exactly one round trip, with no
+//! NOSCRIPT retry after a Redis restart, and they are called seldom. The few called all the time
+//! go by their hash ([`invoke`]): the beat, which every bench sends every few seconds, is 10 kB of
+//! script around 100 bytes of arguments, and Redis reading and hashing it whole halved the beats
+//! it could take (measured with redis-benchmark on Redis 7.0.15: 16 500 beats/s with `EVAL`,
+//! 33 000 with `EVALSHA`). Such a call sends `EVALSHA`, and the whole script only when the server
+//! answers NOSCRIPT (it ran nothing): one round trip, two the first time after the server lost its
+//! script cache (a restart, a failover, `SCRIPT FLUSH`). The hashes are computed by `build.rs`, so
+//! no binary hashes anything. The prelude (`lua/prelude.lua`) makes a command that meets a key of
+//! a foreign type fail naming the key (SPEC §2.7).
 //!
 //! A script that only reads is sent with `EVAL_RO`: Redis asks `EVAL` for write permission on
 //! every key the script declares, even a script flagged `no-writes`, so a user that may only
 //! read (`fleet acl`'s viewer, SPEC §2.11) can run a read script only that way. Redis refuses a
 //! write inside it, so a read script cannot write by mistake either.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use chrono::{DateTime, TimeDelta, Utc};
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, ToRedisArgs};
 
 /// The server's clock from a `TIME` reply (seconds and microseconds, as text): the one clock
 /// fleet judges by.
@@ -21,16 +31,26 @@ pub(crate) fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))
 }
 
-/// A script of `src/store/lua/`, with the prelude before it.
+/// A script of `src/store/lua/`, with the prelude before it, and its SHA-1 as Redis names it.
 macro_rules! script {
     ($file:literal) => {
-        concat!(
-            include_str!("lua/prelude.lua"),
-            include_str!(concat!("lua/", $file))
-        )
+        $crate::store::script::Script {
+            text: concat!(
+                include_str!("lua/prelude.lua"),
+                include_str!(concat!("lua/", $file))
+            ),
+            sha: include_str!(concat!(env!("OUT_DIR"), "/lua/", $file, ".sha1")),
+        }
     };
 }
 pub(crate) use script;
+
+/// One of fleet's scripts: its text and the hex SHA-1 of it (`build.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Script {
+    pub(crate) text: &'static str,
+    pub(crate) sha: &'static str,
+}
 
 /// The hash tag of a key as Redis Cluster takes it: the text between its first `{` and the next
 /// `}` when that is not empty, else the whole key. Keys with one tag are in one hash slot.
@@ -53,19 +73,82 @@ pub(crate) fn one_slot(keys: &[String]) -> bool {
 }
 
 /// `EVAL` of a script over its keys (its arguments are added by the caller).
-pub(crate) fn eval(source: &str, keys: &[String]) -> redis::Cmd {
-    debug_assert!(one_slot(keys), "a script's keys span hash slots: {keys:?}");
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(source).arg(keys.len()).arg(keys);
-    cmd
+pub(crate) fn eval(script: Script, keys: &[String]) -> redis::Cmd {
+    whole("EVAL", script, keys)
 }
 
 /// `EVAL_RO` of a script that only reads, over its keys: a user that may only read them runs it.
-pub(crate) fn eval_ro(source: &str, keys: &[String]) -> redis::Cmd {
+pub(crate) fn eval_ro(script: Script, keys: &[String]) -> redis::Cmd {
+    whole("EVAL_RO", script, keys)
+}
+
+fn whole(command: &str, script: Script, keys: &[String]) -> redis::Cmd {
     debug_assert!(one_slot(keys), "a script's keys span hash slots: {keys:?}");
-    let mut cmd = redis::cmd("EVAL_RO");
-    cmd.arg(source).arg(keys.len()).arg(keys);
+    let mut cmd = redis::cmd(command);
+    cmd.arg(script.text).arg(keys.len()).arg(keys);
     cmd
+}
+
+/// A call of a script by its hash (`EVALSHA`), over its keys, sending the script whole only when
+/// the server does not hold it; the caller adds the arguments.
+pub(crate) fn invoke(script: Script, keys: &[String]) -> Invocation {
+    Invocation::new(script, keys)
+}
+
+/// Set once a server refused `EVALSHA` to this process's user (an ACL file written before fleet
+/// granted it): every later call then goes whole, one round trip again, for the process's life.
+static HASH_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// A script call by hash, with the same call whole beside it.
+pub(crate) struct Invocation {
+    by_hash: redis::Cmd,
+    whole: redis::Cmd,
+}
+
+impl Invocation {
+    fn new(script: Script, keys: &[String]) -> Invocation {
+        debug_assert!(one_slot(keys), "a script's keys span hash slots: {keys:?}");
+        let mut by_hash = redis::cmd("EVALSHA");
+        by_hash.arg(script.sha).arg(keys.len()).arg(keys);
+        Invocation {
+            by_hash,
+            whole: eval(script, keys),
+        }
+    }
+
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Invocation {
+        self.by_hash.arg(&arg);
+        self.whole.arg(arg);
+        self
+    }
+
+    /// Runs the call. The whole script follows only an answer that says the hashed call ran
+    /// nothing: NOSCRIPT, or the user's refusal of `EVALSHA` itself (not a refusal inside the
+    /// script, which may have run in part).
+    pub(crate) async fn query_async<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        if HASH_REFUSED.load(Ordering::Relaxed) {
+            return self.whole.query_async(conn).await;
+        }
+        match self.by_hash.query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.whole.query_async(conn).await
+            }
+            Err(e) if refuses_evalsha(&e) => {
+                HASH_REFUSED.store(true, Ordering::Relaxed);
+                self.whole.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether an error is an ACL's refusal of the `EVALSHA` command itself, which runs nothing.
+fn refuses_evalsha(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    e.code() == Some("NOPERM") && text.contains("'evalsha'")
 }
 
 #[cfg(test)]

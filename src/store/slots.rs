@@ -13,10 +13,10 @@ use crate::domain::claim::LastClaim;
 use crate::domain::name::{BenchName, GroupName};
 
 use super::claims::{ClaimStore, ClaimStoreError, GroupView, Seed, SlotStatus, json};
-use super::script::{eval, script};
+use super::script::{Script, eval, script};
 
-const WRITE_SLOTS: &str = script!("slots_write.lua");
-const SWAP_DIGEST: &str = script!("digest_swap.lua");
+const WRITE_SLOTS: Script = script!("slots_write.lua");
+const SWAP_DIGEST: Script = script!("digest_swap.lua");
 
 /// A slot's stored status and digest, decoded; a value that does not decode reads as none.
 fn decoded(
