@@ -748,8 +748,10 @@ async fn a_bench_reads_its_own_power_off_request_and_answers_it_and_no_other_ben
     assert_eq!(controller.answer(&name("bench-b")).await.unwrap(), None);
 }
 
-// A bench user from an ACL file written before the power-off keys (SPEC §4.10) still beats: the
-// beat reads the request with pcall, says what to repair, and lands.
+// A bench user from an ACL file written before the power-off keys (SPEC §4.10) and before EVALSHA
+// (§2.4) still beats: the beat reads the request with pcall, says what to repair, and lands; the
+// refused EVALSHA is followed by the whole script, and every later beat goes whole at once, one
+// round trip.
 #[tokio::test]
 async fn a_bench_user_from_an_older_acl_file_still_beats_and_is_told_to_renew_it() {
     let acl = Acl::start();
@@ -764,11 +766,22 @@ async fn a_bench_user_from_an_older_acl_file_still_beats_and_is_told_to_renew_it
     let mut args = vec!["ACL", "SETUSER", "bench-a", "reset", "on", ">pw-bench-a"];
     args.extend(old_rules.split_whitespace());
     let () = raw(&acl.server, &args).await;
-    let presence = fleet::store::presence::Presence::new(acl.conn("bench-a").await, keys);
+    let counting = fleet::store::counting::Counting::new(acl.conn("bench-a").await);
+    let presence = fleet::store::presence::Presence::new(counting.clone(), keys);
     let receipt = presence
         .beat(&beat("bench-a", Duration::from_secs(60)))
         .await
         .unwrap();
+    assert_eq!(
+        counting.trips(),
+        2,
+        "EVALSHA refused, then the script whole"
+    );
+    presence
+        .beat(&beat("bench-a", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(counting.trips(), 3, "then whole at once");
     assert_eq!(receipt.off_request, None);
     let problem = receipt
         .off_problem

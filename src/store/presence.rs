@@ -21,6 +21,7 @@
 //! The warm read plan is in `read`, the cold one in `cold`; what the replies hold is decoded in
 //! `decode`, pure. This file makes the writes and the small reads.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -142,6 +143,8 @@ pub struct Presence<C> {
     conn: C,
     keys: Keys,
     registry: Arc<Mutex<Option<Arc<Registry>>>>,
+    /// Whether the server refused this connection's user `EVALSHA` (`store::script::invoke`).
+    hash_refused: Arc<AtomicBool>,
 }
 
 impl<C: ConnectionLike + Clone + Send> Presence<C> {
@@ -150,6 +153,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             conn,
             keys,
             registry: Arc::default(),
+            hash_refused: Arc::default(),
         }
     }
 
@@ -179,7 +183,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .arg(self.keys.off_request(&beat.name))
             .arg(self.keys.off_ack(&beat.name))
             .arg(self.keys.wake_channel())
-            .query_async(&mut conn)
+            .query_async(&mut conn, &self.hash_refused)
             .await
             .map_err(|source| PresenceError::Beat {
                 name: beat.name.clone(),

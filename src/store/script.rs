@@ -95,10 +95,6 @@ pub(crate) fn invoke(script: Script, keys: &[String]) -> Invocation {
     Invocation::new(script, keys)
 }
 
-/// Set once a server refused `EVALSHA` to this process's user (an ACL file written before fleet
-/// granted it): every later call then goes whole, one round trip again, for the process's life.
-static HASH_REFUSED: AtomicBool = AtomicBool::new(false);
-
 /// A script call by hash, with the same call whole beside it.
 pub(crate) struct Invocation {
     by_hash: redis::Cmd,
@@ -124,12 +120,15 @@ impl Invocation {
 
     /// Runs the call. The whole script follows only an answer that says the hashed call ran
     /// nothing: NOSCRIPT, or the user's refusal of `EVALSHA` itself (not a refusal inside the
-    /// script, which may have run in part).
+    /// script, which may have run in part). `refused` is set at such a refusal (an ACL file
+    /// written before fleet granted `EVALSHA`), and while it is set the call goes whole at once,
+    /// one round trip again: the caller keeps it for the connection's user.
     pub(crate) async fn query_async<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
+        refused: &AtomicBool,
     ) -> redis::RedisResult<T> {
-        if HASH_REFUSED.load(Ordering::Relaxed) {
+        if refused.load(Ordering::Relaxed) {
             return self.whole.query_async(conn).await;
         }
         match self.by_hash.query_async(conn).await {
@@ -137,7 +136,7 @@ impl Invocation {
                 self.whole.query_async(conn).await
             }
             Err(e) if refuses_evalsha(&e) => {
-                HASH_REFUSED.store(true, Ordering::Relaxed);
+                refused.store(true, Ordering::Relaxed);
                 self.whole.query_async(conn).await
             }
             other => other,
