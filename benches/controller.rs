@@ -1,7 +1,9 @@
 //! The controller benchmark (README "Benchmarks"; issue 4).
 //!
 //! 1. One full pass over 10 000 slots (5 000 with a ready claim and a beating bench, 5 000 off
-//!    with no claim): the median and worst of repeated passes, with the presence read inside it.
+//!    with no claim): the median and worst of repeated passes, with the presence read inside it,
+//!    and beside them the CPU each pass cost this process (every thread: the pass and the
+//!    connection's reading) and Redis, which a busy host inflates far less than the wall time.
 //! 2. The time from a bench's first UP beat to its claim's ready move, with the controller running
 //!    its own loop (a pass each second): measured on the server's clock, over several slots.
 //!
@@ -131,13 +133,20 @@ async fn main() -> anyhow::Result<()> {
         "the seeded fleet is at rest"
     );
     let mut times = Vec::new();
+    let (mut ours, mut redis) = (Vec::new(), Vec::new());
     for _ in 0..if quick { 5 } else { 15 } {
+        let redis_before = redis_cpu(&conn).await?;
+        let ours_before = process_cpu();
         let start = Instant::now();
         let report = ctl.pass().await?;
         times.push(start.elapsed());
+        ours.push(process_cpu() - ours_before);
+        redis.push(redis_cpu(&conn).await? - redis_before);
         assert_eq!(report.slots, slots);
     }
     times.sort();
+    ours.sort_by(f64::total_cmp);
+    redis.sort_by(f64::total_cmp);
     println!(
         "controller pass over {slots} slots ({} ready claims): median {:.1} ms, worst {:.1} ms, first (statuses written) {:.1} ms",
         slots / 2,
@@ -148,6 +157,11 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "          target: well under the 1 s pass interval -> {:.1}% of it",
         times[times.len() / 2].as_secs_f64() * 100.0
+    );
+    println!(
+        "          CPU per pass (median): this process {:.1} ms, Redis {:.1} ms",
+        ours[ours.len() / 2] * 1e3,
+        redis[redis.len() / 2] * 1e3,
     );
 
     // 2. First UP beat to the ready move, with the controller's own loop running.
@@ -221,4 +235,34 @@ async fn main() -> anyhow::Result<()> {
         latencies[latencies.len() - 1].as_secs_f64() * 1e3,
     );
     Ok(())
+}
+
+/// This process's CPU time so far (user and system, every thread), in seconds.
+fn process_cpu() -> f64 {
+    // SAFETY: getrusage writes the struct it is given and reads nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// Redis's CPU time so far (`INFO cpu`: user and system of its main thread and the rest), in
+/// seconds.
+async fn redis_cpu(conn: &MultiplexedConnection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn.clone())
+        .await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_sys") + field("used_cpu_user"))
 }

@@ -135,7 +135,8 @@ where
             }
         }
         if let Some(power) = plan.power {
-            self.memory.last_power.insert(key, power);
+            let (group, slot) = key;
+            self.memory.last_power.insert(slot, (group, power));
         }
         a.out.status = plan.status;
         a.out
@@ -493,8 +494,12 @@ where
         now: DateTime<Utc>,
     ) {
         match plan.power {
+            // Looked up before it is inserted: the entry API would clone the key of every slot
+            // that is off, every pass.
             Some(Power::Off) => {
-                self.memory.off_since.entry(key.clone()).or_insert(now);
+                if !self.memory.off_since.contains_key(key) {
+                    self.memory.off_since.insert(key.clone(), now);
+                }
             }
             Some(Power::On) | None => {
                 self.memory.off_since.remove(key);

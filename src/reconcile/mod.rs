@@ -132,8 +132,11 @@ struct Memory {
     ops: HashMap<(GroupName, BenchName), SlotOp>,
     /// Operations recorded by a write whose reply was lost.
     uncertain: HashMap<BenchName, Recorded>,
-    /// Each slot's power as this controller last observed it (for the mass-vanishing rule).
-    last_power: HashMap<(GroupName, BenchName), Power>,
+    /// Each slot's power as this controller last observed it, with the group it was in then
+    /// (for the mass-vanishing rule). Keyed by the slot alone, which the rule looks up without
+    /// building a key: a slot is in one group at a time, and the group it was observed in says
+    /// whether the entry is still its own.
+    last_power: HashMap<BenchName, (GroupName, Power)>,
     /// Since when each slot's machine has been observed off without a break (for a stale
     /// Node's deletion, SPEC §3.12).
     off_since: HashMap<(GroupName, BenchName), DateTime<Utc>>,
