@@ -6,13 +6,18 @@
 //! node's port plus 10 000, may be taken or beyond 65 535 for a free port picked by the kernel.
 //! [`RedisCluster::start`] returns once every node says `cluster_state:ok` and knows every other
 //! node, so a test's first call never meets a cluster still joining. Every wait polls, bounded.
+//!
+//! [`ClusterOptions`] add a replica per primary, an ACL user, and TLS everywhere (`port 0`,
+//! `tls-port`, `tls-cluster yes` for the bus, `tls-replication yes`; `redis-cli --tls` creates
+//! it): a `rediss+cluster://` URL with `--redis-ca`.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use super::{Options, RedisServer, ServerError, free_port};
+use super::{Options, RedisServer, ServerError, TestCa, free_port};
 use crate::store::connect::Endpoint;
 
 /// How long the nodes may take to agree.
@@ -20,37 +25,66 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// How often the waits ask.
 const POLL: Duration = Duration::from_millis(50);
 
+/// How to start a cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterOptions {
+    /// Replicas per primary.
+    pub replicas: usize,
+    /// The only user of every node, with its password (the default user off).
+    pub user: Option<(String, String)>,
+    /// Every node speaks TLS only, the cluster bus too, with a private CA ([`TestCa`]).
+    pub tls: bool,
+}
+
 /// Three primaries, and their replicas when asked for.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     user: Option<(String, String)>,
     /// Replicas per primary.
     replicas: usize,
+    /// The CA of the nodes' certificate, with TLS.
+    ca: Option<TestCa>,
 }
 
 impl RedisCluster {
     /// Three primaries, no replica, Redis's default user (no password).
     pub async fn start() -> Result<Self, ServerError> {
-        Self::start_as(0, None).await
+        Self::with(ClusterOptions::default()).await
     }
 
     /// Three primaries with one replica each.
     pub async fn with_replicas() -> Result<Self, ServerError> {
-        Self::start_as(1, None).await
+        Self::with(ClusterOptions {
+            replicas: 1,
+            ..ClusterOptions::default()
+        })
+        .await
     }
 
     /// Three primaries that know only `user` with `password` (the default user off).
     pub async fn with_user(user: &str, password: &str) -> Result<Self, ServerError> {
-        Self::start_as(0, Some((user.to_owned(), password.to_owned()))).await
+        Self::with(ClusterOptions {
+            user: Some((user.to_owned(), password.to_owned())),
+            ..ClusterOptions::default()
+        })
+        .await
     }
 
-    async fn start_as(
-        replicas: usize,
-        user: Option<(String, String)>,
-    ) -> Result<Self, ServerError> {
+    /// The cluster `options` say.
+    pub async fn with(options: ClusterOptions) -> Result<Self, ServerError> {
+        let ClusterOptions {
+            replicas,
+            user,
+            tls,
+        } = options;
+        let ca = if tls { Some(TestCa::new()?) } else { None };
         let mut args: Vec<String> = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
             .map(str::to_owned)
             .to_vec();
+        if ca.is_some() {
+            // The bus between the nodes in TLS too, on the bus port.
+            args.extend(["--tls-cluster", "yes"].map(str::to_owned));
+        }
         if let Some((u, p)) = &user {
             args.extend(
                 ["--user", u, "on", &format!(">{p}"), "~*", "&*", "+@all"].map(str::to_owned),
@@ -68,12 +102,14 @@ impl RedisCluster {
                 tcp: true,
                 aof: false,
                 args: node_args,
+                tls: ca.as_ref().map(|ca| ca.files().clone()),
             })?);
         }
         let cluster = RedisCluster {
             nodes,
             user,
             replicas,
+            ca,
         };
         cluster.create(replicas)?;
         cluster.settle().await?;
@@ -90,6 +126,9 @@ impl RedisCluster {
         cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
         if let Some((u, p)) = &self.user {
             cmd.args(["--user", u, "--pass", p, "--no-auth-warning"]);
+        }
+        if let Some(ca) = self.ca() {
+            cmd.arg("--tls").arg("--cacert").arg(ca);
         }
         let out = cmd
             .output()
@@ -168,31 +207,53 @@ impl RedisCluster {
         served && linked
     }
 
-    /// A plain connection to the node on `port`, as the cluster's user.
+    /// A connection to the node on `port` alone, as the cluster's user (in TLS with TLS).
     pub async fn direct(&self, port: u16) -> redis::RedisResult<MultiplexedConnection> {
-        redis::Client::open(self.direct_url(port))?
-            .get_multiplexed_async_connection()
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        super::client(&self.direct_url(port), self.ca())?
+            .get_multiplexed_async_connection_with_config(&config)
             .await
     }
 
-    /// The cluster's URL: `redis+cluster://[user:password@]127.0.0.1:P1,…` (every node).
+    /// The cluster's URL: `redis+cluster://[user:password@]127.0.0.1:P1,…` (every node;
+    /// `rediss+cluster://` with TLS).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .ports()
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        format!("redis+cluster://{}{}", self.userinfo(), hosts.join(","))
+        format!(
+            "{}+cluster://{}{}",
+            self.scheme(),
+            self.userinfo(),
+            hosts.join(",")
+        )
     }
 
-    /// An endpoint for the cluster, with a generous timeout for slow CI machines.
+    /// An endpoint for the cluster, trusting its CA, with a generous timeout for slow CI
+    /// machines.
     pub fn endpoint(&self) -> Endpoint {
-        Endpoint::new(self.url(), Duration::from_secs(10))
+        let mut endpoint = Endpoint::new(self.url(), Duration::from_secs(10));
+        endpoint.ca_file = self.ca().map(Path::to_path_buf);
+        endpoint
     }
 
-    /// A plain URL of the node on `port`, with the cluster's user.
+    /// The CA file a client must trust (`--redis-ca`), with TLS.
+    pub fn ca(&self) -> Option<&Path> {
+        self.ca.as_ref().map(TestCa::ca)
+    }
+
+    /// A URL of the node on `port`, with the cluster's user (`rediss://` with TLS: reach it
+    /// through [`RedisCluster::direct`], or trust [`RedisCluster::ca`]).
     pub fn direct_url(&self, port: u16) -> String {
-        format!("redis://{}127.0.0.1:{port}", self.userinfo())
+        format!("{}://{}127.0.0.1:{port}", self.scheme(), self.userinfo())
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.ca.is_some() { "rediss" } else { "redis" }
     }
 
     /// The nodes' ports, in the order they started.

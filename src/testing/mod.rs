@@ -14,8 +14,10 @@ use crate::store::connect::Endpoint;
 
 mod cluster;
 mod sentinel;
-pub use cluster::RedisCluster;
-pub use sentinel::{Failover, MASTER, SentinelSet};
+mod tls;
+pub use cluster::{ClusterOptions, RedisCluster};
+pub use sentinel::{Failover, MASTER, SentinelOptions, SentinelSet};
+pub use tls::{TestCa, TlsFiles};
 
 /// How long a fresh server may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -34,6 +36,10 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("openssl was not found: install it (apt-get install openssl)")]
+    OpensslMissing(#[source] std::io::Error),
+    #[error("making the test certificates: {0}")]
+    Tls(String),
     #[error("creating the server's temporary directory")]
     TempDir(#[source] std::io::Error),
     #[error("redis-server did not become ready within {READY_TIMEOUT:?}; its output:\n{log}")]
@@ -57,6 +63,10 @@ pub struct Options {
     pub aof: bool,
     /// Extra `--name value` arguments.
     pub args: Vec<String>,
+    /// Speak TLS only, with these files: the loopback port is then the TLS port (`--tls-port`,
+    /// and `--port 0`), replication is in TLS too, and `tcp` must be set. The unix socket stays
+    /// plain (Redis never speaks TLS there).
+    pub tls: Option<TlsFiles>,
 }
 
 /// A running private `redis-server`.
@@ -79,7 +89,7 @@ impl RedisServer {
             .prefix("fleet-redis-")
             .tempdir()
             .map_err(ServerError::TempDir)?;
-        let (child, port) = spawn(dir.path(), &options)?;
+        let (child, port) = spawn(dir.path(), &options, None)?;
         Ok(Self {
             child,
             dir,
@@ -117,12 +127,7 @@ impl RedisServer {
     /// port: with `aof`, what it had is read back.
     pub fn restart(&mut self) -> Result<(), ServerError> {
         self.kill();
-        let mut options = self.options.clone();
-        if let Some(port) = self.port {
-            options.args.extend(["--port".into(), port.to_string()]);
-            options.tcp = false;
-        }
-        let (child, _) = spawn(self.dir.path(), &options)?;
+        let (child, _) = spawn(self.dir.path(), &self.options, self.port)?;
         self.child = child;
         Ok(())
     }
@@ -155,16 +160,45 @@ impl Drop for RedisServer {
     }
 }
 
+/// A client of `url` for the harness's own connections, trusting `ca` (for `rediss://`).
+pub(crate) fn client(url: &str, ca: Option<&Path>) -> redis::RedisResult<redis::Client> {
+    crate::store::connect::install_crypto_provider();
+    match ca {
+        None => redis::Client::open(url),
+        Some(ca) => {
+            let pem = std::fs::read(ca)?;
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+        }
+    }
+}
+
 fn binary() -> String {
     std::env::var(SERVER_ENV).unwrap_or_else(|_| "redis-server".to_owned())
 }
 
-fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerError> {
+/// Starts `redis-server` in `dir`; on `port` when given (a restart), else on a free port when
+/// `options.tcp`.
+fn spawn(
+    dir: &Path,
+    options: &Options,
+    port: Option<u16>,
+) -> Result<(Child, Option<u16>), ServerError> {
     // A port picked by binding port 0 can be taken again before redis-server binds it; the
     // server then exits before it is ready, and another port is tried.
     let mut last_log = String::new();
     for _ in 0..5 {
-        let port = if options.tcp { free_port() } else { None };
+        let port = port.or_else(|| if options.tcp { free_port() } else { None });
+        // A TLS server listens on the port in TLS and on no plain port.
+        let (plain, tls) = match (&options.tls, port) {
+            (Some(_), Some(p)) => (None, Some(p)),
+            (_, p) => (p, None),
+        };
         let mut cmd = Command::new(binary());
         cmd.current_dir(dir)
             .arg("--unixsocket")
@@ -174,7 +208,11 @@ fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerEr
             .arg("--dir")
             .arg(dir)
             .arg("--port")
-            .arg(port.map_or("0".to_owned(), |p| p.to_string()));
+            .arg(plain.map_or("0".to_owned(), |p| p.to_string()));
+        if let (Some(files), Some(tls)) = (&options.tls, tls) {
+            cmd.arg("--tls-port").arg(tls.to_string());
+            cmd.args(files.server_args());
+        }
         if options.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "no"]);
         } else {
