@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
-use fleet::testing::SentinelSet;
+use fleet::testing::{SentinelOptions, SentinelSet};
 use support::remote::{
     compact, fleet, metrics_addr, ok, raw, readyz, serve_config, subscribed, until,
 };
@@ -21,6 +21,27 @@ async fn set() -> SentinelSet {
     bounded("the sentinel set to start", SentinelSet::start())
         .await
         .expect("starting the sentinel set")
+}
+
+/// A set whose primary, replica and sentinels speak TLS only.
+async fn tls_set() -> SentinelSet {
+    let options = SentinelOptions {
+        tls: true,
+        ..SentinelOptions::default()
+    };
+    bounded("the TLS sentinel set to start", SentinelSet::with(options))
+        .await
+        .expect("starting the TLS sentinel set")
+}
+
+/// Whether `key` exists on the server of `set` on `port`, asked there alone.
+async fn exists(set: &SentinelSet, port: u16, key: &str) -> i64 {
+    let mut c = set.direct(port).await.expect("a connection to the server");
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -78,6 +99,88 @@ async fn a_connection_returns_the_failed_call_and_follows_the_new_primary() {
     .await
     .unwrap();
     assert_eq!(exists, 1);
+}
+
+// SPEC §2.7: `rediss+sentinel://` is TLS to the sentinels and to the primary, the server's
+// certificate checked against `--redis-ca`. Here nothing of the set listens in plain TCP.
+#[tokio::test]
+async fn verbs_go_through_sentinels_and_a_primary_that_speak_only_tls() {
+    let set = tls_set().await;
+    let url = set.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let ca = set.ca().expect("a TLS set has a CA").display().to_string();
+    let tls = |args: &[&str]| -> Vec<String> {
+        ["--redis-ca", &ca]
+            .iter()
+            .chain(args)
+            .map(|a| (*a).to_owned())
+            .collect()
+    };
+    let run = |args: &[&str]| {
+        ok(
+            &url,
+            &tls(args).iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+    run(&["beat", "bench-01", "--ttl", "1m"]);
+    let state = compact(&run(&["state", "-o", "json"]));
+    assert!(
+        state.contains(r#""name":"bench-01","state":"UP""#),
+        "{state}"
+    );
+    assert_eq!(run(&["live"]), "bench-01\n");
+    let primary = set.primary_port().await.unwrap();
+    assert_eq!(exists(&set, primary, "{fleet}:bench:bench-01").await, 1);
+    // Without the CA the sentinels' certificate is not trusted: exit 1, saying TLS, no hang.
+    let o = fleet(&url, &["--timeout", "1s", "live"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("TLS failed") || err.contains("certificate"),
+        "{err}"
+    );
+    // The plain scheme against sentinels that speak only TLS: exit 1 within the timeout.
+    let plain = url.replacen("rediss+sentinel://", "redis+sentinel://", 1);
+    let o = fleet(&plain, &["--timeout", "1s", "--redis-ca", &ca, "live"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_tls_connection_returns_the_failed_call_and_follows_the_new_primary() {
+    let mut set = tls_set().await;
+    let presence = Presence::new(set.endpoint().open().await.unwrap(), Keys::default());
+    presence
+        .beat(&beat("bench-01", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let failover = bounded("the failover", set.kill_primary()).await.unwrap();
+    eprintln!("failover in TLS {failover:?}");
+    let err = presence
+        .beat(&beat("bench-02", Duration::from_secs(60)))
+        .await
+        .expect_err("the primary is gone");
+    let source = std::error::Error::source(&err).expect("a redis error");
+    let redis = source.downcast_ref::<redis::RedisError>().unwrap();
+    assert!(fleet::store::conn::is_failover(redis), "{redis}");
+    // The next call asks the sentinels again, over TLS, and lands on the new primary.
+    let asked = Instant::now();
+    presence
+        .beat(&beat("bench-02", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    eprintln!(
+        "in TLS, the next call landed {:?} after the failover",
+        asked.elapsed()
+    );
+    assert_eq!(exists(&set, failover.to, "{fleet}:bench:bench-02").await, 1);
+    let snapshot = presence.read(&[]).await.unwrap();
+    let names: Vec<&str> = snapshot.benches.iter().map(|b| b.name.as_str()).collect();
+    assert!(names.contains(&"bench-02"), "{names:?}");
 }
 
 #[tokio::test]
