@@ -20,9 +20,10 @@ use fleet::provider::wire::{
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
-use fleet::testing::RedisCluster;
+use fleet::testing::{ClusterOptions, RedisCluster};
 use support::remote::{
-    compact, fleet, metrics_addr, ok, raw, readyz, serve_config_of, subscribed, until,
+    compact, fleet, metrics_addr, ok, raw, readyz, serve_config_of, serve_config_with, subscribed,
+    until,
 };
 use support::{beat, bounded};
 
@@ -173,6 +174,109 @@ async fn serve_on_a_cluster_claims_reach_ready_and_cancels_complete_in_two_group
         async || ok(&url, &["live"]).lines().count() == 1,
     )
     .await;
+    serve.stop().await;
+}
+
+// SPEC §2.7: `rediss+cluster://` is TLS to every node, the certificate checked against
+// `--redis-ca` (redis-rs's cluster client takes the CA as its root certificate, for the nodes of
+// the URL and for those the slot map names). Nothing of this cluster listens in plain TCP, its
+// bus included.
+#[tokio::test]
+async fn verbs_and_the_library_reach_a_cluster_that_speaks_only_tls() {
+    let options = ClusterOptions {
+        tls: true,
+        ..ClusterOptions::default()
+    };
+    let c = bounded("the TLS cluster to start", RedisCluster::with(options))
+        .await
+        .expect("starting the TLS cluster");
+    let url = c.url();
+    assert!(url.starts_with("rediss+cluster://"), "{url}");
+    let ca = c
+        .ca()
+        .expect("a TLS cluster has a CA")
+        .display()
+        .to_string();
+    ok(
+        &url,
+        &["--redis-ca", &ca, "beat", "bench-01", "--ttl", "1m"],
+    );
+    let state = compact(&ok(&url, &["--redis-ca", &ca, "state", "-o", "json"]));
+    assert!(
+        state.contains(r#""name":"bench-01","state":"UP""#),
+        "{state}"
+    );
+    assert_eq!(ok(&url, &["--redis-ca", &ca, "live"]), "bench-01\n");
+    let key = "{fleet}:bench:bench-01";
+    let mut node = c.direct(c.primary_of(key).await.unwrap()).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    assert_eq!(exists, 1);
+    // The library through its lasting connection: beats and the fleet read.
+    let conn = c.endpoint().open_lasting().await.unwrap();
+    assert!(conn.is_cluster());
+    let presence = Presence::new(conn, Keys::default());
+    for i in 2..12 {
+        presence
+            .beat(&beat(&format!("bench-{i:02}"), Duration::from_secs(60)))
+            .await
+            .unwrap();
+    }
+    let snapshot = presence.read(&[]).await.unwrap();
+    assert_eq!(snapshot.benches.len(), 11);
+    // Without the CA the nodes' certificate is not trusted: exit 1, saying TLS, no hang.
+    let o = fleet(&url, &["--timeout", "2s", "live"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("TLS failed") || err.contains("certificate"),
+        "{err}"
+    );
+
+    // fleet serve in TLS: the wake listener's cluster connection of its own (RESP3) subscribes
+    // on the channel's node, and a claim reaches ready through a startup that beats in TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let config = serve_config_with(
+        dir.path(),
+        &url,
+        &[(GROUPS[0], &["bench-20"])],
+        c.ca(),
+        None,
+    );
+    let args = [
+        "--redis-ca",
+        &ca,
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    serve.log(&["fleet serve started"]).await;
+    let channel = Keys::default().wake_channel();
+    let node = c.primary_of(&channel).await.unwrap();
+    until(
+        "the wake listener on the channel's node, in TLS",
+        Duration::from_secs(10),
+        async || {
+            let mut conn = c.direct(node).await.unwrap();
+            let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+        },
+    )
+    .await;
+    ok(&url, &["--redis-ca", &ca, "claim", "bench-20"]);
+    serve.log(&["claim moved", "to=ready", "bench-20"]).await;
     serve.stop().await;
 }
 
