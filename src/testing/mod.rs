@@ -67,13 +67,25 @@ pub struct Options {
     /// and `--port 0`), replication is in TLS too, and `tcp` must be set. The unix socket stays
     /// plain (Redis never speaks TLS there).
     pub tls: Option<TlsFiles>,
+    /// A Redis Cluster node: its bus on a free port of its own (`--cluster-port`; the default,
+    /// the port plus 10 000, may be taken or past 65 535), picked again with the client port
+    /// when either is taken. A bus port fixed in `args` was tried five times over when another
+    /// process held it, and the node never started (found by `tests/cluster.rs` in parallel).
+    pub cluster_bus: bool,
+}
+
+/// The loopback ports a server listens on.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ports {
+    client: Option<u16>,
+    bus: Option<u16>,
 }
 
 /// A running private `redis-server`.
 pub struct RedisServer {
     child: Child,
     dir: tempfile::TempDir,
-    port: Option<u16>,
+    ports: Ports,
     options: Options,
 }
 
@@ -89,11 +101,11 @@ impl RedisServer {
             .prefix("fleet-redis-")
             .tempdir()
             .map_err(ServerError::TempDir)?;
-        let (child, port) = spawn(dir.path(), &options, None)?;
+        let (child, ports) = spawn(dir.path(), &options, None)?;
         Ok(Self {
             child,
             dir,
-            port,
+            ports,
             options,
         })
     }
@@ -110,7 +122,7 @@ impl RedisServer {
 
     /// The loopback TCP port, when started with `tcp`.
     pub fn port(&self) -> Option<u16> {
-        self.port
+        self.ports.client
     }
 
     /// A URL for the unix socket.
@@ -127,7 +139,7 @@ impl RedisServer {
     /// port: with `aof`, what it had is read back.
     pub fn restart(&mut self) -> Result<(), ServerError> {
         self.kill();
-        let (child, _) = spawn(self.dir.path(), &self.options, self.port)?;
+        let (child, _) = spawn(self.dir.path(), &self.options, Some(self.ports))?;
         self.child = child;
         Ok(())
     }
@@ -178,22 +190,45 @@ pub(crate) fn client(url: &str, ca: Option<&Path>) -> redis::RedisResult<redis::
     }
 }
 
+/// The ports of the replicas a primary's `INFO replication` counts online (`slaveN:ip=…,
+/// port=…,state=online,…`). A replica's own `master_link_status:up`, and the primary's `ROLE`, say
+/// so earlier: after a diskless sync the primary puts a replica online only at its first
+/// acknowledgement, and a `WAIT` before that counts none.
+pub(crate) fn online_replicas(info: &str) -> Vec<u16> {
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("port="))
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .collect()
+}
+
 fn binary() -> String {
     std::env::var(SERVER_ENV).unwrap_or_else(|_| "redis-server".to_owned())
 }
 
-/// Starts `redis-server` in `dir`; on `port` when given (a restart), else on a free port when
-/// `options.tcp`.
+/// Starts `redis-server` in `dir`: on `fixed` ports when given (a restart), else on free ones
+/// as `options` ask.
 fn spawn(
     dir: &Path,
     options: &Options,
-    port: Option<u16>,
-) -> Result<(Child, Option<u16>), ServerError> {
+    fixed: Option<Ports>,
+) -> Result<(Child, Ports), ServerError> {
     // A port picked by binding port 0 can be taken again before redis-server binds it; the
-    // server then exits before it is ready, and another port is tried.
+    // server then exits before it is ready, and other ports are tried.
     let mut last_log = String::new();
     for _ in 0..5 {
-        let port = port.or_else(|| if options.tcp { free_port() } else { None });
+        let ports = fixed.unwrap_or_else(|| Ports {
+            client: if options.tcp { free_port() } else { None },
+            bus: if options.cluster_bus {
+                free_port()
+            } else {
+                None
+            },
+        });
+        let port = ports.client;
         // A TLS server listens on the port in TLS and on no plain port.
         let (plain, tls) = match (&options.tls, port) {
             (Some(_), Some(p)) => (None, Some(p)),
@@ -205,6 +240,10 @@ fn spawn(
             .arg(dir.join("redis.sock"))
             .args(["--unixsocketperm", "700", "--save", "", "--daemonize", "no"])
             .args(["--bind", "127.0.0.1"])
+            // A primary starts a replica's full sync at once rather than after Redis's default
+            // 5 s, which waits for more replicas to share one transfer: a set here has one
+            // replica per primary, and every wait for a replica's link was 5 s longer.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(dir)
             .arg("--port")
@@ -212,6 +251,9 @@ fn spawn(
         if let (Some(files), Some(tls)) = (&options.tls, tls) {
             cmd.arg("--tls-port").arg(tls.to_string());
             cmd.args(files.server_args());
+        }
+        if let Some(bus) = ports.bus {
+            cmd.arg("--cluster-port").arg(bus.to_string());
         }
         if options.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "no"]);
@@ -228,7 +270,7 @@ fn spawn(
         })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         match wait_ready(stdout) {
-            Ok(()) => return Ok((child, port)),
+            Ok(()) => return Ok((child, ports)),
             Err(log) => {
                 let _ = child.kill();
                 let _ = child.wait();

@@ -115,6 +115,7 @@ impl SentinelSet {
             aof: false,
             args: acl.clone(),
             tls: tls.clone(),
+            cluster_bus: false,
         })?;
         let port = primary.port().expect("started with tcp");
         let replica = RedisServer::with(Options {
@@ -122,6 +123,7 @@ impl SentinelSet {
             aof: false,
             args: replica_args(&acl, port, options.user.as_ref()),
             tls,
+            cluster_bus: false,
         })?;
         let mut set = SentinelSet {
             servers: vec![primary, replica],
@@ -524,12 +526,25 @@ impl SentinelSet {
         text
     }
 
-    /// Waits until every sentinel lists the replica with its link up and knows the two others.
+    /// Waits until the primary counts its replica online, and every sentinel lists the replica
+    /// with its link up and knows the two others.
     async fn settle(&self) -> Result<(), ServerError> {
+        let primary = self.servers[0]
+            .port()
+            .ok_or_else(|| ServerError::Sentinel("the primary has no port".into()))?;
         poll(
             SETTLE,
             "the sentinels to know the replica and each other",
             async || {
+                let mut c = self.direct(primary).await.ok()?;
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut c)
+                    .await
+                    .ok()?;
+                if super::online_replicas(&info).is_empty() {
+                    return None;
+                }
                 for s in &self.sentinels {
                     let replicas = self.replicas_seen_by(s.port).await?;
                     let ready = replicas.iter().any(|r| {

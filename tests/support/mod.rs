@@ -107,7 +107,12 @@ impl Serve {
             } else {
                 &["--grpc-addr", "127.0.0.1:0"][..]
             })
-            .env("FLEET_LOG", "info")
+            // FLEET_TEST_SERVE_LOG gives the processes another filter (`info,redis=debug`) to
+            // look into a failure.
+            .env(
+                "FLEET_LOG",
+                std::env::var("FLEET_TEST_SERVE_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
