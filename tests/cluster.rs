@@ -461,3 +461,137 @@ async fn a_verb_reaches_the_promoted_replica_after_its_primary_dies() {
     let live = ok(&url, &["live"]);
     assert!(live.lines().any(|l| l == "bench-02"), "{live}");
 }
+
+/// A group whose keys are on the node of the presence keys, so one kill takes both.
+async fn group_beside_presence(c: &RedisCluster) -> String {
+    let keys = Keys::default();
+    let presence = c.primary_of(&keys.registry()).await.unwrap();
+    for i in 0..100 {
+        let name = format!("pool-{i}");
+        if c.primary_of(&keys.group(&group(&name)).claims())
+            .await
+            .unwrap()
+            == presence
+        {
+            return name;
+        }
+    }
+    panic!("no group of pool-0..pool-99 hashes to the presence keys' node {presence}");
+}
+
+// SPEC §2.7 "Cluster", §5.6: the primary that holds both the presence prefix's slot (the lease,
+// the beats, the wake channel) and the group's slot (its claims and operation records) is
+// SIGKILLed while `fleet serve` runs; its replica is promoted once the others judge it failed.
+// The controller is blind meanwhile and then goes on: a claim made once the cluster takes writes
+// again reaches ready, no claim's startup ran twice (counted from the startup command's own log),
+// and nothing was powered off.
+#[tokio::test]
+async fn serve_keeps_its_promises_across_the_failover_of_the_presence_and_group_node() {
+    let c = bounded("the cluster to start", RedisCluster::with_replicas())
+        .await
+        .expect("starting the cluster");
+    let url = c.url();
+    let keys = Keys::default();
+    let pool = group_beside_presence(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ops.log");
+    let config = serve_config_with(
+        dir.path(),
+        &url,
+        &[(&pool, &["bench-01", "bench-02"])],
+        None,
+        Some(&log),
+    );
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+        "--timeout",
+        "1s",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    let started = serve.log(&["fleet serve started"]).await;
+    let addr = metrics_addr(&started);
+    ok(&url, &["claim", "bench-01"]);
+    serve.log(&["claim moved", "to=ready", "bench-01"]).await;
+
+    // The node's replica has every write so far (WAIT after a write of the test's own on that
+    // node): this kill loses nothing, so what follows is the failover alone (the Sentinel chaos
+    // test kills with writes lost, §5.7).
+    let primary = c.primary_of(&keys.registry()).await.unwrap();
+    let replica = c.replica_of(&keys.registry()).await.unwrap();
+    let mut node = c.direct(primary).await.unwrap();
+    let acked: i64 = redis::pipe()
+        .cmd("SET")
+        .arg("test-sync:{fleet}")
+        .arg(1)
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query_async::<(i64,)>(&mut node)
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(acked, 1, "the replica acknowledged");
+    signal("KILL", c.pid_of(primary).unwrap());
+    let killed = std::time::Instant::now();
+
+    // A claim is refused until the replica is promoted (the group's node is the one killed),
+    // then accepted; a refusal that was a lost reply would say the slot is taken.
+    until(
+        "a claim to be accepted after the failover",
+        Duration::from_secs(30),
+        async || {
+            let o = fleet(&url, &["--timeout", "1s", "claim", "bench-02"]);
+            o.status.success() || String::from_utf8_lossy(&o.stderr).contains("bench-02")
+        },
+    )
+    .await;
+    let accepted = killed.elapsed();
+    serve.log(&["claim moved", "to=ready", "bench-02"]).await;
+    let ready = killed.elapsed();
+    until(
+        "/readyz to answer 200 again",
+        Duration::from_secs(10),
+        async || readyz(&addr).await == 200,
+    )
+    .await;
+    eprintln!(
+        "killed {primary} (its replica {replica} promoted): a claim accepted {accepted:?} after \
+         the kill, ready {ready:?} after it"
+    );
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "fleet serve kept running"
+    );
+    assert_eq!(c.primary_of(&keys.registry()).await.unwrap(), replica);
+    assert_eq!(ok(&url, &["live"]), "bench-01\nbench-02\n");
+    let lines = serve.stop().await;
+    // Each claim's startup ran once, and nothing was powered off.
+    let ops = support::remote::operations(&log);
+    let startups: Vec<&str> = ops
+        .iter()
+        .filter(|(_, _, kind)| kind == "startup")
+        .map(|(slot, _, _)| slot.as_str())
+        .collect();
+    assert_eq!(startups, ["bench-01", "bench-02"], "{ops:?}");
+    let claims: std::collections::HashSet<&str> =
+        ops.iter().map(|(_, claim, _)| claim.as_str()).collect();
+    assert_eq!(claims.len(), 2, "one claim each: {ops:?}");
+    assert!(
+        !ops.iter().any(|(_, _, kind)| kind == "shutdown"),
+        "nothing powered off: {ops:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("to=completed") || l.contains("to=failed")),
+        "{lines:#?}"
+    );
+}
