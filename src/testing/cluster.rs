@@ -37,6 +37,21 @@ pub struct ClusterOptions {
     pub tls: bool,
 }
 
+/// A hash slot that [`RedisCluster::move_slot`] moved.
+#[derive(Clone, Debug)]
+pub struct SlotMove {
+    pub slot: u16,
+    /// The ports of the source and the target primaries.
+    pub from: u16,
+    pub to: u16,
+    /// How many keys `MIGRATE` moved.
+    pub keys_moved: usize,
+    /// From `IMPORTING` to the source giving the slot up (its `SETSLOT … NODE`).
+    pub took: Duration,
+    /// When the source gave the slot up: from then on it redirects every call on the slot.
+    pub given_up: Instant,
+}
+
 /// Three primaries, and their replicas when asked for.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
@@ -304,9 +319,151 @@ impl RedisCluster {
             .map(RedisServer::pid)
     }
 
-    /// The ports of the nodes that serve `key`'s hash slot: its primary, then its replicas.
+    /// The ports of the nodes that serve `key`'s hash slot: its primary, then its replicas, as
+    /// the first node that answers says (a test may have killed some).
     async fn serving(&self, key: &str) -> redis::RedisResult<Vec<u16>> {
-        let mut conn = self.direct(self.ports()[0]).await?;
+        let mut last = None;
+        for port in self.ports() {
+            match self.serving_seen_by(port, key).await {
+                Ok(ports) => return Ok(ports),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Client, "the cluster has no node"))
+        }))
+    }
+
+    /// Moves the hash slot of `key` to the primary on `to` as `redis-cli --cluster reshard`
+    /// does: `CLUSTER SETSLOT … IMPORTING` on the target, `MIGRATING` on the source, `MIGRATE …
+    /// KEYS …` until the source holds none of the slot's keys, then `SETSLOT … NODE` on the
+    /// target, the source and every other primary; returns once every node that answers maps
+    /// the slot to `to`. The target is told first, so the source's redirections name a node
+    /// that already owns the slot.
+    pub async fn move_slot(&self, key: &str, to: u16) -> Result<SlotMove, ServerError> {
+        let failed = |what: &str, e: redis::RedisError| {
+            cluster(&format!("moving the slot of {key} to {to}: {what}: {e}"))
+        };
+        let from = self
+            .primary_of(key)
+            .await
+            .map_err(|e| failed("its primary", e))?;
+        if from == to {
+            return Err(cluster(&format!("the slot of {key} is on {to} already")));
+        }
+        let mut source = self.direct(from).await.map_err(|e| failed("source", e))?;
+        let mut target = self.direct(to).await.map_err(|e| failed("target", e))?;
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut source)
+            .await
+            .map_err(|e| failed("KEYSLOT", e))?;
+        let source_id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async(&mut source)
+            .await
+            .map_err(|e| failed("the source's id", e))?;
+        let target_id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async(&mut target)
+            .await
+            .map_err(|e| failed("the target's id", e))?;
+        let setslot = |state: &str, id: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+            cmd
+        };
+        let started = Instant::now();
+        setslot("IMPORTING", &source_id)
+            .query_async::<()>(&mut target)
+            .await
+            .map_err(|e| failed("IMPORTING", e))?;
+        setslot("MIGRATING", &target_id)
+            .query_async::<()>(&mut source)
+            .await
+            .map_err(|e| failed("MIGRATING", e))?;
+        let mut keys_moved = 0;
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query_async(&mut source)
+                .await
+                .map_err(|e| failed("GETKEYSINSLOT", e))?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000);
+            if let Some((u, p)) = &self.user {
+                migrate.arg("AUTH2").arg(u).arg(p);
+            }
+            migrate.arg("KEYS").arg(&keys);
+            migrate
+                .query_async::<()>(&mut source)
+                .await
+                .map_err(|e| failed("MIGRATE", e))?;
+            keys_moved += keys.len();
+        }
+        setslot("NODE", &target_id)
+            .query_async::<()>(&mut target)
+            .await
+            .map_err(|e| failed("NODE on the target", e))?;
+        setslot("NODE", &target_id)
+            .query_async::<()>(&mut source)
+            .await
+            .map_err(|e| failed("NODE on the source", e))?;
+        let given_up = Instant::now();
+        for port in self.ports() {
+            if port == from || port == to {
+                continue;
+            }
+            let Ok(mut other) = self.direct(port).await else {
+                continue;
+            };
+            // Only a primary takes SETSLOT; a replica follows its primary.
+            let role: Vec<redis::Value> = redis::cmd("ROLE")
+                .query_async(&mut other)
+                .await
+                .map_err(|e| failed("ROLE", e))?;
+            if matches!(role.first(), Some(redis::Value::BulkString(r)) if r.as_slice() == b"master")
+            {
+                setslot("NODE", &target_id)
+                    .query_async::<()>(&mut other)
+                    .await
+                    .map_err(|e| failed("NODE on another primary", e))?;
+            }
+        }
+        let deadline = Instant::now() + SETTLE;
+        for port in self.ports() {
+            loop {
+                match self.serving_seen_by(port, key).await {
+                    Ok(ports) if ports.first() == Some(&to) => break,
+                    Err(e) if e.is_connection_refusal() => break,
+                    _ if Instant::now() > deadline => {
+                        return Err(cluster(&format!(
+                            "the node on {port} did not map slot {slot} to {to} within {SETTLE:?}"
+                        )));
+                    }
+                    _ => tokio::time::sleep(POLL).await,
+                }
+            }
+        }
+        Ok(SlotMove {
+            slot,
+            from,
+            to,
+            keys_moved,
+            took: given_up - started,
+            given_up,
+        })
+    }
+
+    /// The ports of the nodes that serve `key`'s hash slot, as the node on `port` maps them.
+    async fn serving_seen_by(&self, port: u16, key: &str) -> redis::RedisResult<Vec<u16>> {
+        let mut conn = self.direct(port).await?;
         let slot: i64 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
             .arg(key)

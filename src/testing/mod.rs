@@ -15,7 +15,7 @@ use crate::store::connect::Endpoint;
 mod cluster;
 mod sentinel;
 mod tls;
-pub use cluster::{ClusterOptions, RedisCluster};
+pub use cluster::{ClusterOptions, RedisCluster, SlotMove};
 pub use sentinel::{Failover, MASTER, SentinelOptions, SentinelSet};
 pub use tls::{TestCa, TlsFiles};
 
