@@ -595,3 +595,179 @@ async fn serve_keeps_its_promises_across_the_failover_of_the_presence_and_group_
         "{lines:#?}"
     );
 }
+
+/// Whether the node on `port` has a subscriber on the sharded channel `channel`.
+async fn subscribed_on(c: &RedisCluster, port: u16, channel: &str) -> bool {
+    let Ok(mut conn) = c.direct(port).await else {
+        return false;
+    };
+    let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    matches!(reply.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+}
+
+/// Runs one command on the node on `port` alone.
+async fn on_node<T: redis::FromRedisValue>(c: &RedisCluster, port: u16, args: &[&str]) -> T {
+    let mut conn = c.direct(port).await.unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(&mut conn).await.unwrap()
+}
+
+// SPEC §2.7 "Cluster", §4.5: the presence prefix's hash slot (the beats, the lease, the wake
+// channel) moves to another primary (IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE) while an agent
+// beats and `fleet serve` runs. Calls on the slot fail while it moves (ASK is not followed); then
+// the agent's beats land on the new node, `fleet state` reads there, the wake listener, which
+// the old node unsubscribed (`sunsubscribe`), subscribes on the new one, and the controller,
+// whose tick is minutes away, still passes at once on a bench's first beat.
+#[tokio::test]
+async fn beats_the_reads_and_the_wake_listener_follow_the_presence_slot_to_another_node() {
+    let c = cluster().await;
+    let url = c.url();
+    let keys = Keys::default();
+    let channel = keys.wake_channel();
+    let source = c.primary_of(&channel).await.unwrap();
+    let target = c.ports().into_iter().find(|p| *p != source).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.yaml");
+    // Startups that power nothing: a claim waits, booting, for its bench's first beat.
+    std::fs::write(
+        &config,
+        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: 1\n    readiness_taints: []\n    \
+         startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\n    \
+         timings: { machine_gone_grace: 1h }\nslots:\n  - { name: bench-01, group: pool-a }\n",
+    )
+    .unwrap();
+    // A tick of 5 minutes: after the first pass, only an operation's end or a wake passes.
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "5m",
+        "--lease",
+        "10m",
+        "--blind-grace",
+        "0s",
+    ];
+    let mut serve = support::Serve::start_at("serve", &url, &config, &args);
+    serve.log(&["fleet serve started"]).await;
+    until(
+        "the wake listener on the slot's node",
+        Duration::from_secs(10),
+        async || subscribed_on(&c, source, &channel).await,
+    )
+    .await;
+    ok(&url, &["claim", "bench-01"]);
+    // The agent's first beat is announced: the pass it wakes starts the claim.
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &url, "--timeout", "1s"])
+        .args(["agent", "bench-a", "--interval", "200ms", "--ttl", "1h"])
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting fleet agent");
+    serve.log(&["claim moved", "to=booting", "bench-01"]).await;
+    // The startup's end makes the pass that records it; after it, nothing passes until a wake.
+    let store = ClaimStore::new(c.endpoint().open().await.unwrap(), keys.clone());
+    until(
+        "the startup's outcome recorded",
+        Duration::from_secs(10),
+        async || {
+            let read = store.read_groups(&[group("pool-a")]).await.unwrap();
+            read[0].claims.iter().any(|claim| {
+                claim
+                    .operation
+                    .as_ref()
+                    .is_some_and(|op| op.outcome.is_some())
+            })
+        },
+    )
+    .await;
+
+    // A connection that knows the old slot map.
+    let presence = Presence::new(c.endpoint().open_lasting().await.unwrap(), keys.clone());
+    presence
+        .beat(&beat("bench-b", Duration::from_secs(3600)))
+        .await
+        .unwrap();
+
+    let moved = bounded("the slot to move", c.move_slot(&channel, target))
+        .await
+        .unwrap();
+    eprintln!("moved {moved:?}");
+    // Its first call after the move lands: the old node's MOVED made the driver read the slot
+    // map again, and the call it refused (it ran none of it) went once more, to the new node.
+    let first = std::time::Instant::now();
+    presence
+        .beat(&beat("bench-b", Duration::from_secs(3600)))
+        .await
+        .expect("the first call after the move lands");
+    let first = first.elapsed();
+    assert_eq!(
+        on_node::<i64>(&c, target, &["EXISTS", "{fleet}:bench:bench-b"]).await,
+        1
+    );
+    assert!(moved.keys_moved >= 1, "{moved:?}");
+    let count: i64 = on_node(
+        &c,
+        source,
+        &["CLUSTER", "COUNTKEYSINSLOT", &moved.slot.to_string()],
+    )
+    .await;
+    assert_eq!(count, 0, "the old node holds none of the slot's keys");
+    // The agent's key moved with the slot: removed there, it comes back with the next beat.
+    let key = "{fleet}:bench:bench-a";
+    let _: i64 = on_node(&c, target, &["DEL", key]).await;
+    until(
+        "the agent to beat on the new node",
+        Duration::from_secs(10),
+        async || on_node::<i64>(&c, target, &["EXISTS", key]).await == 1,
+    )
+    .await;
+    let beat_after = moved.given_up.elapsed();
+    until(
+        "the wake listener on the new node",
+        Duration::from_secs(10),
+        async || subscribed_on(&c, target, &channel).await,
+    )
+    .await;
+    let subscribed_after = moved.given_up.elapsed();
+    assert!(!subscribed_on(&c, source, &channel).await);
+    let state = compact(&ok(&url, &["state", "bench-a", "-o", "json"]));
+    assert!(state.contains(r#""state":"UP""#), "{state}");
+    // A first beat wakes the controller: with the tick minutes away, nothing else explains a
+    // pass, and that pass makes the claim ready.
+    let beat = std::time::Instant::now();
+    ok(&url, &["beat", "bench-01", "--ttl", "1h"]);
+    serve.log(&["claim moved", "to=ready", "bench-01"]).await;
+    let woke = beat.elapsed();
+    eprintln!(
+        "after the move: a connection's first call landed in {first:?}, the agent beat on the \
+         new node within {beat_after:?}, the listener subscribed there within \
+         {subscribed_after:?}; a first beat made the claim ready in {woke:?}"
+    );
+    assert!(woke < Duration::from_secs(5), "{woke:?}");
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the agent kept running"
+    );
+    // The old node ended the subscription itself when it gave the slot up, and this process
+    // kept its leadership through the move: its first call after it was not refused.
+    let lines = serve.stop().await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("the wake subscription ended") && l.contains("sunsubscribe")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("lost leadership")),
+        "{lines:#?}"
+    );
+}
