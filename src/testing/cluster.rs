@@ -359,41 +359,62 @@ impl RedisCluster {
             .query_async(&mut source)
             .await
             .map_err(|e| failed("KEYSLOT", e))?;
-        let source_id: String = redis::cmd("CLUSTER")
-            .arg("MYID")
-            .query_async(&mut source)
+        let source_id = node_id(&mut source)
             .await
             .map_err(|e| failed("the source's id", e))?;
-        let target_id: String = redis::cmd("CLUSTER")
-            .arg("MYID")
-            .query_async(&mut target)
+        let target_id = node_id(&mut target)
             .await
             .map_err(|e| failed("the target's id", e))?;
-        let setslot = |state: &str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-            cmd
-        };
         let started = Instant::now();
-        setslot("IMPORTING", &source_id)
-            .query_async::<()>(&mut target)
+        setslot(&mut target, slot, "IMPORTING", &source_id)
             .await
             .map_err(|e| failed("IMPORTING", e))?;
-        setslot("MIGRATING", &target_id)
-            .query_async::<()>(&mut source)
+        setslot(&mut source, slot, "MIGRATING", &target_id)
             .await
             .map_err(|e| failed("MIGRATING", e))?;
-        let mut keys_moved = 0;
+        let keys_moved = self
+            .migrate_keys(&mut source, slot, to)
+            .await
+            .map_err(|e| failed("MIGRATE", e))?;
+        setslot(&mut target, slot, "NODE", &target_id)
+            .await
+            .map_err(|e| failed("NODE on the target", e))?;
+        setslot(&mut source, slot, "NODE", &target_id)
+            .await
+            .map_err(|e| failed("NODE on the source", e))?;
+        let given_up = Instant::now();
+        self.assign_elsewhere(slot, &target_id, [from, to])
+            .await
+            .map_err(|e| failed("NODE on another primary", e))?;
+        self.wait_mapped(key, slot, to).await?;
+        Ok(SlotMove {
+            slot,
+            from,
+            to,
+            keys_moved,
+            took: given_up - started,
+            given_up,
+        })
+    }
+
+    /// `MIGRATE`s the slot's keys from `source` to the node on `to` until none is left there;
+    /// returns how many moved.
+    async fn migrate_keys(
+        &self,
+        source: &mut MultiplexedConnection,
+        slot: u16,
+        to: u16,
+    ) -> redis::RedisResult<usize> {
+        let mut moved = 0;
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
                 .arg(slot)
                 .arg(100)
-                .query_async(&mut source)
-                .await
-                .map_err(|e| failed("GETKEYSINSLOT", e))?;
+                .query_async(source)
+                .await?;
             if keys.is_empty() {
-                break;
+                return Ok(moved);
             }
             let mut migrate = redis::cmd("MIGRATE");
             migrate.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000);
@@ -401,41 +422,34 @@ impl RedisCluster {
                 migrate.arg("AUTH2").arg(u).arg(p);
             }
             migrate.arg("KEYS").arg(&keys);
-            migrate
-                .query_async::<()>(&mut source)
-                .await
-                .map_err(|e| failed("MIGRATE", e))?;
-            keys_moved += keys.len();
+            migrate.query_async::<()>(source).await?;
+            moved += keys.len();
         }
-        setslot("NODE", &target_id)
-            .query_async::<()>(&mut target)
-            .await
-            .map_err(|e| failed("NODE on the target", e))?;
-        setslot("NODE", &target_id)
-            .query_async::<()>(&mut source)
-            .await
-            .map_err(|e| failed("NODE on the source", e))?;
-        let given_up = Instant::now();
-        for port in self.ports() {
-            if port == from || port == to {
-                continue;
-            }
+    }
+
+    /// `SETSLOT … NODE` on every primary but `told` (a replica takes no SETSLOT: it follows its
+    /// primary).
+    async fn assign_elsewhere(
+        &self,
+        slot: u16,
+        owner: &str,
+        told: [u16; 2],
+    ) -> redis::RedisResult<()> {
+        for port in self.ports().into_iter().filter(|p| !told.contains(p)) {
             let Ok(mut other) = self.direct(port).await else {
                 continue;
             };
-            // Only a primary takes SETSLOT; a replica follows its primary.
-            let role: Vec<redis::Value> = redis::cmd("ROLE")
-                .query_async(&mut other)
-                .await
-                .map_err(|e| failed("ROLE", e))?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut other).await?;
             if matches!(role.first(), Some(redis::Value::BulkString(r)) if r.as_slice() == b"master")
             {
-                setslot("NODE", &target_id)
-                    .query_async::<()>(&mut other)
-                    .await
-                    .map_err(|e| failed("NODE on another primary", e))?;
+                setslot(&mut other, slot, "NODE", owner).await?;
             }
         }
+        Ok(())
+    }
+
+    /// Waits until every node that answers maps `key`'s slot to the primary on `to`.
+    async fn wait_mapped(&self, key: &str, slot: u16, to: u16) -> Result<(), ServerError> {
         let deadline = Instant::now() + SETTLE;
         for port in self.ports() {
             loop {
@@ -451,14 +465,7 @@ impl RedisCluster {
                 }
             }
         }
-        Ok(SlotMove {
-            slot,
-            from,
-            to,
-            keys_moved,
-            took: given_up - started,
-            given_up,
-        })
+        Ok(())
     }
 
     /// The ports of the nodes that serve `key`'s hash slot, as the node on `port` maps them.
@@ -514,6 +521,27 @@ impl RedisCluster {
             None => String::new(),
         }
     }
+}
+
+/// A node's id (`CLUSTER MYID`).
+async fn node_id(conn: &mut MultiplexedConnection) -> redis::RedisResult<String> {
+    redis::cmd("CLUSTER").arg("MYID").query_async(conn).await
+}
+
+/// `CLUSTER SETSLOT slot STATE id` on `conn`'s node.
+async fn setslot(
+    conn: &mut MultiplexedConnection,
+    slot: u16,
+    state: &str,
+    id: &str,
+) -> redis::RedisResult<()> {
+    redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(state)
+        .arg(id)
+        .query_async(conn)
+        .await
 }
 
 fn cluster(what: &str) -> ServerError {
