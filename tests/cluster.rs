@@ -243,7 +243,7 @@ async fn verbs_and_the_library_reach_a_cluster_that_speaks_only_tls() {
         dir.path(),
         &url,
         &[(GROUPS[0], &["bench-20"])],
-        c.ca(),
+        &["--redis-ca", &ca],
         None,
     );
     let args = [
@@ -499,7 +499,7 @@ async fn serve_keeps_its_promises_across_the_failover_of_the_presence_and_group_
         dir.path(),
         &url,
         &[(&pool, &["bench-01", "bench-02"])],
-        None,
+        &[],
         Some(&log),
     );
     let args = [

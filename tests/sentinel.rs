@@ -352,6 +352,219 @@ async fn an_acl_user_reaches_the_primary_and_its_password_never_shows() {
     let o = fleet(dead, &["--timeout", "500ms", "state"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("sentinel 127.0.0.1:2"), "{err}");
+    assert!(
+        err.contains("127.0.0.1:2") && err.contains("connection refused"),
+        "{err}"
+    );
     assert!(!err.contains("s3cret"), "{err}");
+}
+
+/// The fleet binary with `--redis url`, `args` and the environment `env`, and how long it took.
+fn timed(url: &str, args: &[&str], env: &[(&str, &str)]) -> (std::process::Output, Duration) {
+    let started = Instant::now();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .envs(env.iter().copied())
+        .args(["--redis", url])
+        .args(args)
+        .output()
+        .expect("running fleet");
+    (o, started.elapsed())
+}
+
+// SPEC §2.7: sentinels whose password is the primary's (`requirepass` on every server and
+// sentinel, one password). A sentinel answers fleet's first question `NOAUTH`, and is asked
+// again with the URL's user and password.
+#[tokio::test]
+async fn sentinels_that_share_the_primarys_password_are_asked_again_with_the_urls() {
+    let options = SentinelOptions {
+        user: Some(("default".to_owned(), "sh4red-pw".to_owned())),
+        sentinel_auth: Some((None, "sh4red-pw".to_owned())),
+        ..SentinelOptions::default()
+    };
+    let set = bounded("the sentinel set to start", SentinelSet::with(options))
+        .await
+        .expect("starting the sentinel set");
+    let url = set.url();
+    assert!(url.contains("default:sh4red-pw@"), "{url}");
+    // The sentinels do ask for the password: the NOAUTH path is the one taken.
+    let port = set.sentinel_ports()[0];
+    let mut bare = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let refused = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(fleet::testing::MASTER)
+        .query_async::<redis::Value>(&mut bare)
+        .await
+        .expect_err("a sentinel with a password");
+    assert_eq!(refused.code(), Some("NOAUTH"), "{refused}");
+    ok(&url, &["beat", "bench-01", "--ttl", "1m"]);
+    assert_eq!(ok(&url, &["live"]), "bench-01\n");
+    // Without the password, every sentinel asks for one: exit 1 at once (no later round could
+    // mend it), naming where the password goes, never the password.
+    let no_password = url.replace("default:sh4red-pw@", "");
+    let (o, took) = timed(&no_password, &["--timeout", "5s", "live"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("asks for a password") && err.contains("--sentinel-password-file"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}: {err}");
+    assert!(!err.contains("sh4red"), "{err}");
+}
+
+// SPEC §2.7: sentinels with an ACL user and a password of their own, other than the primary's.
+// fleet reads them from `--sentinel-user` and `--sentinel-password-file` (or the environment),
+// once, before it connects, and never shows the password.
+#[tokio::test]
+async fn sentinels_with_credentials_of_their_own_are_asked_with_the_password_file() {
+    let options = SentinelOptions {
+        user: Some(("fleet".to_owned(), "prim4ry-pw".to_owned())),
+        sentinel_auth: Some((Some("sentry".to_owned()), "sent1nel-pw".to_owned())),
+        ..SentinelOptions::default()
+    };
+    let mut set = bounded("the sentinel set to start", SentinelSet::with(options))
+        .await
+        .expect("starting the sentinel set");
+    let url = set.url();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let right = file("sentinel.pw", "sent1nel-pw\n");
+    let wrong = file("wrong.pw", "wr0ng-pw\n");
+    let empty = file("empty.pw", "");
+    let own = [
+        "--sentinel-user",
+        "sentry",
+        "--sentinel-password-file",
+        &right,
+    ];
+    let with = |args: &[&str]| -> Vec<String> {
+        own.iter().chain(args).map(|a| (*a).to_owned()).collect()
+    };
+    let run = |args: &[&str]| {
+        ok(
+            &url,
+            &with(args).iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+    run(&["beat", "bench-01", "--ttl", "1m"]);
+    assert_eq!(run(&["live"]), "bench-01\n");
+    // The same from the environment.
+    let env = [
+        ("FLEET_SENTINEL_USER", "sentry"),
+        ("FLEET_SENTINEL_PASSWORD_FILE", right.as_str()),
+    ];
+    let (o, _) = timed(&url, &["live"], &env);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bench-01\n");
+    let secrets = ["prim4ry", "sent1nel", "wr0ng"];
+    let shows_none = |text: &str| secrets.iter().all(|s| !text.contains(s));
+    // Without them, the URL's (the primary's) are refused: exit 1 at once, saying what to give.
+    let (o, took) = timed(&url, &["--timeout", "5s", "live"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refused the URL's user and password") && err.contains("--sentinel-user"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}: {err}");
+    assert!(shows_none(&err), "{err}");
+    // A wrong password: exit 1 at once, a clear error naming the user and the flags.
+    let (o, took) = timed(
+        &url,
+        &[
+            "--sentinel-user",
+            "sentry",
+            "--sentinel-password-file",
+            &wrong,
+            "--timeout",
+            "5s",
+            "live",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the sentinels would not answer")
+            && err.contains("refused the sentinels' credentials, the user sentry"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}: {err}");
+    assert!(shows_none(&err), "{err}");
+    // A file that cannot be read or holds nothing, the user without a file, or the file with a
+    // URL of one server: exit 2, before anything connects.
+    for (args, said) in [
+        (
+            vec![
+                "--sentinel-password-file",
+                "/nonexistent/sentinel.pw",
+                "live",
+            ],
+            "/nonexistent/sentinel.pw: missing",
+        ),
+        (
+            vec!["--sentinel-password-file", empty.as_str(), "live"],
+            "empty: write the sentinels' password there",
+        ),
+        (
+            vec!["--sentinel-user", "sentry", "live"],
+            "--sentinel-password-file",
+        ),
+    ] {
+        let (o, _) = timed(&url, &args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert!(shows_none(&err), "{err}");
+    }
+    let (o, _) = timed(
+        "redis://127.0.0.1:1",
+        &["--sentinel-password-file", &right, "live"],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a Sentinel URL"), "{err}");
+    let (o, _) = timed(&url, &["--help"], &env);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("--sentinel-password-file"), "{help}");
+    assert!(shows_none(&help), "{help}");
+
+    // fleet serve with them in its environment, and its startups' `fleet beat` with the flags
+    // (an operation gets none of fleet serve's FLEET_ variables): a claim reaches ready, and
+    // again after a failover, the sentinels asked with them anew.
+    let config = support::remote::serve_config_with(
+        dir.path(),
+        &url,
+        &[("pool-a", &["bench-02", "bench-03"])],
+        &own,
+        None,
+    );
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+    ];
+    let mut serve = support::Serve::start_with_env("serve", &url, &config, &args, &env);
+    serve.log(&["fleet serve started"]).await;
+    run(&["claim", "bench-02"]);
+    serve.log(&["claim moved", "to=ready", "bench-02"]).await;
+    let failover = bounded("the failover", set.kill_primary()).await.unwrap();
+    run(&["--timeout", "10s", "claim", "bench-03"]);
+    serve.log(&["claim moved", "to=ready", "bench-03"]).await;
+    eprintln!("failover {failover:?}, the sentinels asked with their own credentials");
+    let lines = serve.stop().await;
+    assert!(lines.iter().all(|l| shows_none(l)), "{lines:#?}");
 }

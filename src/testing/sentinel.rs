@@ -9,6 +9,9 @@
 //! replaced. Sentinels judge a primary down after one second (`down-after-milliseconds 1000`);
 //! a failover then takes a few seconds. Every wait polls, bounded.
 //!
+//! Long: one setup, started, failed over, held back and waited on; a sentinel's configuration
+//! and the harness's own connections to every part of it belong with it.
+//!
 //! [`SentinelOptions`] give the primary and the replica an ACL user, the sentinels a password
 //! (or a user) of their own, and TLS everywhere (`port 0`, `tls-port`, `tls-replication yes`,
 //! the sentinels too): a `rediss+sentinel://` URL with `--redis-ca`.
@@ -36,7 +39,8 @@ const POLL: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug, Default)]
 pub struct SentinelOptions {
     /// The only user of the primary and the replica, with its password (the default user
-    /// off); the sentinels monitor as that user. `None`: the default user, no password.
+    /// off; `default` itself: the default user with that password, `requirepass`); the sentinels
+    /// monitor as that user. `None`: the default user, no password.
     pub user: Option<(String, String)>,
     /// The sentinels' own credentials: a user (`None`: the default user, by `requirepass`) and
     /// its password. The sentinels authenticate to each other with them (`sentinel
@@ -103,13 +107,17 @@ impl SentinelSet {
             None
         };
         let tls = ca.as_ref().map(|ca| ca.files().clone());
-        let mut acl: Vec<String> = Vec::new();
-        if let Some((u, p)) = &options.user {
-            acl = ["--user", u, "on", &format!(">{p}"), "~*", "&*", "+@all"]
-                .map(str::to_owned)
-                .to_vec();
-            acl.extend(["--user", "default", "off"].map(str::to_owned));
-        }
+        let acl: Vec<String> = match &options.user {
+            None => Vec::new(),
+            Some((u, p)) if u == "default" => vec!["--requirepass".to_owned(), p.clone()],
+            Some((u, p)) => {
+                let mut acl: Vec<String> = ["--user", u, "on", &format!(">{p}"), "~*", "&*"]
+                    .map(str::to_owned)
+                    .to_vec();
+                acl.extend(["+@all", "--user", "default", "off"].map(str::to_owned));
+                acl
+            }
+        };
         let primary = RedisServer::with(Options {
             tcp: true,
             aof: false,

@@ -96,8 +96,20 @@ impl Serve {
         config: &std::path::Path,
         args: &[&str],
     ) -> Serve {
+        Serve::start_with_env(name, url, config, args, &[])
+    }
+
+    /// `start_at` with `env` set for the process (and so for the operations it runs).
+    pub fn start_with_env(
+        name: &'static str,
+        url: &str,
+        config: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .envs(env.iter().copied())
             .args(["--redis", url, "serve", "--config"])
             .arg(config)
             .args(args)
@@ -269,6 +281,7 @@ pub fn exec(server: &RedisServer) -> fleet::lifecycle::Exec {
         fleet::lifecycle::ReportTo {
             url: server.url(),
             ca_file: None,
+            sentinel_auth: None,
             timeout: Duration::from_secs(10),
             prefix: Keys::default().prefix().to_owned(),
         },

@@ -76,17 +76,18 @@ pub fn serve_config(dir: &Path, url: &str) -> PathBuf {
 /// A `fleet serve` configuration in `dir` of `groups` (each a name and its slots), whose
 /// startup and shutdown scripts beat the slot's key through `url`.
 pub fn serve_config_of(dir: &Path, url: &str, groups: &[(&str, &[&str])]) -> PathBuf {
-    serve_config_with(dir, url, groups, None, None)
+    serve_config_with(dir, url, groups, &[], None)
 }
 
-/// `serve_config_of`, whose scripts also trust `ca` (`--redis-ca`, for a TLS setup) and,
-/// with `log`, first append `<slot> <claim> <startup|shutdown>` to that file: a test counts the
-/// operations that ran from it.
+/// `serve_config_of`, whose scripts give their `fleet beat` the global `flags` too (`--redis-ca
+/// F` for a TLS setup, the sentinels' credentials: the operations get no `FLEET_` variable of
+/// `fleet serve`'s) and, with `log`, first append `<slot> <claim> <startup|shutdown>` to that
+/// file: a test counts the operations that ran from it.
 pub fn serve_config_with(
     dir: &Path,
     url: &str,
     groups: &[(&str, &[&str])],
-    ca: Option<&Path>,
+    flags: &[&str],
     log: Option<&Path>,
 ) -> PathBuf {
     let path = dir.join("fleet.yaml");
@@ -96,15 +97,17 @@ pub fn serve_config_with(
     };
     let beat = |kind: &str, ttl: &str| {
         format!(
-            r#"["sh", "-c", "{}\"$BIN\" --redis \"$REDIS\" ${{CA:+--redis-ca \"$CA\"}} beat \"$FLEET_SLOT\" --ttl {ttl}"]"#,
-            logged(kind)
+            r#"["sh", "-c", "{}\"$BIN\" --redis \"$REDIS\" {flags} beat \"$FLEET_SLOT\" --ttl {ttl}"]"#,
+            logged(kind),
+            flags = flags
+                .iter()
+                .map(|f| format!(r#"\"{f}\""#))
+                .collect::<Vec<_>>()
+                .join(" ")
         )
     };
     let bin = env!("CARGO_BIN_EXE_fleet");
     let mut env = format!("BIN: {bin:?}, REDIS: {url:?}");
-    if let Some(ca) = ca {
-        env.push_str(&format!(", CA: {:?}", ca.display().to_string()));
-    }
     if let Some(log) = log {
         env.push_str(&format!(", LOG: {:?}", log.display().to_string()));
     }
