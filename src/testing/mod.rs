@@ -289,12 +289,27 @@ fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
 
 /// Reads a log until a line contains `marker` (lowercase), then drains it.
 fn wait_for(stdout: std::process::ChildStdout, marker: &'static str) -> Result<(), String> {
+    wait_for_keeping(stdout, marker, None)
+}
+
+/// `wait_for`, appending every line to `keep` as well (a sentinel's log, for a failure's
+/// message).
+fn wait_for_keeping(
+    stdout: std::process::ChildStdout,
+    marker: &'static str,
+    keep: Option<PathBuf>,
+) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut log = String::new();
         let mut told = false;
+        let mut kept = keep.and_then(|path| std::fs::File::create(path).ok());
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            if let Some(file) = kept.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(file, "{line}");
+            }
             if !told {
                 log.push_str(&line);
                 log.push('\n');

@@ -6,8 +6,9 @@
 //! A sentinel learns the replica only from the primary's `INFO`, and the other sentinels only
 //! from their hello messages, so [`SentinelSet::start`] returns once every sentinel lists the
 //! replica with its link up and knows the two others: before that a killed primary would not be
-//! replaced. Sentinels judge a primary down after one second (`down-after-milliseconds 1000`);
-//! a failover then takes a few seconds. Every wait polls, bounded.
+//! replaced. Sentinels judge a primary down after two seconds (`down-after-milliseconds 2000`,
+//! see `SentinelSet::config` for why not one); a failover then takes a few seconds. Every
+//! wait polls, bounded.
 //!
 //! Long: one setup, started, failed over, held back and waited on; a sentinel's configuration
 //! and the harness's own connections to every part of it belong with it.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 
-use super::{Options, RedisServer, ServerError, TestCa, binary, free_port, wait_for};
+use super::{Options, RedisServer, ServerError, TestCa, binary, free_port, wait_for_keeping};
 use crate::store::connect::Endpoint;
 
 /// The name the sentinels monitor the primary under.
@@ -73,7 +74,7 @@ pub struct Failover {
 struct Sentinel {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Sentinel {
@@ -209,6 +210,20 @@ impl SentinelSet {
         }
     }
 
+    /// The last `lines` lines of every sentinel's log, each named by its port: what they saw,
+    /// for a failure's message.
+    pub fn sentinel_logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for s in &self.sentinels {
+            let log = std::fs::read_to_string(s.dir.path().join("log")).unwrap_or_default();
+            let all: Vec<&str> = log.lines().collect();
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(&format!("sentinel {}: {line}\n", s.port));
+            }
+        }
+        out
+    }
+
     /// The sentinels' ports.
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
@@ -265,11 +280,11 @@ impl SentinelSet {
     }
 
     /// Starts the server that the last failover left dead again, empty, as a replica of the
-    /// primary the sentinels name, and waits until every sentinel lists it as a replica with
-    /// its link up: the set is then one primary and one replica again, and `kill_primary` can
-    /// fail over once more. (A sentinel would turn a returning old primary into a replica by
-    /// itself, but only after it has served as an empty primary for a moment; starting it with
-    /// `replicaof` leaves no such moment.) Returns the restarted server's port.
+    /// primary the sentinels name, and waits until the set is one primary and one replica again
+    /// (`wait_whole`), so `kill_primary` can fail over once more. (A sentinel would turn a
+    /// returning old primary into a replica by itself, but only after it has served as an empty
+    /// primary for a moment; starting it with `replicaof` leaves no such moment.) Returns the
+    /// restarted server's port.
     ///
     /// Sentinels start no failover of a primary within twice `failover-timeout` (10 s here) of
     /// the last one they took part in: a `kill_primary` sooner than that waits for it.
@@ -286,7 +301,7 @@ impl SentinelSet {
             .ok_or_else(|| ServerError::Sentinel("a server of the set has no port".into()))?;
         server.options.args = replica_args(&server.options.args, primary, user.as_ref());
         server.restart()?;
-        self.wait_replica(port).await?;
+        self.wait_whole().await?;
         Ok(port)
     }
 
@@ -298,7 +313,7 @@ impl SentinelSet {
     /// dropped the dead primary's stream), [`SentinelSet::release_replication`], or `bound`.
     ///
     /// The pause holds the sentinels' own writes to the replica too (their hello `PUBLISH`, and
-    /// every command behind it on their link): a hold longer than `down-after-milliseconds` (1 s)
+    /// every command behind it on their link): a hold longer than `down-after-milliseconds` (2 s)
     /// can make them judge the replica down for a moment, and the failover then waits for them.
     pub async fn hold_replication(&mut self, bound: Duration) -> Result<(), ServerError> {
         let primary = self.primary_port().await?;
@@ -365,43 +380,94 @@ impl SentinelSet {
         }
     }
 
-    /// Waits until every sentinel lists the server on `port` as a replica (flags `slave` and
-    /// nothing else: not down) with its link to the primary up.
-    async fn wait_replica(&self, port: u16) -> Result<(), ServerError> {
-        let wanted = port.to_string();
+    /// Waits until the set is whole again, as the servers and the sentinels both tell it: every
+    /// sentinel names one primary, which says it is one (`ROLE`) and counts the other server as
+    /// an online replica (`INFO replication`); that server says it replicates the primary with
+    /// its link up; and every sentinel lists it as a replica (flags `slave` alone, link `ok`).
+    /// Returns the replica's port.
+    ///
+    /// Which server is the primary is read again at every poll, not fixed when the wait began:
+    /// the sentinels may fail over once more meanwhile (a just-promoted primary judged down
+    /// before its first ping was answered, with `down-after-milliseconds` at the 1 s ping
+    /// period: see `config`), and the restarted server is then the primary. The wait that
+    /// expected the restarted server among the replicas went stale on it and timed out after 30
+    /// s (the Sentinel chaos test's flake, seed 15).
+    async fn wait_whole(&self) -> Result<u16, ServerError> {
+        let ports: Vec<u16> = self.servers.iter().filter_map(RedisServer::port).collect();
         let mut last = String::new();
         let waited = poll(
             SETTLE,
-            "the sentinels to list the restarted replica",
-            async || {
-                for s in &self.sentinels {
-                    let replicas = self.replicas_seen_by(s.port).await?;
-                    let listed = replicas.iter().any(|r| {
-                        r.get("port") == Some(&wanted)
-                            && r.get("flags").map(String::as_str) == Some("slave")
-                            && r.get("master-link-status").map(String::as_str) == Some("ok")
-                    });
-                    if !listed {
-                        last = format!(
-                            "sentinel {} lists {:?}",
-                            s.port,
-                            replicas
-                                .iter()
-                                .map(|r| (
-                                    r.get("port"),
-                                    r.get("flags"),
-                                    r.get("master-link-status")
-                                ))
-                                .collect::<Vec<_>>()
-                        );
-                        return None;
-                    }
+            "the set to be one primary and its replica again",
+            async || match self.whole(&ports).await {
+                Ok(replica) => Some(replica),
+                Err(why) => {
+                    last = why;
+                    None
                 }
-                Some(())
             },
         )
         .await;
         waited.map_err(|e| ServerError::Sentinel(format!("{e}; last: {last}")))
+    }
+
+    /// One look at the set for `wait_whole`: the replica's port, or what is not whole yet.
+    async fn whole(&self, ports: &[u16]) -> Result<u16, String> {
+        let mut named = Vec::new();
+        for s in &self.sentinels {
+            named.push(self.named_primary(s.port).await.ok());
+        }
+        let primary = match named.first() {
+            Some(Some(p)) if named.iter().all(|n| *n == Some(*p)) => *p,
+            _ => return Err(format!("the sentinels name {named:?}")),
+        };
+        let replica = *ports
+            .iter()
+            .find(|p| **p != primary)
+            .ok_or("the set has one server")?;
+        if self.role(primary).await != "master" {
+            return Err(format!("{primary}, named primary, is not one (ROLE)"));
+        }
+        let info = |port: u16| async move {
+            let mut c = self.direct(port).await.map_err(|e| e.to_string())?;
+            redis::cmd("INFO")
+                .arg("replication")
+                .query_async::<String>(&mut c)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        if !super::online_replicas(&info(primary).await?).contains(&replica) {
+            return Err(format!(
+                "{primary} does not count {replica} an online replica"
+            ));
+        }
+        let own = info(replica).await?;
+        let replicates = own.contains(&format!("master_port:{primary}"))
+            && own.lines().any(|l| l.trim() == "master_link_status:up");
+        if !replicates {
+            return Err(format!(
+                "{replica} does not replicate {primary} with its link up"
+            ));
+        }
+        let wanted = replica.to_string();
+        for s in &self.sentinels {
+            let replicas = self
+                .replicas_seen_by(s.port)
+                .await
+                .ok_or_else(|| format!("sentinel {} cannot be asked", s.port))?;
+            let listed = replicas.iter().any(|r| {
+                r.get("port") == Some(&wanted)
+                    && r.get("flags").map(String::as_str) == Some("slave")
+                    && r.get("master-link-status").map(String::as_str) == Some("ok")
+            });
+            if !listed {
+                let seen: Vec<_> = replicas
+                    .iter()
+                    .map(|r| (r.get("port"), r.get("flags"), r.get("master-link-status")))
+                    .collect();
+                return Err(format!("sentinel {} lists {seen:?}", s.port));
+            }
+        }
+        Ok(replica)
     }
 
     /// What the server on `port` says it is (`master`, `slave`), or the error.
@@ -481,13 +547,9 @@ impl SentinelSet {
                     source,
                 })?;
             let stdout = child.stdout.take().expect("stdout is piped");
-            match wait_for(stdout, "+monitor master") {
+            match wait_for_keeping(stdout, "+monitor master", Some(dir.path().join("log"))) {
                 Ok(()) => {
-                    return Ok(Sentinel {
-                        child,
-                        port,
-                        _dir: dir,
-                    });
+                    return Ok(Sentinel { child, port, dir });
                 }
                 Err(log) => {
                     let _ = child.kill();
@@ -501,6 +563,13 @@ impl SentinelSet {
 
     /// A sentinel's configuration: its port (with TLS the TLS port, and no plain one), the
     /// primary it monitors and as which user, and its own credentials.
+    ///
+    /// `down-after-milliseconds` is 2 s, above the sentinels' 1 s ping period. At 1 s a link a
+    /// sentinel makes anew (at every `+switch-master`, to the new primary and its replica)
+    /// counted as unanswered from its creation while its first ping went out only after the
+    /// period: it read `+sdown` about a second after every promotion, for a moment, and twice
+    /// in a chaos run two sentinels agreed, and failed the just-promoted primary over again
+    /// (sentinel logs, seed 15). A failover takes about a second longer.
     fn config(&self, dir: &Path, port: u16, primary: u16) -> String {
         let mut text = format!("bind 127.0.0.1\ndaemonize no\ndir {}\n", dir.display());
         match &self.ca {
@@ -512,7 +581,7 @@ impl SentinelSet {
         }
         text.push_str(&format!(
             "sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
-             sentinel down-after-milliseconds {MASTER} 1000\n\
+             sentinel down-after-milliseconds {MASTER} 2000\n\
              sentinel failover-timeout {MASTER} 5000\n\
              sentinel parallel-syncs {MASTER} 1\n"
         ));

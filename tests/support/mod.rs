@@ -184,6 +184,14 @@ impl Serve {
         .await
     }
 
+    /// Every line logged so far, without waiting for more (for a failure's message).
+    pub fn drain(&mut self) -> &[String] {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+        &self.seen
+    }
+
     /// Stops the process (SIGTERM), reads the rest of its log and returns every line it logged.
     pub async fn stop(&mut self) -> Vec<String> {
         self.signal("-TERM");
