@@ -65,6 +65,7 @@ async fn controller(
             Exec::new(env!("CARGO_BIN_EXE_fleet")).reporting_to(fleet::lifecycle::ReportTo {
                 url: server.url(),
                 ca_file: None,
+                sentinel_auth: None,
                 timeout: Duration::from_secs(10),
                 prefix: Keys::default().prefix().to_owned(),
             }),

@@ -341,66 +341,23 @@ async fn acl_users_with_passwords_connect_and_a_wrong_password_is_a_runtime_erro
 
 #[test]
 fn tls_redis_with_a_ca_file_connects() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let sh = |script: &str| {
-        let ok = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .current_dir(d)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-    };
-    // A CA, and a server certificate for 127.0.0.1 signed by it.
-    sh(
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=fleet-test-ca 2>/dev/null",
-    );
-    sh(
-        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null",
-    );
-    sh(
-        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null",
-    );
-    let path = |f: &str| d.join(f).display().to_string();
-    // Redis takes no port 0 for TLS: pick a free one, and a fresh one if another process took it
-    // between the pick and the bind.
-    let (server, port) = (0..5)
-        .find_map(|_| {
-            let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let port = free.local_addr().unwrap().port();
-            drop(free);
-            RedisServer::with(fleet::testing::Options {
-                args: vec![
-                    "--tls-port".into(),
-                    port.to_string(),
-                    "--tls-cert-file".into(),
-                    path("server.pem"),
-                    "--tls-key-file".into(),
-                    path("server.key"),
-                    "--tls-ca-cert-file".into(),
-                    path("ca.pem"),
-                    "--tls-auth-clients".into(),
-                    "no".into(),
-                ],
-                ..Default::default()
-            })
-            .ok()
-            .map(|server| (server, port))
-        })
-        .expect("a TLS redis-server on a free port");
+    // A CA, and a server certificate for 127.0.0.1 signed by it (the harness's, with openssl).
+    let ca = fleet::testing::TestCa::new().expect("making the test certificates");
+    let server = RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        tls: Some(ca.files().clone()),
+        ..Default::default()
+    })
+    .expect("a TLS redis-server on a free port");
+    let port = server.port().expect("a TLS port");
     let url = format!("rediss://127.0.0.1:{port}");
-    let ca = path("ca.pem");
+    let ca_file = ca.ca().display().to_string();
     let o = fleet(
-        &["--redis", &url, "--redis-ca", &ca, "beat", "bench-01"],
+        &["--redis", &url, "--redis-ca", &ca_file, "beat", "bench-01"],
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let o = fleet(&["--redis", &url, "--redis-ca", &ca, "live"], &[]);
+    let o = fleet(&["--redis", &url, "--redis-ca", &ca_file, "live"], &[]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "bench-01\n");
     // Without the CA the server's certificate is not trusted: a runtime failure, not a hang.
     let o = fleet(&["--redis", &url, "live"], &[]);

@@ -263,6 +263,7 @@ fn report_to(server: &fleet::testing::RedisServer) -> fleet::lifecycle::ReportTo
     fleet::lifecycle::ReportTo {
         url: server.url(),
         ca_file: None,
+        sentinel_auth: None,
         timeout: Duration::from_secs(10),
         prefix: Keys::default().prefix().to_owned(),
     }

@@ -180,6 +180,8 @@ struct Run {
     /// What the controllers said about leadership, a rolled-back store and power, once they
     /// stopped: printed with a failure of the final checks.
     serve_log: Vec<String>,
+    /// The controllers while they run: a failure shows their last lines.
+    procs: std::sync::Mutex<Vec<Serve>>,
 }
 
 impl Run {
@@ -192,13 +194,25 @@ impl Run {
     }
 
     fn fail(&self, what: impl std::fmt::Display) -> ! {
+        // Before the end the controllers still run: their last lines, as far as they logged.
+        let mut running = String::new();
+        if let Ok(mut procs) = self.procs.lock() {
+            for p in procs.iter_mut() {
+                let name = p.name;
+                let seen = p.drain();
+                for line in &seen[seen.len().saturating_sub(60)..] {
+                    let _ = writeln!(running, "{name}: {line}");
+                }
+            }
+        }
         panic!(
-            "seed {} (replay: FLEET_CHAOS_SEED={}): {what}\njournal:\n{}\noperations:\n{}\ncontrollers:\n{}",
+            "seed {} (replay: FLEET_CHAOS_SEED={}): {what}\njournal:\n{}\noperations:\n{}\ncontrollers:\n{}\n{running}\nsentinels:\n{}",
             self.seed,
             self.seed,
             self.journal,
             std::fs::read_to_string(self.log()).unwrap_or_default(),
-            self.serve_log.join("\n")
+            self.serve_log.join("\n"),
+            self.set.sentinel_logs(60)
         )
     }
 
@@ -645,6 +659,7 @@ async fn run(cycles: usize, mode: Mode, default_seed: u64) {
         failovers: 0,
         lost_claims: 0,
         serve_log: Vec::new(),
+        procs: std::sync::Mutex::new(Vec::new()),
     };
     // Two controllers, so leadership is exercised too: the lease lives in the store that fails
     // over. Short timings: passes every 100 ms, a 1 s lease, no blind grace (the benches here
@@ -670,9 +685,11 @@ async fn run(cycles: usize, mode: Mode, default_seed: u64) {
     }
     procs[0].log(&["fleet serve started"]).await;
     procs[1].log(&["fleet serve started"]).await;
+    *run.procs.lock().expect("not poisoned") = procs;
     for (n, kill) in kills.iter().enumerate() {
         run.cycle(n, *kill).await;
     }
+    let mut procs = std::mem::take(&mut *run.procs.lock().expect("not poisoned"));
     for p in &mut procs {
         let name = p.name;
         for line in p.stop().await {
@@ -693,6 +710,8 @@ async fn run(cycles: usize, mode: Mode, default_seed: u64) {
         }
     }
     run.check().await;
+    // What happened, for a run that passed slowly (shown with --nocapture).
+    eprintln!("journal:\n{}", run.journal);
     eprintln!(
         "sentinel chaos: seed {seed}, {cycles} cycles, {mode:?} kills, {} failovers, {} claims lost \
          to a failover, {} startups, converged in {:?}",

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::store::connect::Password;
 use crate::store::keys::Keys;
 use crate::store::presence::MAX_TTL;
 use crate::units::duration;
@@ -88,6 +89,36 @@ pub fn since(text: &str) -> Result<Duration, String> {
     within(text, MS, RETENTION)
 }
 
+/// The sentinels' password in a file (`--sentinel-password-file`): the file's text less one
+/// trailing newline, as `fleet acl` reads its password files. Read once, here, so a file that
+/// cannot be read, is empty or holds more than one line is exit 2 before anything connects. The
+/// error names the file and the fix, never what the file holds.
+pub fn password_file(path: &str) -> Result<Password, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{path}: missing: write the sentinels' password there")
+        }
+        std::io::ErrorKind::InvalidData => {
+            format!("{path}: not UTF-8 text: write the sentinels' password there as text")
+        }
+        _ => format!("{path}: cannot be read ({e}): let fleet read it"),
+    })?;
+    let password = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if password.is_empty() {
+        return Err(format!(
+            "{path}: empty: write the sentinels' password there"
+        ));
+    }
+    if password.contains(['\n', '\r']) {
+        return Err(format!(
+            "{path}: more than one line: keep only the sentinels' password, on one line"
+        ));
+    }
+    Ok(Password::new(password))
+}
+
 /// A key prefix (see `Keys::new`).
 pub fn prefix(text: &str) -> Result<Keys, String> {
     Keys::new(text).map_err(|e| e.to_string())
@@ -143,6 +174,33 @@ mod tests {
                 let err = parse(bad).unwrap_err();
                 assert!(err.contains("it must be from"), "{bad}: {err}");
             }
+        }
+    }
+
+    #[test]
+    fn a_password_file_gives_its_one_line_and_no_message_shows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        for text in [" s3cret pw \n", " s3cret pw ", " s3cret pw \r\n"] {
+            let read = password_file(&file("pw", text)).unwrap();
+            assert_eq!(read, Password::new(" s3cret pw "), "{text:?}");
+            assert_eq!(format!("{read:?}"), "***");
+        }
+        for (path, said) in [
+            (
+                file("empty", "\n"),
+                "empty: write the sentinels' password there",
+            ),
+            (file("two", "hunter2\nhunter2\n"), "more than one line"),
+            ("/nonexistent/pw".to_owned(), "/nonexistent/pw: missing"),
+        ] {
+            let err = password_file(&path).unwrap_err();
+            assert!(err.contains(said), "{path}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
         }
     }
 

@@ -78,6 +78,23 @@ pub struct Global {
     /// PEM file of the CA that signed the Redis server's certificate (for rediss://).
     #[arg(long, env = "FLEET_REDIS_CA", global = true)]
     pub redis_ca: Option<PathBuf>,
+    /// For redis+sentinel://: a file holding the sentinels' own password (one line), when it is
+    /// not the primary's. Without it a sentinel is asked without a password, and with the URL's
+    /// if it asks for one.
+    // Read once, when the flags are parsed (exit 2 if it cannot be); the password is never
+    // shown, in help, messages or logs.
+    #[arg(long, env = "FLEET_SENTINEL_PASSWORD_FILE", global = true, value_name = "PATH",
+          value_parser = args::password_file)]
+    pub sentinel_password_file: Option<crate::store::connect::Password>,
+    /// The sentinels' ACL user, with --sentinel-password-file (default: their default user).
+    #[arg(
+        long,
+        env = "FLEET_SENTINEL_USER",
+        global = true,
+        value_name = "USER",
+        requires = "sentinel_password_file"
+    )]
+    pub sentinel_user: Option<String>,
     /// Prefix of every key fleet reads and writes.
     #[arg(long, env = "FLEET_PREFIX", default_value = crate::store::keys::DEFAULT_PREFIX,
           value_parser = args::prefix, global = true)]
@@ -188,6 +205,12 @@ impl Ctx {
     pub fn new(global: &Global, shutdown: CancellationToken, tty: bool) -> Self {
         let mut endpoint = Endpoint::new(global.redis.clone(), global.timeout);
         endpoint.ca_file = global.redis_ca.clone();
+        endpoint.sentinel_auth = global.sentinel_password_file.clone().map(|password| {
+            crate::store::connect::SentinelAuth {
+                user: global.sentinel_user.clone(),
+                password,
+            }
+        });
         Self {
             endpoint,
             keys: global.prefix.clone(),

@@ -128,6 +128,7 @@ impl AgentOff for StoreAgent<'_> {
         let keys = Keys::new(&to.prefix).map_err(|e| self.unreachable(e.to_string()))?;
         let mut endpoint = Endpoint::new(to.url.clone(), to.timeout);
         endpoint.ca_file.clone_from(&to.ca_file);
+        endpoint.sentinel_auth.clone_from(&to.sentinel_auth);
         let nonce = format!("{:032x}", rand::rng().random::<u128>());
         let mut last_error = String::new();
         let mut store: Option<PowerOff<_>> = None;
@@ -211,6 +212,7 @@ async fn report_outcome(
     };
     let mut endpoint = Endpoint::new(to.url.clone(), to.timeout);
     endpoint.ca_file.clone_from(&to.ca_file);
+    endpoint.sentinel_auth.clone_from(&to.sentinel_auth);
     let end = OpEnd {
         outcome: report.outcome,
         finished_at: request.started_at,

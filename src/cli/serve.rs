@@ -499,6 +499,7 @@ fn report_to(ctx: &Ctx) -> ReportTo {
     ReportTo {
         url: ctx.endpoint.url.clone(),
         ca_file: ctx.endpoint.ca_file.clone(),
+        sentinel_auth: ctx.endpoint.sentinel_auth.clone(),
         timeout: ctx.endpoint.timeout,
         prefix: ctx.keys.prefix().to_owned(),
     }

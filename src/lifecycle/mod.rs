@@ -136,6 +136,10 @@ pub struct ReportTo {
     /// arguments or environment).
     pub url: String,
     pub ca_file: Option<PathBuf>,
+    /// The sentinels' own credentials, for a Sentinel URL whose sentinels do not take the
+    /// primary's (travelling as the URL does).
+    #[serde(default)]
+    pub sentinel_auth: Option<crate::store::connect::SentinelAuth>,
     pub timeout: Duration,
     pub prefix: String,
 }
@@ -145,6 +149,7 @@ impl std::fmt::Debug for ReportTo {
         f.debug_struct("ReportTo")
             .field("url", &"<redacted>")
             .field("ca_file", &self.ca_file)
+            .field("sentinel_auth", &self.sentinel_auth)
             .field("timeout", &self.timeout)
             .field("prefix", &self.prefix)
             .finish()

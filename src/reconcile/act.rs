@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 use crate::config::{Group, Slot};
 use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
 use crate::domain::law::Power;
-use crate::domain::name::{BenchName, ClaimName, Reason as HoldReason};
+use crate::domain::name::{BenchName, ClaimName, GroupName, Reason as HoldReason};
 use crate::domain::operation::{OpEnd, SlotOp};
 use crate::domain::slot::{
     self, CORDON_PREFIX, Here, NodeAction, NodeWrite, Recorded, Start, Step, View, Write,
@@ -113,8 +113,9 @@ where
         };
         let plan = slot::plan(view, now);
         self.remember_sight(&key, &plan, now);
+        self.memory.displaced.remove(&key);
         if let Some(op) = plan.op {
-            self.memory.ops.insert(key.clone(), op);
+            self.remember_op(&key, op);
         }
         if let Some(u) = plan.uncertain {
             self.memory.uncertain.insert(slot.name.clone(), u);
@@ -415,9 +416,7 @@ where
                 info!(slot = %slot, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down")
             }
         }
-        self.memory
-            .ops
-            .insert((a.group.name.clone(), slot.clone()), op);
+        self.remember_op(&(a.group.name.clone(), slot.clone()), op);
         replace(&mut a.out.phases, next);
         true
     }
@@ -429,9 +428,7 @@ where
         match self.store.record_unclaimed(&a.group.name, slot, &op).await {
             Ok(Unclaimed::Recorded) => {
                 info!(slot = %slot, attempt = op.streak, "shutting down a machine no claim wants");
-                self.memory
-                    .ops
-                    .insert((a.group.name.clone(), slot.clone()), op);
+                self.remember_op(&(a.group.name.clone(), slot.clone()), op);
                 true
             }
             Ok(Unclaimed::Claimed(holder)) => {
@@ -472,6 +469,18 @@ where
         self.spawn(a.group, a.slot, c, kind, started_at);
     }
 
+    /// The controller's memory of the slot's operation becomes `op`; another operation it
+    /// replaces is kept aside for this pass (`Memory::displaced`), for the gate to put back if
+    /// `op` is not fired.
+    fn remember_op(&mut self, key: &(GroupName, BenchName), op: SlotOp) {
+        let started_at = op.started_at;
+        if let Some(old) = self.memory.ops.insert(key.clone(), op)
+            && old.started_at != started_at
+        {
+            self.memory.displaced.insert(key.clone(), old);
+        }
+    }
+
     /// The controller's memory of the slot's operation takes its outcome.
     fn remember_end(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) {
         let key = (a.group.name.clone(), a.slot.name.clone());
@@ -489,7 +498,7 @@ where
     /// machine is off, and whether its Node names another provider ID.
     fn remember_sight(
         &mut self,
-        key: &(crate::domain::name::GroupName, BenchName),
+        key: &(GroupName, BenchName),
         plan: &slot::Plan,
         now: DateTime<Utc>,
     ) {

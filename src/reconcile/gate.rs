@@ -53,11 +53,19 @@ where
             // run it, after a failover that lost the claim itself (found by the lossy failover
             // chaos test, seed 15). Only the store's own record, or the claim's, may bring it
             // back now.
+            // What it remembers instead is the operation before, which did run, with the outcome
+            // this controller saw: when the same failover loses that outcome too, the store's
+            // record alone would show it running until it is judged, `timeout` +
+            // `report_slack` after its start, and hold the slot that long (the lossy chaos test
+            // waited 31 s so, seed 15).
             let key = (a.group.name.clone(), a.slot.name.clone());
             if let Some(op) = self.memory.ops.remove(&key) {
                 self.memory
                     .uncertain
                     .insert(a.slot.name.clone(), Recorded { op, claim });
+            }
+            if let Some(before) = self.memory.displaced.remove(&key) {
+                self.memory.ops.insert(key, before);
             }
             return false;
         }

@@ -130,6 +130,10 @@ struct Memory {
     /// This controller's memory of each slot's last operation (SPEC §5.4): it outlives a store
     /// that lost its last writes.
     ops: HashMap<(GroupName, BenchName), SlotOp>,
+    /// The operation each slot's `ops` entry replaced in this pass, put back when the new one is
+    /// recorded but not fired (`reconcile::gate`): the memory is of the last operation that ran,
+    /// with the outcome this controller saw.
+    displaced: HashMap<(GroupName, BenchName), SlotOp>,
     /// Operations recorded by a write whose reply was lost.
     uncertain: HashMap<BenchName, Recorded>,
     /// Each slot's power as this controller last observed it, with the group it was in then

@@ -5,13 +5,17 @@
 //! A [`Conn`] is cheap to clone (every clone shares one connection) and implements
 //! `redis::aio::ConnectionLike`, so every store takes it. It never runs a command twice: a call
 //! that fails returns its error, and the caller's own retry decides (the agent's next beat, the
-//! controller's next pass, `fleet state`'s one retry).
+//! controller's next pass, `fleet state`'s one retry). The one call sent again is a Cluster's
+//! that a node refused with `MOVED`, once: the node ran none of it (Redis redirects before it
+//! executes), and the driver has read the slot map again (SPEC §2.7, "Cluster").
 
 use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, RedisFuture, RedisResult, Value};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
 use super::connect::{ConnectError, Endpoint};
 use super::sentinel::Followed;
@@ -130,6 +134,17 @@ where
     Ok(redis::from_redis_value(Value::Array(replies))?)
 }
 
+/// Whether a node refused a call because another owns its hash slot (`MOVED`). Redis checks
+/// where a command's keys live before it runs anything, a script or a transaction's queued
+/// commands included, so the call did nothing there; the driver reads the slot map again on
+/// it. Sent once more, the call reaches the owner at once: after a slot moved or a replica was
+/// promoted, the first call lands, rather than failing and leaving it to the caller's next
+/// round (a leader's lease renewal failed so, and its leadership was lost for a whole lease,
+/// found by `tests/cluster.rs`). `ASK` (a slot still moving) is not followed.
+fn is_moved(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::Moved)
+}
+
 impl From<ClusterConnection> for Conn {
     fn from(conn: ClusterConnection) -> Self {
         Conn {
@@ -160,7 +175,12 @@ impl ConnectionLike for Conn {
             Inner::Multiplexed(c) => c.req_packed_command(cmd),
             Inner::Manager(c) => c.req_packed_command(cmd),
             Inner::Sentinel(s) => Box::pin(async move { s.command(cmd).await }),
-            Inner::Cluster(c) => c.req_packed_command(cmd),
+            Inner::Cluster(c) => Box::pin(async move {
+                match c.req_packed_command(cmd).await {
+                    Err(e) if is_moved(&e) => c.req_packed_command(cmd).await,
+                    reply => reply,
+                }
+            }),
         }
     }
 
@@ -176,7 +196,12 @@ impl ConnectionLike for Conn {
             Inner::Sentinel(s) => {
                 Box::pin(async move { s.commands(pipeline, offset, count).await })
             }
-            Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Cluster(c) => Box::pin(async move {
+                match c.req_packed_commands(pipeline, offset, count).await {
+                    Err(e) if is_moved(&e) => c.req_packed_commands(pipeline, offset, count).await,
+                    reply => reply,
+                }
+            }),
         }
     }
 

@@ -30,6 +30,48 @@ pub struct Endpoint {
     pub timeout: Duration,
     /// A PEM file of the CA that signed the server's certificate, for `rediss://`.
     pub ca_file: Option<PathBuf>,
+    /// The sentinels' own credentials, for a Sentinel URL whose sentinels do not take the
+    /// primary's (SPEC §2.7, "Sentinel"); `None`: they are asked as the URL says.
+    pub sentinel_auth: Option<SentinelAuth>,
+}
+
+/// A password read from a file, never shown: its `Debug` is `***`, and it has no `Display`.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Password(String);
+
+impl Password {
+    pub fn new(password: impl Into<String>) -> Self {
+        Password(password.into())
+    }
+
+    /// The password itself, for the one place that sends it (an `AUTH`).
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// The credentials fleet gives the sentinels of a Sentinel URL when they are not the primary's
+/// (`--sentinel-user`, `--sentinel-password-file`): a user (`None`: the default user) and a
+/// password. They travel to the operation wrapper on its stdin with the URL, never in its
+/// arguments or environment.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SentinelAuth {
+    pub user: Option<String>,
+    pub password: Password,
+}
+
+impl SentinelAuth {
+    /// The user the sentinels are asked as, for messages.
+    pub fn user_name(&self) -> &str {
+        self.user.as_deref().unwrap_or("default")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +92,12 @@ pub enum ConnectError {
          or redis+unix://)"
     )]
     NotPlain { url: String },
+    /// Sentinel credentials for a URL that names no sentinels.
+    #[error(
+        "--sentinel-password-file (FLEET_SENTINEL_PASSWORD_FILE) gives the sentinels' password, \
+         and {url} is not a Sentinel URL (redis+sentinel:// or rediss+sentinel://)"
+    )]
+    SentinelAuthWithoutSentinels { url: String },
     #[error("reading the Redis CA file {path}")]
     CaFile {
         path: PathBuf,
@@ -69,6 +117,7 @@ impl ConnectError {
             ConnectError::InvalidUrl { .. }
                 | ConnectError::Malformed { .. }
                 | ConnectError::NotPlain { .. }
+                | ConnectError::SentinelAuthWithoutSentinels { .. }
                 | ConnectError::CaFile { .. }
         )
     }
@@ -80,6 +129,7 @@ impl std::fmt::Debug for Endpoint {
             .field("url", &self.redacted())
             .field("timeout", &self.timeout)
             .field("ca_file", &self.ca_file)
+            .field("sentinel_auth", &self.sentinel_auth)
             .finish()
     }
 }
@@ -90,6 +140,7 @@ impl Endpoint {
             url: url.into(),
             timeout,
             ca_file: None,
+            sentinel_auth: None,
         }
     }
 
@@ -110,9 +161,15 @@ impl Endpoint {
         redact(&self.url)
     }
 
-    /// What the URL asks to reach.
+    /// What the URL asks to reach. The sentinels' own credentials go with a Sentinel URL only.
     pub fn target(&self) -> Result<Target, ConnectError> {
         match url::parse(&self.url) {
+            Ok(Target::Sentinel(s)) => Ok(Target::Sentinel(s)),
+            Ok(_) if self.sentinel_auth.is_some() => {
+                Err(ConnectError::SentinelAuthWithoutSentinels {
+                    url: self.redacted(),
+                })
+            }
             Ok(target) => Ok(target),
             Err(why) => Err(ConnectError::Malformed {
                 url: self.redacted(),
@@ -149,12 +206,32 @@ impl Endpoint {
     /// The client of one server at `server_url` (this URL, or one a Sentinel URL names), with
     /// the CA file where one is given. Errors name this endpoint's URL, redacted.
     pub(crate) fn client_for(&self, server_url: &str) -> Result<Client, ConnectError> {
+        self.client_as(server_url, None)
+    }
+
+    /// `client_for`, authenticating with `auth` rather than the user info of `server_url` (a
+    /// sentinel asked with the sentinels' own credentials).
+    pub(crate) fn client_as(
+        &self,
+        server_url: &str,
+        auth: Option<&SentinelAuth>,
+    ) -> Result<Client, ConnectError> {
         install_crypto_provider();
         let invalid = |source| ConnectError::InvalidUrl {
             url: self.redacted(),
             source,
         };
-        let info = server_url.into_connection_info().map_err(invalid)?;
+        let mut info = server_url.into_connection_info().map_err(invalid)?;
+        if let Some(auth) = auth {
+            let mut settings = info
+                .redis_settings()
+                .clone()
+                .set_password(auth.password.expose());
+            if let Some(user) = &auth.user {
+                settings = settings.set_username(user);
+            }
+            info = info.set_redis_settings(settings);
+        }
         match &self.ca_file {
             None => Client::open(info).map_err(invalid),
             Some(path) => {
@@ -268,6 +345,11 @@ pub fn cause(e: &redis::RedisError) -> String {
     }
     if e.is_timeout() {
         return "no answer in time (--timeout)".to_owned();
+    }
+    // fleet's own search for a Sentinel's primary says in its detail what each sentinel said;
+    // redis-rs would put `Sentinel - MasterNameNotFoundBySentinel:` before it.
+    if e.kind() == ErrorKind::MasterNameNotFoundBySentinel && !detail.is_empty() {
+        return detail.to_owned();
     }
     if e.is_connection_dropped() {
         return format!(
@@ -547,6 +629,29 @@ mod tests {
         for err in [err, no_path, refused, sentinel.client().unwrap_err()] {
             let text = err.to_string();
             assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_sentinels_credentials_go_with_a_sentinel_url_alone_and_never_show() {
+        let auth = SentinelAuth {
+            user: Some("sentry".to_owned()),
+            password: Password::new("hunter2"),
+        };
+        let mut sentinel = Endpoint::new("redis+sentinel://h:1/m", Duration::from_secs(1));
+        sentinel.sentinel_auth = Some(auth.clone());
+        assert!(sentinel.check().is_ok());
+        assert!(!format!("{sentinel:?}").contains("hunter2"), "{sentinel:?}");
+        for url in ["redis://h:1", "redis+cluster://h:1", "redis+unix:///s"] {
+            let mut e = Endpoint::new(url, Duration::from_secs(1));
+            e.sentinel_auth = Some(auth.clone());
+            let err = e.check().unwrap_err();
+            assert!(err.is_invalid_input(), "{url}: {err}");
+            assert!(
+                err.to_string().contains("not a Sentinel URL"),
+                "{url}: {err}"
+            );
+            assert!(!err.to_string().contains("hunter2"), "{err}");
         }
     }
 

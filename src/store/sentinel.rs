@@ -15,7 +15,11 @@
 //!
 //! Credentials (a decision, SPEC §2.7): the URL's user and password are the primary's. A
 //! sentinel is asked without them, and with them when it answers `NOAUTH`: sentinels commonly
-//! run without a password, and when they have one it is the deployment's single password.
+//! run without a password, and when they have one it is often the deployment's single password.
+//! Sentinels with credentials of their own are asked with those alone
+//! (`Endpoint::sentinel_auth`: `--sentinel-user`, `--sentinel-password-file`). A round in which
+//! every sentinel refused the credentials it was asked with ends the search at once: another
+//! round would be refused the same.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +30,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Valu
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::connect::{ConnectError, Endpoint, cause};
+use super::connect::{ConnectError, Endpoint, SentinelAuth, cause};
 use super::url::SentinelUrl;
 
 /// The Redis error codes by which a server says it is no longer the primary to write to.
@@ -254,14 +258,18 @@ impl Followed {
     }
 
     /// Asks the sentinels in turn, round after round, until one names a primary that answers as
-    /// one, within the call timeout. The error says what each sentinel said.
+    /// one, within the call timeout. The error says what each sentinel said last: an attempt
+    /// the deadline cut short does not hide what that sentinel said the round before (found by
+    /// `tests/sentinel.rs`: on a loaded host the deadline fell in the middle of a round, and a
+    /// refused certificate read as `no answer in time`).
     async fn search(&self) -> RedisResult<(MultiplexedConnection, String)> {
         let timeout = self.endpoint.timeout;
         let deadline = Instant::now() + timeout;
         let mut pause = FIRST_PAUSE;
+        let mut said: Vec<Option<String>> = vec![None; self.url.sentinels.len()];
         loop {
-            let mut said = Vec::new();
-            for (host, port) in &self.url.sentinels {
+            let mut refused_all = true;
+            for ((host, port), words) in self.url.sentinels.iter().zip(said.iter_mut()) {
                 let asking = async {
                     let (h, p) = self.ask(host, *port).await?;
                     let conn = self.primary(&h, p).await.map_err(|e| {
@@ -276,19 +284,32 @@ impl Followed {
                 match tokio::time::timeout_at(deadline, asking).await {
                     Ok(Ok(found)) => return Ok(found),
                     Ok(Err(Said::Final(e))) => return Err(e),
-                    Ok(Err(why)) => said.push(format!("sentinel {host}:{port}: {}", why.words())),
-                    Err(_) => said.push(format!("sentinel {host}:{port}: no answer in time")),
+                    Ok(Err(why)) => {
+                        refused_all &= matches!(why, Said::Refused(_));
+                        *words = Some(why.words());
+                    }
+                    // Cut short: what it said before, if anything, stands.
+                    Err(_) => refused_all = false,
                 }
                 if Instant::now() >= deadline {
+                    // Not every sentinel was asked this round.
+                    refused_all = false;
                     break;
                 }
+            }
+            if refused_all {
+                return Err(RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "Sentinel",
+                    format!("the sentinels would not answer ({})", self.each_said(&said)),
+                )));
             }
             if Instant::now() + pause >= deadline {
                 let detail = format!(
                     "no sentinel named a primary of {} that answered within {} ({})",
                     self.url.master,
                     humantime::format_duration(timeout),
-                    said.join("; ")
+                    self.each_said(&said)
                 );
                 return Err(RedisError::from((
                     ErrorKind::MasterNameNotFoundBySentinel,
@@ -301,15 +322,51 @@ impl Followed {
         }
     }
 
+    /// What each sentinel said last (`None`: nothing in time), once when they all said the same.
+    fn each_said(&self, said: &[Option<String>]) -> String {
+        let words: Vec<&str> = said
+            .iter()
+            .map(|w| w.as_deref().unwrap_or("no answer in time"))
+            .collect();
+        let hosts: Vec<String> = self
+            .url
+            .sentinels
+            .iter()
+            .map(|(host, port)| format!("{host}:{port}"))
+            .collect();
+        if words.len() > 1 && words.iter().all(|w| *w == words[0]) {
+            return format!("every sentinel, {}: {}", hosts.join(", "), words[0]);
+        }
+        hosts
+            .iter()
+            .zip(words)
+            .map(|(host, words)| format!("sentinel {host}: {words}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// One sentinel's answer: the primary's address.
     async fn ask(&self, host: &str, port: u16) -> Result<(String, u16), Said> {
-        let reply = match self.ask_as(host, port, false).await {
-            Err(e) if e.code() == Some("NOAUTH") && self.url.userinfo.is_some() => {
-                self.ask_as(host, port, true).await
-            }
-            reply => reply,
+        let (reply, asked) = match &self.endpoint.sentinel_auth {
+            Some(auth) => (
+                self.ask_as(host, port, Asked::Own(auth)).await,
+                Asked::Own(auth),
+            ),
+            None => match self.ask_as(host, port, Asked::Bare).await {
+                Err(e) if e.code() == Some("NOAUTH") && self.url.userinfo.is_some() => {
+                    (self.ask_as(host, port, Asked::Url).await, Asked::Url)
+                }
+                reply => (reply, Asked::Bare),
+            },
         };
-        match reply.map_err(Said::Sentinel)? {
+        let reply = reply.map_err(|e| {
+            if refused(&e) {
+                Said::Refused(refusal(&e, asked))
+            } else {
+                Said::Sentinel(e)
+            }
+        })?;
+        match reply {
             Some((h, p)) => match p.parse::<u16>() {
                 Ok(p) => Ok((h, p)),
                 Err(_) => Err(Said::Words(format!("named the port {p:?}"))),
@@ -325,11 +382,16 @@ impl Followed {
         &self,
         host: &str,
         port: u16,
-        credentials: bool,
+        asked: Asked<'_>,
     ) -> RedisResult<Option<(String, String)>> {
-        let mut conn = self
-            .connect(&self.url.server_url(host, port, credentials, 0))
-            .await?;
+        let url = self
+            .url
+            .server_url(host, port, matches!(asked, Asked::Url), 0);
+        let auth = match asked {
+            Asked::Own(auth) => Some(auth),
+            Asked::Bare | Asked::Url => None,
+        };
+        let mut conn = self.connect_as(&url, auth).await?;
         redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.url.master)
@@ -364,7 +426,15 @@ impl Followed {
     }
 
     async fn connect(&self, url: &str) -> RedisResult<MultiplexedConnection> {
-        let client = self.endpoint.client_for(url).map_err(|e| {
+        self.connect_as(url, None).await
+    }
+
+    async fn connect_as(
+        &self,
+        url: &str,
+        auth: Option<&SentinelAuth>,
+    ) -> RedisResult<MultiplexedConnection> {
+        let client = self.endpoint.client_as(url, auth).map_err(|e| {
             RedisError::from((
                 ErrorKind::InvalidClientConfig,
                 "Sentinel",
@@ -385,6 +455,9 @@ impl Followed {
 enum Said {
     /// The sentinel could not be asked.
     Sentinel(RedisError),
+    /// The sentinel refused the credentials it was asked with, or asked for some: said in words
+    /// that name where they come from, never what they are.
+    Refused(String),
     /// The primary it named could not be used.
     Primary(String, u16, RedisError),
     Words(String),
@@ -400,7 +473,56 @@ impl Said {
                 format!("named {h}:{p}, but {}", e.detail().unwrap_or_default())
             }
             Said::Primary(h, p, e) => format!("named {h}:{p}: {}", cause(e)),
-            Said::Words(w) => w.clone(),
+            Said::Words(w) | Said::Refused(w) => w.clone(),
         }
+    }
+}
+
+/// The credentials a sentinel was asked with.
+#[derive(Clone, Copy)]
+enum Asked<'a> {
+    /// None.
+    Bare,
+    /// The URL's, after it answered `NOAUTH`.
+    Url,
+    /// The sentinels' own (`--sentinel-user`, `--sentinel-password-file`).
+    Own(&'a SentinelAuth),
+}
+
+/// Whether a sentinel refused the credentials it was asked with, or asked for some it was not
+/// given: no later round mends that.
+fn refused(e: &RedisError) -> bool {
+    refused_credentials(e)
+        || e.detail()
+            .is_some_and(|d| d.contains("without any password configured"))
+}
+
+/// What a sentinel's refusal means, for the credentials it was asked with.
+fn refusal(e: &RedisError, asked: Asked<'_>) -> String {
+    let own = "give the sentinels' own with --sentinel-password-file \
+               (FLEET_SENTINEL_PASSWORD_FILE) and, for an ACL user, --sentinel-user";
+    match asked {
+        Asked::Own(auth)
+            if e.detail()
+                .is_some_and(|d| d.contains("without any password")) =>
+        {
+            format!(
+                "has no password of its own, and was given one: drop --sentinel-password-file \
+                 (it asks for the user {} otherwise)",
+                auth.user_name()
+            )
+        }
+        Asked::Own(auth) => format!(
+            "refused the sentinels' credentials, the user {} and the password of \
+             --sentinel-password-file: authentication failed",
+            auth.user_name()
+        ),
+        Asked::Url => {
+            format!("refused the URL's user and password, which are the primary's: {own}")
+        }
+        Asked::Bare => format!(
+            "asks for a password: {own}, or put the primary's in the URL if the sentinels \
+             share it"
+        ),
     }
 }

@@ -14,8 +14,10 @@ use crate::store::connect::Endpoint;
 
 mod cluster;
 mod sentinel;
-pub use cluster::RedisCluster;
-pub use sentinel::{Failover, MASTER, SentinelSet};
+mod tls;
+pub use cluster::{ClusterOptions, RedisCluster, SlotMove};
+pub use sentinel::{Failover, MASTER, SentinelOptions, SentinelSet};
+pub use tls::{TestCa, TlsFiles};
 
 /// How long a fresh server may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -34,6 +36,10 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("openssl was not found: install it (apt-get install openssl)")]
+    OpensslMissing(#[source] std::io::Error),
+    #[error("making the test certificates: {0}")]
+    Tls(String),
     #[error("creating the server's temporary directory")]
     TempDir(#[source] std::io::Error),
     #[error("redis-server did not become ready within {READY_TIMEOUT:?}; its output:\n{log}")]
@@ -57,13 +63,29 @@ pub struct Options {
     pub aof: bool,
     /// Extra `--name value` arguments.
     pub args: Vec<String>,
+    /// Speak TLS only, with these files: the loopback port is then the TLS port (`--tls-port`,
+    /// and `--port 0`), replication is in TLS too, and `tcp` must be set. The unix socket stays
+    /// plain (Redis never speaks TLS there).
+    pub tls: Option<TlsFiles>,
+    /// A Redis Cluster node: its bus on a free port of its own (`--cluster-port`; the default,
+    /// the port plus 10 000, may be taken or past 65 535), picked again with the client port
+    /// when either is taken. A bus port fixed in `args` was tried five times over when another
+    /// process held it, and the node never started (found by `tests/cluster.rs` in parallel).
+    pub cluster_bus: bool,
+}
+
+/// The loopback ports a server listens on.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ports {
+    client: Option<u16>,
+    bus: Option<u16>,
 }
 
 /// A running private `redis-server`.
 pub struct RedisServer {
     child: Child,
     dir: tempfile::TempDir,
-    port: Option<u16>,
+    ports: Ports,
     options: Options,
 }
 
@@ -79,11 +101,11 @@ impl RedisServer {
             .prefix("fleet-redis-")
             .tempdir()
             .map_err(ServerError::TempDir)?;
-        let (child, port) = spawn(dir.path(), &options)?;
+        let (child, ports) = spawn(dir.path(), &options, None)?;
         Ok(Self {
             child,
             dir,
-            port,
+            ports,
             options,
         })
     }
@@ -100,7 +122,7 @@ impl RedisServer {
 
     /// The loopback TCP port, when started with `tcp`.
     pub fn port(&self) -> Option<u16> {
-        self.port
+        self.ports.client
     }
 
     /// A URL for the unix socket.
@@ -117,12 +139,7 @@ impl RedisServer {
     /// port: with `aof`, what it had is read back.
     pub fn restart(&mut self) -> Result<(), ServerError> {
         self.kill();
-        let mut options = self.options.clone();
-        if let Some(port) = self.port {
-            options.args.extend(["--port".into(), port.to_string()]);
-            options.tcp = false;
-        }
-        let (child, _) = spawn(self.dir.path(), &options)?;
+        let (child, _) = spawn(self.dir.path(), &self.options, Some(self.ports))?;
         self.child = child;
         Ok(())
     }
@@ -155,26 +172,91 @@ impl Drop for RedisServer {
     }
 }
 
+/// A client of `url` for the harness's own connections, trusting `ca` (for `rediss://`).
+pub(crate) fn client(url: &str, ca: Option<&Path>) -> redis::RedisResult<redis::Client> {
+    crate::store::connect::install_crypto_provider();
+    match ca {
+        None => redis::Client::open(url),
+        Some(ca) => {
+            let pem = std::fs::read(ca)?;
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+        }
+    }
+}
+
+/// The ports of the replicas a primary's `INFO replication` counts online (`slaveN:ip=…,
+/// port=…,state=online,…`): a `WAIT` counts no other. The primary's `ROLE` lists a replica still
+/// syncing, and the replica's own `master_link_status:up` can come first.
+pub(crate) fn online_replicas(info: &str) -> Vec<u16> {
+    info.lines()
+        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("port="))
+                .and_then(|p| p.trim().parse().ok())
+        })
+        .collect()
+}
+
 fn binary() -> String {
     std::env::var(SERVER_ENV).unwrap_or_else(|_| "redis-server".to_owned())
 }
 
-fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerError> {
+/// Starts `redis-server` in `dir`: on `fixed` ports when given (a restart), else on free ones
+/// as `options` ask.
+fn spawn(
+    dir: &Path,
+    options: &Options,
+    fixed: Option<Ports>,
+) -> Result<(Child, Ports), ServerError> {
     // A port picked by binding port 0 can be taken again before redis-server binds it; the
-    // server then exits before it is ready, and another port is tried.
+    // server then exits before it is ready, and other ports are tried.
     let mut last_log = String::new();
     for _ in 0..5 {
-        let port = if options.tcp { free_port() } else { None };
+        let ports = fixed.unwrap_or_else(|| Ports {
+            client: if options.tcp { free_port() } else { None },
+            bus: if options.cluster_bus {
+                free_port()
+            } else {
+                None
+            },
+        });
+        let port = ports.client;
+        // A TLS server listens on the port in TLS and on no plain port.
+        let (plain, tls) = match (&options.tls, port) {
+            (Some(_), Some(p)) => (None, Some(p)),
+            (_, p) => (p, None),
+        };
         let mut cmd = Command::new(binary());
         cmd.current_dir(dir)
             .arg("--unixsocket")
             .arg(dir.join("redis.sock"))
             .args(["--unixsocketperm", "700", "--save", "", "--daemonize", "no"])
             .args(["--bind", "127.0.0.1"])
+            // A replica's full sync through a file, not a socket. A diskless sync waits 5 s by
+            // default for more replicas to share the transfer (every wait for a replica's link
+            // was 5 s longer), and with no delay the primary streams nothing to the replica
+            // until its first acknowledgement, up to a second after the sync: a `WAIT` then
+            // counted no replica though the primary listed it online (tests/replicas.rs failed
+            // so one run in three). The files are a few bytes, in the server's own directory.
+            .args(["--repl-diskless-sync", "no"])
             .arg("--dir")
             .arg(dir)
             .arg("--port")
-            .arg(port.map_or("0".to_owned(), |p| p.to_string()));
+            .arg(plain.map_or("0".to_owned(), |p| p.to_string()));
+        if let (Some(files), Some(tls)) = (&options.tls, tls) {
+            cmd.arg("--tls-port").arg(tls.to_string());
+            cmd.args(files.server_args());
+        }
+        if let Some(bus) = ports.bus {
+            cmd.arg("--cluster-port").arg(bus.to_string());
+        }
         if options.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "no"]);
         } else {
@@ -190,7 +272,7 @@ fn spawn(dir: &Path, options: &Options) -> Result<(Child, Option<u16>), ServerEr
         })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         match wait_ready(stdout) {
-            Ok(()) => return Ok((child, port)),
+            Ok(()) => return Ok((child, ports)),
             Err(log) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -209,12 +291,27 @@ fn wait_ready(stdout: std::process::ChildStdout) -> Result<(), String> {
 
 /// Reads a log until a line contains `marker` (lowercase), then drains it.
 fn wait_for(stdout: std::process::ChildStdout, marker: &'static str) -> Result<(), String> {
+    wait_for_keeping(stdout, marker, None)
+}
+
+/// `wait_for`, appending every line to `keep` as well (a sentinel's log, for a failure's
+/// message).
+fn wait_for_keeping(
+    stdout: std::process::ChildStdout,
+    marker: &'static str,
+    keep: Option<PathBuf>,
+) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut log = String::new();
         let mut told = false;
+        let mut kept = keep.and_then(|path| std::fs::File::create(path).ok());
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            if let Some(file) = kept.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(file, "{line}");
+            }
             if !told {
                 log.push_str(&line);
                 log.push('\n');

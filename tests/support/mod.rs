@@ -96,8 +96,20 @@ impl Serve {
         config: &std::path::Path,
         args: &[&str],
     ) -> Serve {
+        Serve::start_with_env(name, url, config, args, &[])
+    }
+
+    /// `start_at` with `env` set for the process (and so for the operations it runs).
+    pub fn start_with_env(
+        name: &'static str,
+        url: &str,
+        config: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .envs(env.iter().copied())
             .args(["--redis", url, "serve", "--config"])
             .arg(config)
             .args(args)
@@ -107,7 +119,12 @@ impl Serve {
             } else {
                 &["--grpc-addr", "127.0.0.1:0"][..]
             })
-            .env("FLEET_LOG", "info")
+            // FLEET_TEST_SERVE_LOG gives the processes another filter (`info,redis=debug`) to
+            // look into a failure.
+            .env(
+                "FLEET_LOG",
+                std::env::var("FLEET_TEST_SERVE_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -165,6 +182,14 @@ impl Serve {
             panic!("{name} ended before logging {left:?}");
         })
         .await
+    }
+
+    /// Every line logged so far, without waiting for more (for a failure's message).
+    pub fn drain(&mut self) -> &[String] {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+        &self.seen
     }
 
     /// Stops the process (SIGTERM), reads the rest of its log and returns every line it logged.
@@ -264,6 +289,7 @@ pub fn exec(server: &RedisServer) -> fleet::lifecycle::Exec {
         fleet::lifecycle::ReportTo {
             url: server.url(),
             ca_file: None,
+            sentinel_auth: None,
             timeout: Duration::from_secs(10),
             prefix: Keys::default().prefix().to_owned(),
         },

@@ -76,9 +76,41 @@ pub fn serve_config(dir: &Path, url: &str) -> PathBuf {
 /// A `fleet serve` configuration in `dir` of `groups` (each a name and its slots), whose
 /// startup and shutdown scripts beat the slot's key through `url`.
 pub fn serve_config_of(dir: &Path, url: &str, groups: &[(&str, &[&str])]) -> PathBuf {
+    serve_config_with(dir, url, groups, &[], None)
+}
+
+/// `serve_config_of`, whose scripts give their `fleet beat` the global `flags` too (`--redis-ca
+/// F` for a TLS setup, the sentinels' credentials: the operations get no `FLEET_` variable of
+/// `fleet serve`'s) and, with `log`, first append `<slot> <claim> <startup|shutdown>` to that
+/// file: a test counts the operations that ran from it.
+pub fn serve_config_with(
+    dir: &Path,
+    url: &str,
+    groups: &[(&str, &[&str])],
+    flags: &[&str],
+    log: Option<&Path>,
+) -> PathBuf {
     let path = dir.join("fleet.yaml");
-    let beat = r#"["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl"#;
+    let logged = |kind: &str| match log {
+        Some(_) => format!(r#"echo \"$FLEET_SLOT ${{FLEET_CLAIM:--}} {kind}\" >> \"$LOG\"; "#),
+        None => String::new(),
+    };
+    let beat = |kind: &str, ttl: &str| {
+        format!(
+            r#"["sh", "-c", "{}\"$BIN\" --redis \"$REDIS\" {flags} beat \"$FLEET_SLOT\" --ttl {ttl}"]"#,
+            logged(kind),
+            flags = flags
+                .iter()
+                .map(|f| format!(r#"\"{f}\""#))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
+    };
     let bin = env!("CARGO_BIN_EXE_fleet");
+    let mut env = format!("BIN: {bin:?}, REDIS: {url:?}");
+    if let Some(log) = log {
+        env.push_str(&format!(", LOG: {:?}", log.display().to_string()));
+    }
     let mut yaml = String::from("groups:\n");
     let mut slots = String::from("slots:\n");
     for (group, names) in groups {
@@ -87,11 +119,13 @@ pub fn serve_config_of(dir: &Path, url: &str, groups: &[(&str, &[&str])]) -> Pat
     min_size: 0
     max_size: {max}
     readiness_taints: []
-    startup: {{ command: {beat} 1h"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
-    shutdown: {{ command: {beat} 0"], env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
+    startup: {{ command: {startup}, env: {{ {env} }} }}
+    shutdown: {{ command: {shutdown}, env: {{ {env} }} }}
     timings: {{ job_monitor_poll_interval: 100ms }}
 "#,
             max = names.len(),
+            startup = beat("startup", "1h"),
+            shutdown = beat("shutdown", "0"),
         ));
         for name in *names {
             slots.push_str(&format!("  - {{ name: {name}, group: {group} }}\n"));
@@ -99,6 +133,20 @@ pub fn serve_config_of(dir: &Path, url: &str, groups: &[(&str, &[&str])]) -> Pat
     }
     std::fs::write(&path, yaml + &slots).unwrap();
     path
+}
+
+/// The lines of an operations log that `serve_config_with` wrote (none when there is no file
+/// yet), each as `(slot, claim, kind)`.
+pub fn operations(log: &Path) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(w.len(), 3, "a log line of three words: {l:?}");
+            (w[0].to_owned(), w[1].to_owned(), w[2].to_owned())
+        })
+        .collect()
 }
 
 /// The metrics address a `fleet serve` start line names (`metrics=ADDR`).
