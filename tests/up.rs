@@ -115,6 +115,9 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
     let screen = Arc::new(Mutex::new(String::new()));
     let mut reader = std::fs::File::from(master.try_clone().unwrap());
     let shown = screen.clone();
+    // Told when the terminal's output has all been read: the script's last words may still be
+    // in the terminal when its exit is seen (CI read the screen without them once).
+    let (read_all, all_read) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         // EIO once the terminal's last user is gone: the end.
@@ -127,6 +130,7 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
                 .unwrap()
                 .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
+        let _ = read_all.send(());
     });
     let text = || screen.lock().unwrap().clone();
     wait_for("the banner", Duration::from_secs(60), || {
@@ -197,6 +201,8 @@ fn make_up_stops_on_ctrl_c_leaving_nothing_even_with_a_startup_in_flight() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0), "{}", text());
+    // A process still holding the terminal keeps the read open: the check below names it.
+    let _ = all_read.recv_timeout(Duration::from_secs(20));
     let left = carrying(&marker);
     assert!(left.is_empty(), "left behind: {left:#?}");
     assert!(!std::path::Path::new(&run).exists(), "{run} is removed");
