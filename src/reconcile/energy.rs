@@ -9,8 +9,6 @@
 //! write that fails is logged and retried at the next due step; the interval is not lost, since
 //! the mark did not move. The ledger never decides anything for the claim model.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::{debug, warn};
@@ -23,7 +21,7 @@ use crate::lifecycle::Runner;
 use crate::store::energy::{Accounted, EnergyError, Step};
 use crate::telemetry::{EnergyLabels, Metrics};
 
-use super::{Controller, Nodes};
+use super::{Controller, Map, Nodes};
 
 /// What a group's pass observed of one slot, for its ledger.
 pub(super) struct Sighting {
@@ -37,7 +35,7 @@ pub(super) struct Sighting {
 /// of both names cost two clones a slot each pass, 7% of a 100 000-slot pass).
 #[derive(Default)]
 pub(super) struct Ledgers {
-    kept: HashMap<GroupName, HashMap<BenchName, Ledger>>,
+    kept: Map<GroupName, Map<BenchName, Ledger>>,
 }
 
 impl<C, R, N> Controller<C, R, N>
@@ -129,8 +127,7 @@ where
         // distinct), so a group whose slots stayed pays nothing. A set, not a scan of `seen` per
         // copy: that was quadratic, 20 s a pass at 100 000 slots.
         if ledgers.len() + missing.len() > seen.len() {
-            let present: std::collections::HashSet<&BenchName> =
-                seen.iter().map(|x| &x.slot).collect();
+            let present: super::Set<&BenchName> = seen.iter().map(|x| &x.slot).collect();
             ledgers.retain(|s, _| present.contains(s));
         }
         if !missing.is_empty() {

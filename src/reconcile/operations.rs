@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::warn;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -18,13 +17,13 @@ use crate::domain::name::BenchName;
 use crate::domain::slot::Done;
 use crate::lifecycle::{Request, Runner};
 
-use super::{Controller, Nodes};
+use super::{Controller, Map, Nodes};
 
 /// The operations this process runs (one per slot at most), the outcomes that came back and no
 /// pass has taken yet, and the tasks that run them.
 pub(super) struct Flight {
-    pub running: HashMap<BenchName, OperationKind>,
-    pub finished: HashMap<BenchName, Done>,
+    pub running: Map<BenchName, OperationKind>,
+    pub finished: Map<BenchName, Done>,
     pub done_tx: mpsc::UnboundedSender<(BenchName, Done)>,
     pub done_rx: mpsc::UnboundedReceiver<(BenchName, Done)>,
     pub tasks: TaskTracker,
@@ -34,8 +33,8 @@ impl Flight {
     pub fn new() -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Flight {
-            running: HashMap::new(),
-            finished: HashMap::new(),
+            running: Map::default(),
+            finished: Map::default(),
             done_tx,
             done_rx,
             tasks: TaskTracker::new(),

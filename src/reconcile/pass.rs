@@ -2,7 +2,7 @@
 //! can see (SPEC §5.2, in `sight`), then each group's slots through the planner and their energy
 //! ledgers, then the reports.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ use super::act::Seen;
 use super::budget;
 use super::energy::Sighting;
 use super::nodes::NodeViews;
-use super::{Controller, Nodes, PassError, PassReport, Sight};
+use super::{Controller, Map, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
 
 /// What a pass read of the store.
@@ -75,7 +75,7 @@ where
         let grants = budget_now.and_then(|now| budget::grants(&config, &read, now));
         // Each group's slots, in name order, from one walk over the configuration: a walk per
         // group would be the groups times the slots (100 groups of 1 000: ten million steps).
-        let mut slots_of: HashMap<&GroupName, Vec<&Slot>> = HashMap::new();
+        let mut slots_of: Map<&GroupName, Vec<&Slot>> = Map::default();
         for slot in config.slots.values() {
             slots_of.entry(&slot.group).or_default().push(slot);
         }
@@ -257,7 +257,7 @@ where
             by_slot.entry(c.slot.clone()).or_default().push(c);
         }
         report.writes += self.left_group(config, group, &by_slot, now).await;
-        let mut phases: HashMap<&'static str, i64> = HashMap::new();
+        let mut phases: Map<&'static str, i64> = Map::default();
         let mut sightings = Vec::with_capacity(slots.len());
         let mut benches = snapshot.map(Benches::new);
         let mut statuses = Vec::new();
@@ -333,7 +333,7 @@ where
     }
 
     /// The claims metric of a group, from its slots' claims as the pass left them.
-    fn count_claim_phases(&self, group: &GroupName, phases: &HashMap<&'static str, i64>) {
+    fn count_claim_phases(&self, group: &GroupName, phases: &Map<&'static str, i64>) {
         for phase in Phase::ALL {
             let labels = ClaimLabels {
                 group: group.clone(),
@@ -441,7 +441,7 @@ where
 
     fn count_slot_phases(&self, config: &Config) {
         // Keyed by borrowed names: a key owned would clone a group name per slot, every pass.
-        let mut counts: HashMap<(&GroupName, &'static str), i64> = HashMap::new();
+        let mut counts: Map<(&GroupName, &'static str), i64> = Map::default();
         for ((group, _), status) in &self.memory.statuses {
             if let Some(phase) = status.phase() {
                 *counts.entry((group, phase.as_str())).or_default() += 1;

@@ -3,7 +3,6 @@
 //! wanted machines vanish at once; and the status it publishes for the views. The rules are
 //! `domain::sight`'s; this is their executor.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -23,7 +22,7 @@ use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
 use super::pass::{Benches, Observed};
-use super::{Controller, Nodes, Sight};
+use super::{Controller, Nodes, Set, Sight};
 
 impl<C, R, N> Controller<C, R, N>
 where
@@ -164,13 +163,13 @@ where
         snap: &Snapshot,
         read: &[GroupClaims],
     ) -> Option<sight::Vanished> {
-        let wanted: HashSet<(&GroupName, &BenchName)> = read
+        let wanted: Set<(&GroupName, &BenchName)> = read
             .iter()
             .flat_map(|g| g.claims.iter())
             .filter(|c| c.wants_machine())
             .map(|c| (&c.group, &c.slot))
             .collect();
-        let powering_off: HashSet<(&GroupName, &BenchName)> = read
+        let powering_off: Set<(&GroupName, &BenchName)> = read
             .iter()
             .flat_map(|g| {
                 let settle = config
@@ -198,11 +197,16 @@ where
                 _ => return None,
             }
             let key = (&slot.group, name);
+            let wanted = wanted.contains(&key);
+            let powering_off = wanted && powering_off.contains(&key);
+            // The verdict only where the rule counts the slot: the rule reads nothing else of
+            // a slot that is not wanted or is being powered off.
+            let counted = wanted && !powering_off;
             Some(sight::Seen {
                 was_on: true,
-                wanted: wanted.contains(&key),
-                powering_off: powering_off.contains(&key),
-                now_off: bench.is_none_or(|b| b.verdict(snap.now).state == State::Down),
+                wanted,
+                powering_off,
+                now_off: counted && bench.is_none_or(|b| b.verdict(snap.now).state == State::Down),
             })
         });
         sight::mass_vanishing(seen, self.faults.vanish_min, self.faults.vanish_ratio)
