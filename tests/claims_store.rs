@@ -622,3 +622,208 @@ async fn an_operation_record_takes_one_outcome_and_is_put_back_only_over_older_o
     let got = read(s.clone()).await;
     assert_eq!((got.started_at, got.end, got.off_at), (later, None, None));
 }
+
+/// How often Redis ran a command since it started (`INFO commandstats`).
+async fn command_calls(server: &fleet::testing::RedisServer, command: &str) -> u64 {
+    let info: String = raw(server, &["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Creates `n` claims in the group, one slot each, a hundred a round trip.
+async fn many_claims(s: &ClaimStore<redis::aio::MultiplexedConnection>, n: usize) {
+    let names: Vec<String> = (0..n).map(|i| format!("bench-{i:05}")).collect();
+    for chunk in names.chunks(100) {
+        let mut claims = Vec::new();
+        let mut seeds = Vec::new();
+        for slot in chunk {
+            let seed = s.seed(&group(), &name(slot)).await.unwrap();
+            claims.push(new_claim(&format!("{slot}-1"), slot, &seed));
+            seeds.push(seed);
+        }
+        assert!(s.create_all(&claims, &seeds).await.unwrap().is_none());
+    }
+}
+
+// SPEC §4.3: a group read large at its last read is read in batches, the listing then the
+// claims, and sees exactly what the script sees; a write made after it is seen at the next read.
+#[tokio::test]
+async fn a_large_group_is_read_in_batches_that_see_what_the_script_sees() {
+    let server = server();
+    let plain = store(&server).await;
+    many_claims(&plain, 2_500).await;
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let scripts = command_calls(&server, "eval_ro").await;
+    let by_script = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(command_calls(&server, "eval_ro").await, scripts + 1);
+    assert_eq!(by_script[0].claims.len(), 2_500);
+    let trips = counting.trips();
+    let mgets = command_calls(&server, "mget").await;
+    let batched = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(counting.trips() - trips, 2, "the listing, then the claims");
+    assert_eq!(
+        command_calls(&server, "eval_ro").await,
+        scripts + 1,
+        "no script"
+    );
+    assert_eq!(
+        command_calls(&server, "mget").await - mgets,
+        3,
+        "a thousand keys each"
+    );
+    assert_eq!(batched[0].claims, by_script[0].claims);
+    assert_eq!(batched[0].operations, by_script[0].operations);
+    let old = &by_script[0].claims[7];
+    let booting = old.apply(Move::to(Phase::Booting), now()).unwrap();
+    assert!(plain.write(old, &booting, None).await.unwrap());
+    let after = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(after[0].claims[7], booting);
+    assert_eq!(command_calls(&server, "eval_ro").await, scripts + 1);
+}
+
+/// A connection that creates a claim in the group (on a slot of its own) before each of its
+/// pipelines that reads claims: a writer between every listing and every read of the claims.
+#[derive(Clone)]
+struct Meddling {
+    inner: redis::aio::MultiplexedConnection,
+    side: ClaimStore<redis::aio::MultiplexedConnection>,
+    created: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Meddling {
+    async fn create_one(&self) {
+        let n = self
+            .created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let slot = format!("extra-{n:03}");
+        let seed = self.side.seed(&group(), &name(&slot)).await.unwrap();
+        let claim = new_claim(&format!("{slot}-1"), &slot, &seed);
+        assert_eq!(
+            self.side.create(&claim, &seed).await.unwrap(),
+            Created::Created
+        );
+    }
+}
+
+impl redis::aio::ConnectionLike for Meddling {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            let packed = pipeline.get_packed_pipeline();
+            if packed.windows(4).any(|w| w == b"MGET") {
+                self.create_one().await;
+            }
+            self.inner
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+// SPEC §4.3: a claim created between the listing and the read moves the group's count, and the
+// read is made again; a group written between every listing and read is read three times, then
+// by the script, and the read holds every claim there is.
+#[tokio::test]
+async fn a_large_group_written_during_every_read_is_read_by_the_script() {
+    let server = server();
+    let plain = store(&server).await;
+    many_claims(&plain, 2_000).await;
+    let created = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let meddling = Meddling {
+        inner: conn(&server).await,
+        side: store(&server).await,
+        created: created.clone(),
+    };
+    let s = ClaimStore::new(meddling, Keys::default());
+    s.read_groups(&[group()]).await.unwrap();
+    let scripts = command_calls(&server, "eval_ro").await;
+    let read = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(command_calls(&server, "eval_ro").await, scripts + 1);
+    let made = created.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        made, 3,
+        "a claim created during each of the three batched reads"
+    );
+    assert_eq!(read[0].claims.len(), 2_000 + made, "every claim there is");
+    let extra = (0..made)
+        .map(|n| format!("extra-{n:03}-1"))
+        .collect::<Vec<_>>();
+    for name in &extra {
+        assert!(read[0].claims.iter().any(|c| c.name.as_str() == name));
+    }
+}
+
+// SPEC §4.3: every write of a claim, the index or an operation record moves the group's count of
+// changes in its own step (the batched read's proof that nothing changed under it); a refused
+// write moves nothing.
+#[tokio::test]
+async fn every_write_of_a_claim_or_an_operation_record_moves_the_groups_count() {
+    use fleet::domain::claim::OperationOutcome;
+    use fleet::domain::operation::OpEnd;
+    let server = server();
+    let s = store(&server).await;
+    let key = Keys::default().group(&group()).changes();
+    let count = || async {
+        raw::<Option<u64>>(&server, &["GET", &key])
+            .await
+            .unwrap_or(0)
+    };
+    let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
+    let a = new_claim("bench-01-a", "bench-01", &seed);
+    s.create(&a, &seed).await.unwrap();
+    assert_eq!(count().await, 1, "create");
+    let booting = a.apply(Move::to(Phase::Booting), now()).unwrap();
+    assert!(s.write(&a, &booting, None).await.unwrap());
+    assert_eq!(count().await, 2, "write");
+    assert!(
+        !s.write(&a, &booting, None).await.unwrap(),
+        "a stale version"
+    );
+    assert_eq!(count().await, 2, "a refused write moves nothing");
+    let seed = s.seed(&group(), &name("bench-02")).await.unwrap();
+    let b = new_claim("bench-02-a", "bench-02", &seed);
+    s.create(&b, &seed).await.unwrap();
+    assert!(s.delete(&b, None, Duration::from_secs(60)).await.unwrap());
+    assert_eq!(count().await, 4, "create and delete");
+    let slot = name("bench-03");
+    s.record_unclaimed(&group(), &slot, &unclaimed_shutdown(now()))
+        .await
+        .unwrap();
+    assert_eq!(count().await, 5, "an operation recorded");
+    let end = OpEnd {
+        outcome: OperationOutcome::Completed,
+        finished_at: now(),
+        duration_ms: 5,
+        tail: String::new(),
+    };
+    assert!(s.end_operation(&group(), &slot, now(), &end).await.unwrap());
+    assert_eq!(count().await, 6, "its outcome");
+    assert!(s.observe_off(&group(), &slot, now(), now()).await.unwrap());
+    assert_eq!(count().await, 7, "observed off");
+    let later = now() + chrono::TimeDelta::seconds(1);
+    assert!(
+        s.restore_operation(&group(), &slot, &unclaimed_shutdown(later))
+            .await
+            .unwrap()
+    );
+    assert_eq!(count().await, 8, "put back");
+}

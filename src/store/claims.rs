@@ -24,12 +24,11 @@ use crate::domain::operation::SlotOp;
 
 use super::keys::Keys;
 use super::operation_record::Operations;
-use super::script::{Script, eval, eval_ro, script, server_time};
+use super::script::{Script, eval, script, server_time};
 
 const CREATE: Script = script!("claim_create.lua");
 const WRITE: Script = script!("claim_write.lua");
 const DELETE: Script = script!("claim_delete.lua");
-const READ_GROUP: Script = script!("group_read.lua");
 const RAISE_FENCE: Script = script!("fence_raise.lua");
 
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
@@ -180,6 +179,8 @@ pub struct ClaimStore<C> {
     /// changes while it leads); `None` for operator requests (`fleet claim`, `fleet cancel`),
     /// which are not fenced.
     fence: Option<String>,
+    /// The groups this store read last as large, read in batches next (`claims_read`).
+    pub(super) large: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<GroupName>>>,
 }
 
 fn flag(on: bool) -> &'static str {
@@ -199,6 +200,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             conn,
             keys,
             fence: None,
+            large: Default::default(),
         }
     }
 
@@ -275,6 +277,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 g.last_claim(&c.slot),
             ]);
         }
+        keys.push(g.changes());
         let mut cmd = eval(CREATE, &keys);
         cmd.arg(self.token())
             .arg(TIMELINE_CAP)
@@ -340,6 +343,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.fence(),
             g.wanted(),
             g.operations(),
+            g.changes(),
         ];
         let (op_slot, op_start) = Self::start_args(op, &old.slot)?;
         let terminal = next.phase.is_terminal();
@@ -390,6 +394,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.timeline(&claim.name),
             g.fence(),
             g.wanted(),
+            g.changes(),
         ];
         let entry = entry
             .map(|e| json("a timeline entry", e))
@@ -414,79 +419,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 source,
             })?;
         settled(code, &why, &claim.group)
-    }
-
-    /// Reads the claims of every group in `groups`, one group a round trip. One at a time, not
-    /// all in one pipeline: each group's read is a script (atomic, so the claims, their index and
-    /// the operation records agree) that holds Redis's thread for about 3 ms a thousand claims,
-    /// and Redis runs every script of a pipeline back to back when they arrive together (they fit
-    /// in one read of its socket), so a hundred groups held every bench's beat for 300 ms (SPEC
-    /// §4.3, §5.7). One after another, Redis serves the beats between them, for a round trip's
-    /// wait each.
-    pub async fn read_groups(
-        &self,
-        groups: &[GroupName],
-    ) -> Result<Vec<GroupClaims>, ClaimStoreError> {
-        type Reply = (
-            (String, String),
-            Vec<String>,
-            Vec<Option<String>>,
-            Vec<(String, String)>,
-        );
-        let mut replies: Vec<Reply> = Vec::with_capacity(groups.len());
-        for group in groups {
-            let g = self.keys.group(group);
-            let mut conn = self.conn.clone();
-            let reply = eval_ro(READ_GROUP, &[g.claims(), g.operations()])
-                .arg(g.claim_prefix())
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| ClaimStoreError::ReadGroup {
-                    group: group.clone(),
-                    source,
-                })?;
-            replies.push(reply);
-        }
-        groups
-            .iter()
-            .zip(replies)
-            .map(|(group, ((secs, micros), names, values, ops))| {
-                let now = server_time(&secs, &micros).ok_or_else(|| {
-                    ClaimStoreError::Reply(format!("TIME was {secs:?} {micros:?}"))
-                })?;
-                let mut claims = Vec::with_capacity(names.len());
-                let mut unreadable = Vec::new();
-                let mut unreadable_slots = Vec::new();
-                for (name, value) in names.into_iter().zip(values) {
-                    match value
-                        .as_deref()
-                        .map(|v| (v, serde_json::from_str::<Claim>(v)))
-                    {
-                        Some((_, Ok(claim))) => claims.push(claim),
-                        Some((raw, Err(e))) => {
-                            // What can still be read of it: the slot it names.
-                            let slot = serde_json::from_str::<serde_json::Value>(raw)
-                                .ok()
-                                .and_then(|v| {
-                                    v.get("slot").and_then(|s| s.as_str()).map(str::to_owned)
-                                });
-                            unreadable_slots.push(slot);
-                            unreadable.push((name, e.to_string()));
-                        }
-                        // Listed but gone: deleted between the index and the read. Not a claim.
-                        None => {}
-                    }
-                }
-                Ok(GroupClaims {
-                    group: group.clone(),
-                    now,
-                    claims,
-                    unreadable,
-                    unreadable_slots,
-                    operations: super::operation_record::decode(ops),
-                })
-            })
-            .collect()
     }
 
     /// The server's time: every claim time is on the store's clock. The `EXISTS` of a key of

@@ -247,6 +247,14 @@ impl GroupKeys {
         format!("{}:claim:", self.tag)
     }
 
+    /// The count of the group's claim and operation-record writes: every script that writes a
+    /// claim, the index, the wanted set or an operation record adds one in the same step. A read
+    /// in several round trips that finds it unmoved from its first to its last read every key
+    /// unchanged, as one script would have (SPEC §4.3).
+    pub fn changes(&self) -> String {
+        format!("{}:changes", self.tag)
+    }
+
     /// The group's claims: a sorted set of names scored by request time (ms).
     pub fn claims(&self) -> String {
         format!("{}:claims", self.tag)

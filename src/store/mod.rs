@@ -6,6 +6,7 @@ pub mod acl;
 pub mod bmc;
 pub mod catalog;
 pub mod claims;
+mod claims_read;
 pub mod cluster;
 pub mod conn;
 pub mod connect;

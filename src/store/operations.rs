@@ -82,18 +82,20 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     ) -> Result<Unclaimed, ClaimStoreError> {
         let g = self.keys().group(group);
         let mut conn = self.conn();
-        let (code, detail): (i64, String) =
-            eval(UNCLAIMED, &[g.fence(), g.live(slot), g.operations()])
-                .arg(self.token())
-                .arg(g.claim_prefix())
-                .arg(slot.as_str())
-                .arg(start_json(op)?)
-                .query_async(&mut conn)
-                .await
-                .map_err(|source| ClaimStoreError::Operation {
-                    slot: slot.clone(),
-                    source,
-                })?;
+        let (code, detail): (i64, String) = eval(
+            UNCLAIMED,
+            &[g.fence(), g.live(slot), g.operations(), g.changes()],
+        )
+        .arg(self.token())
+        .arg(g.claim_prefix())
+        .arg(slot.as_str())
+        .arg(start_json(op)?)
+        .query_async(&mut conn)
+        .await
+        .map_err(|source| ClaimStoreError::Operation {
+            slot: slot.clone(),
+            source,
+        })?;
         match (code, detail.as_str()) {
             (1, _) => Ok(Unclaimed::Recorded),
             (_, "fenced") => Err(ClaimStoreError::Fenced {
@@ -114,7 +116,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         end: &OpEnd,
     ) -> Result<bool, ClaimStoreError> {
         let mut conn = self.conn();
-        let written: i64 = eval(END, &[self.keys().group(group).operations()])
+        let g = self.keys().group(group);
+        let written: i64 = eval(END, &[g.operations(), g.changes()])
             .arg(slot.as_str())
             .arg(ms(started_at))
             .arg(end_json(started_at, end)?)
@@ -178,7 +181,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     ) -> Result<bool, ClaimStoreError> {
         let g = self.keys().group(group);
         let mut conn = self.conn();
-        let mut cmd = eval(OBSERVE, &[g.fence(), g.operations()]);
+        let mut cmd = eval(OBSERVE, &[g.fence(), g.operations(), g.changes()]);
         cmd.arg(self.token()).arg(slot.as_str()).arg(ms(started_at));
         for a in rest {
             cmd.arg(a);

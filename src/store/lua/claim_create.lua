@@ -4,7 +4,8 @@
 --
 -- KEYS[1] the group's claim index, KEYS[2] the group's fence, KEYS[3] the group's set of claims
 -- that want a machine; then for claim i (from 0): KEYS[4+4i] the slot's live pointer,
--- KEYS[5+4i] the claim, KEYS[6+4i] its timeline, KEYS[7+4i] the slot's last-claim digest.
+-- KEYS[5+4i] the claim, KEYS[6+4i] its timeline, KEYS[7+4i] the slot's last-claim digest; last,
+-- the group's count of changes (KEYS[#KEYS]), one more when the claims are created.
 -- ARGV[1] the writer's leadership token ('' for a request), ARGV[2] the timeline's cap, ARGV[3]
 -- the claim key prefix; then for claim i: ARGV[4+6i] its name, ARGV[5+6i] its JSON, ARGV[6+6i]
 -- its request time (ms), ARGV[7+6i] its timeline entry, ARGV[8+6i] the digest its creator
@@ -16,7 +17,7 @@
 -- since the creator read it (retry), -3 when the fence refuses the token (a controller's or the
 -- leader's write is refused unless the group's fence holds its token; requests are not fenced).
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return { -3, 0, 'fenced' } end
-local n = (#KEYS - 3) / 4
+local n = (#KEYS - 4) / 4
 local seen = {}
 for i = 0, n - 1 do
   local live, claim, digest_key = KEYS[4 + 4 * i], KEYS[5 + 4 * i], KEYS[7 + 4 * i]
@@ -46,4 +47,5 @@ for i = 0, n - 1 do
   redis.call('RPUSH', KEYS[6 + 4 * i], ARGV[7 + 6 * i])
   redis.call('LTRIM', KEYS[6 + 4 * i], -tonumber(ARGV[2]), -1)
 end
+redis.call('INCR', KEYS[#KEYS])
 return { 1, n, '' }

@@ -3,7 +3,8 @@
 -- round trip. Written by the operation wrapper, or by the controller that ran the operation;
 -- not fenced: an outcome is a fact of the operation, whoever leads.
 --
--- KEYS[1] the group's operation records. ARGV[1] the slot, ARGV[2] the operation's start time
+-- KEYS[1] the group's operation records, KEYS[2] the group's count of changes (one more when
+-- recorded). ARGV[1] the slot, ARGV[2] the operation's start time
 -- (ms), ARGV[3] the outcome (JSON). The end time is the server's.
 --
 -- Returns 1 when recorded, 0 when the record is another operation's or already has an outcome.
@@ -17,4 +18,5 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local done = cjson.decode(ARGV[3])
 done.finished_at = now
 redis.call('HSET', KEYS[1], ARGV[1] .. ':end', cjson.encode(done))
+redis.call('INCR', KEYS[2])
 return 1

@@ -4,8 +4,8 @@
 -- (no machine a live claim wants is ever told to power off).
 --
 -- KEYS[1] the group's fence, KEYS[2] the slot's live pointer, KEYS[3] the group's operation
--- records. ARGV[1] the writer's token, ARGV[2] the claim key prefix, ARGV[3] the slot, ARGV[4]
--- the operation's start (JSON).
+-- records, KEYS[4] the group's count of changes (one more when recorded). ARGV[1] the writer's
+-- token, ARGV[2] the claim key prefix, ARGV[3] the slot, ARGV[4] the operation's start (JSON).
 --
 -- Returns {1, ''} when recorded; {0, 'fenced'} or {0, <the live claim>} when refused.
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return { 0, 'fenced' } end
@@ -21,4 +21,5 @@ if holder then
 end
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
 redis.call('HDEL', KEYS[3], ARGV[3] .. ':end', ARGV[3] .. ':off')
+redis.call('INCR', KEYS[4])
 return { 1, '' }
