@@ -672,8 +672,8 @@ async fn a_large_group_is_read_in_batches_that_see_what_the_script_sees() {
     );
     assert_eq!(
         command_calls(&server, "mget").await - mgets,
-        3,
-        "a thousand keys each"
+        10,
+        "250 keys each"
     );
     assert_eq!(batched[0].claims, by_script[0].claims);
     assert_eq!(batched[0].operations, by_script[0].operations);

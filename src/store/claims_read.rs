@@ -22,10 +22,10 @@ use super::script::{Script, eval_ro, script, server_time};
 const READ_GROUP: Script = script!("group_read.lua");
 
 /// From how many claims a group is read in batches at its next read.
-const LARGE: usize = 2_000;
+const LARGE: usize = 500;
 
 /// Claim keys a batch's `MGET` asks for.
-const BATCH: usize = 1_000;
+const BATCH: usize = 250;
 
 /// Batched reads tried while the group's count keeps moving, before the script reads it.
 const TRIES: usize = 3;
