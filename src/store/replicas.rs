@@ -66,6 +66,9 @@ pub struct Replicas<C> {
     wanted: Wanted,
     /// The bound of one WAIT: below the call timeout, so the call never times out first.
     wait: Duration,
+    /// The bound of one call, the driver's own timeout aside: a gate that never answers must not
+    /// hold the pass (and every slot after it) with it.
+    call: Duration,
     /// `Wanted::Auto`'s replica count, and when it was read.
     known: Arc<Mutex<Option<(u32, Instant)>>>,
     /// The last shortfall, its acknowledgements and when: within one WAIT's bound of it the
@@ -88,6 +91,7 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
             keys,
             wanted,
             wait: (call_timeout * 3 / 4).max(Duration::from_millis(1)),
+            call: call_timeout.max(Duration::from_millis(1)),
             known: Arc::new(Mutex::new(None)),
             short: Arc::new(Mutex::new(None)),
             per_slot: false,
@@ -128,13 +132,14 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
         let mut acked = u32::MAX;
         for counter in counters {
             let mut conn = self.conn.clone();
-            let (_, on_node): (i64, i64) = redis::pipe()
-                .cmd("INCR")
+            let mut pipe = redis::pipe();
+            pipe.cmd("INCR")
                 .arg(counter)
                 .cmd("WAIT")
                 .arg(wanted)
-                .arg(ms)
-                .query_async(&mut conn)
+                .arg(ms);
+            let waiting = pipe.query_async::<(i64, i64)>(&mut conn);
+            let (_, on_node) = bounded(self.call, waiting)
                 .await
                 .map_err(ReplicasError::Wait)?;
             acked = acked.min(u32::try_from(on_node.max(0)).unwrap_or(u32::MAX));
@@ -169,16 +174,29 @@ impl<C: ConnectionLike + Clone + Send> Replicas<C> {
         // The `EXISTS` of the counter routes the pipeline on a Cluster: the role asked is that of
         // the node holding the prefix's keys, not a random node's.
         let mut conn = self.conn.clone();
-        let (_, role): (i64, redis::Value) = redis::pipe()
-            .cmd("EXISTS")
-            .arg(self.keys.replicated())
-            .cmd("ROLE")
-            .query_async(&mut conn)
+        let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS").arg(self.keys.replicated()).cmd("ROLE");
+        let asking = pipe.query_async::<(i64, redis::Value)>(&mut conn);
+        let (_, role) = bounded(self.call, asking)
             .await
             .map_err(ReplicasError::Role)?;
         let n = replicas_of(&role)?;
         *known = Some((n, Instant::now()));
         Ok(n)
+    }
+}
+
+/// `call`'s answer, or a timeout error once `bound` passed without one.
+async fn bounded<T>(
+    bound: Duration,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    match tokio::time::timeout(bound, call).await {
+        Ok(answer) => answer,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {bound:?}"),
+        ))),
     }
 }
 
