@@ -29,6 +29,11 @@ use fleet::testing::{Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
+// The allocator `fleet serve` runs with (cmd/fleet/main.rs), so the pass measured here allocates
+// as the controller's does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn yaml(slots: usize, startup: &str) -> String {
     let mut text = format!(
         "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {slots}\n    readiness_taints: []\n    \

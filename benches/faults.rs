@@ -27,6 +27,11 @@ use fleet::testing::RedisServer;
 use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SLOTS: usize = 6;
 
 fn yaml() -> String {

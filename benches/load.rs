@@ -51,6 +51,11 @@ use redis::aio::MultiplexedConnection;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Slots per group in the configuration.
 const GROUP_SIZE: usize = 1_000;
 /// Writes in flight at once while seeding.

@@ -21,6 +21,11 @@ use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet::testing::{Options, RedisServer};
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SLOTS: usize = 1_000;
 const GROUPS: usize = 10;
 const PAGES: usize = 100;

@@ -25,6 +25,11 @@ use fleet::store::presence::{Beat, Presence};
 use fleet::testing::{Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");

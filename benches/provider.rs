@@ -22,6 +22,11 @@ use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::testing::{Options, RedisServer};
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SLOTS: usize = 1_000;
 
 fn yaml() -> String {

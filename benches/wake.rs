@@ -36,6 +36,11 @@ use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
+// The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
+// allocates as fleet does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn yaml(slots: usize) -> String {
     let mut text = format!(
         "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {slots}\n    readiness_taints: []\n    \
