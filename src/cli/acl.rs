@@ -63,31 +63,14 @@ impl Args {
 /// The password in `dir/<user>`: the file's text less one trailing newline. A file that cannot
 /// be read, is empty, or holds more than one line is a problem naming the file and the fix.
 fn password(dir: &Path, user: &str) -> Result<String, String> {
-    let path = dir.join(user);
-    let shown = path.display();
-    let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            format!("{shown}: missing: write the password of the Redis user {user} there")
-        }
-        std::io::ErrorKind::InvalidData => {
-            format!("{shown}: not UTF-8 text: write the password of {user} there as text")
-        }
-        _ => format!("{shown}: cannot be read ({e}): let fleet acl read it"),
-    })?;
-    let password = text
-        .strip_suffix('\n')
-        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
-    if password.is_empty() {
-        return Err(format!(
-            "{shown}: empty: write the password of the Redis user {user} there"
-        ));
-    }
-    if password.contains(['\n', '\r']) {
-        return Err(format!(
-            "{shown}: more than one line: keep only the password of {user}, on one line"
-        ));
-    }
-    Ok(password.to_owned())
+    let named = format!("the password of the Redis user {user}");
+    let short = format!("the password of {user}");
+    let whose = super::args::Whose {
+        named: &named,
+        short: &short,
+        reader: "fleet acl",
+    };
+    super::args::one_line_secret(&dir.join(user), &whose)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! The units themselves (the humantime form of a duration) are read by [`crate::units`]; here
 //! each flag gets its range.
 
+use std::path::Path;
 use std::time::Duration;
 
 use crate::store::connect::Password;
@@ -94,29 +95,52 @@ pub fn since(text: &str) -> Result<Duration, String> {
 /// cannot be read, is empty or holds more than one line is exit 2 before anything connects. The
 /// error names the file and the fix, never what the file holds.
 pub fn password_file(path: &str) -> Result<Password, String> {
+    let whose = Whose {
+        named: "the sentinels' password",
+        short: "the sentinels' password",
+        reader: "fleet",
+    };
+    one_line_secret(Path::new(path), &whose).map(Password::new)
+}
+
+/// Whose secret a file holds, as its errors say it: `named` where the fix is to write it,
+/// `short` where the fix names it again, `reader` the program that must read the file.
+pub(crate) struct Whose<'a> {
+    pub named: &'a str,
+    pub short: &'a str,
+    pub reader: &'a str,
+}
+
+/// A file holding one secret (a password): its text less one trailing newline. A file that
+/// cannot be read, is empty or holds more than one line is an error naming the file and the fix,
+/// never what the file holds. The one reader of `--sentinel-password-file` and of `fleet acl`'s
+/// password files.
+pub(crate) fn one_line_secret(path: &Path, whose: &Whose<'_>) -> Result<String, String> {
+    let shown = path.display();
+    let Whose {
+        named,
+        short,
+        reader,
+    } = whose;
     let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            format!("{path}: missing: write the sentinels' password there")
-        }
+        std::io::ErrorKind::NotFound => format!("{shown}: missing: write {named} there"),
         std::io::ErrorKind::InvalidData => {
-            format!("{path}: not UTF-8 text: write the sentinels' password there as text")
+            format!("{shown}: not UTF-8 text: write {short} there as text")
         }
-        _ => format!("{path}: cannot be read ({e}): let fleet read it"),
+        _ => format!("{shown}: cannot be read ({e}): let {reader} read it"),
     })?;
-    let password = text
+    let secret = text
         .strip_suffix('\n')
         .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
-    if password.is_empty() {
+    if secret.is_empty() {
+        return Err(format!("{shown}: empty: write {named} there"));
+    }
+    if secret.contains(['\n', '\r']) {
         return Err(format!(
-            "{path}: empty: write the sentinels' password there"
+            "{shown}: more than one line: keep only {short}, on one line"
         ));
     }
-    if password.contains(['\n', '\r']) {
-        return Err(format!(
-            "{path}: more than one line: keep only the sentinels' password, on one line"
-        ));
-    }
-    Ok(Password::new(password))
+    Ok(secret.to_owned())
 }
 
 /// A key prefix (see `Keys::new`).
