@@ -623,16 +623,6 @@ async fn an_operation_record_takes_one_outcome_and_is_put_back_only_over_older_o
     assert_eq!((got.started_at, got.end, got.off_at), (later, None, None));
 }
 
-/// How often Redis ran a command since it started (`INFO commandstats`).
-async fn command_calls(server: &fleet::testing::RedisServer, command: &str) -> u64 {
-    let info: String = raw(server, &["INFO", "commandstats"]).await;
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .unwrap_or(0)
-}
-
 /// Creates `n` claims in the group, one slot each, a hundred a round trip.
 async fn many_claims(s: &ClaimStore<redis::aio::MultiplexedConnection>, n: usize) {
     let names: Vec<String> = (0..n).map(|i| format!("bench-{i:05}")).collect();

@@ -949,13 +949,7 @@ async fn a_cold_read_under_a_registry_that_keeps_changing_falls_back_to_the_scri
         side: conn(&server).await,
         joined: joined.clone(),
     };
-    let script_runs = || async {
-        let info: String = raw(&server, &["INFO", "commandstats"]).await;
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_eval_ro:calls="))
-            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let script_runs = || command_calls(&server, "eval_ro");
     assert_eq!(script_runs().await, 0);
     let snap = Presence::new(churning, Keys::default())
         .read(&[])

@@ -62,6 +62,16 @@ pub async fn raw<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) 
     cmd.query_async(&mut c).await.expect("raw command")
 }
 
+/// How often Redis ran a command since it started (`INFO commandstats`).
+pub async fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = raw(server, &["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// Bounds every await in a test: a hang fails instead of blocking CI.
 pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(20), f)
