@@ -675,6 +675,57 @@ async fn a_large_group_is_read_in_batches_that_see_what_the_script_sees() {
     assert_eq!(command_calls(&server, "eval_ro").await, scripts + 1);
 }
 
+// SPEC §4.3: a large group's claims as its last batched read found them are held; a read whose
+// listing finds the count unmoved is served from them in one round trip, reading no claim, and
+// holds what a read of the claims holds; a write moves the count and is read. A claim key edited
+// by hand (no script of fleet's, so the count stays) is seen at the tenth read, when a group's
+// held claims are read again whatever the count says.
+#[tokio::test]
+async fn a_large_group_at_rest_is_served_from_the_claims_its_last_read_found() {
+    let server = server();
+    let plain = store(&server).await;
+    many_claims(&plain, 600).await;
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    s.read_groups(&[group()]).await.unwrap();
+    let batched = s.read_groups(&[group()]).await.unwrap();
+    let (trips, mgets) = (counting.trips(), command_calls(&server, "mget").await);
+    let held = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(counting.trips() - trips, 1, "the listing alone");
+    assert_eq!(command_calls(&server, "mget").await, mgets, "no claim read");
+    assert_eq!(held[0].claims, batched[0].claims);
+    assert_eq!(held[0].operations, batched[0].operations);
+    assert!(held[0].now >= batched[0].now, "the listing's own time");
+
+    let old = &batched[0].claims[3];
+    let booting = old.apply(Move::to(Phase::Booting), now()).unwrap();
+    assert!(plain.write(old, &booting, None).await.unwrap());
+    let trips = counting.trips();
+    let after = s.read_groups(&[group()]).await.unwrap();
+    assert_eq!(counting.trips() - trips, 2, "the listing, then the claims");
+    assert_eq!(after[0].claims[3], booting);
+
+    let key = Keys::default()
+        .group(&group())
+        .claim(&after[0].claims[5].name);
+    let () = raw(&server, &["SET", &key, "not a claim"]).await;
+    let mut reads = 0;
+    let seen = loop {
+        reads += 1;
+        let read = s.read_groups(&[group()]).await.unwrap();
+        if !read[0].unreadable.is_empty() || reads == 20 {
+            break read;
+        }
+        assert_eq!(
+            read[0].claims, after[0].claims,
+            "read {reads}: the held claims"
+        );
+    };
+    assert_eq!(reads, 10, "seen at the tenth read");
+    assert_eq!(seen[0].unreadable.len(), 1);
+    assert_eq!(seen[0].claims.len(), 599);
+}
+
 /// A connection that creates a claim in the group (on a slot of its own) before each of its
 /// pipelines that reads claims: a writer between every listing and every read of the claims.
 #[derive(Clone)]
@@ -763,8 +814,9 @@ async fn a_large_group_written_during_every_read_is_read_by_the_script() {
 }
 
 // SPEC §4.3: every write of a claim, the index or an operation record moves the group's count of
-// changes in its own step (the batched read's proof that nothing changed under it); a refused
-// write moves nothing.
+// changes in its own step (the batched read's proof that nothing changed under it), to at least
+// the server's time in µs, so a count rolled back by a failover never comes back to a value a
+// reader saw; a refused write moves nothing.
 #[tokio::test]
 async fn every_write_of_a_claim_or_an_operation_record_moves_the_groups_count() {
     use fleet::domain::claim::OperationOutcome;
@@ -777,28 +829,49 @@ async fn every_write_of_a_claim_or_an_operation_record_moves_the_groups_count() 
             .await
             .unwrap_or(0)
     };
+    let server_us = || async {
+        let (secs, micros): (u64, u64) = raw(&server, &["TIME"]).await;
+        secs * 1_000_000 + micros
+    };
+    let last = std::cell::Cell::new(0);
+    let moved = async |what: &str| {
+        let (now, n) = (server_us().await, count().await);
+        assert!(
+            n > last.get(),
+            "{what}: the count moved from {} to {n}",
+            last.get()
+        );
+        assert!(
+            n + 5_000_000 > now && n <= now,
+            "{what}: {n} is the server's time in µs ({now})"
+        );
+        last.set(n);
+    };
     let seed = s.seed(&group(), &name("bench-01")).await.unwrap();
     let a = new_claim("bench-01-a", "bench-01", &seed);
     s.create(&a, &seed).await.unwrap();
-    assert_eq!(count().await, 1, "create");
+    moved("create").await;
     let booting = a.apply(Move::to(Phase::Booting), now()).unwrap();
     assert!(s.write(&a, &booting, None).await.unwrap());
-    assert_eq!(count().await, 2, "write");
+    moved("write").await;
     assert!(
         !s.write(&a, &booting, None).await.unwrap(),
         "a stale version"
     );
-    assert_eq!(count().await, 2, "a refused write moves nothing");
+    assert_eq!(count().await, last.get(), "a refused write moves nothing");
     let seed = s.seed(&group(), &name("bench-02")).await.unwrap();
     let b = new_claim("bench-02-a", "bench-02", &seed);
     s.create(&b, &seed).await.unwrap();
     assert!(s.delete(&b, None, Duration::from_secs(60)).await.unwrap());
-    assert_eq!(count().await, 4, "create and delete");
+    moved("create and delete").await;
+    // A failover that lost writes rolls the count back; the next write takes it past every value
+    // given before all the same.
+    let () = raw(&server, &["SET", &key, "7"]).await;
     let slot = name("bench-03");
     s.record_unclaimed(&group(), &slot, &unclaimed_shutdown(now()))
         .await
         .unwrap();
-    assert_eq!(count().await, 5, "an operation recorded");
+    moved("an operation recorded").await;
     let end = OpEnd {
         outcome: OperationOutcome::Completed,
         finished_at: now(),
@@ -806,14 +879,14 @@ async fn every_write_of_a_claim_or_an_operation_record_moves_the_groups_count() 
         tail: String::new(),
     };
     assert!(s.end_operation(&group(), &slot, now(), &end).await.unwrap());
-    assert_eq!(count().await, 6, "its outcome");
+    moved("its outcome").await;
     assert!(s.observe_off(&group(), &slot, now(), now()).await.unwrap());
-    assert_eq!(count().await, 7, "observed off");
+    moved("observed off").await;
     let later = now() + chrono::TimeDelta::seconds(1);
     assert!(
         s.restore_operation(&group(), &slot, &unclaimed_shutdown(later))
             .await
             .unwrap()
     );
-    assert_eq!(count().await, 8, "put back");
+    moved("put back").await;
 }

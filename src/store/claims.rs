@@ -170,6 +170,19 @@ pub struct GroupClaims {
     pub operations: Operations,
 }
 
+/// A large group's claims as a batched read found them, and the count of changes they were read
+/// at (`claims_read`).
+#[derive(Clone, Debug)]
+pub(super) struct Held {
+    pub(super) changes: String,
+    pub(super) names: Vec<String>,
+    pub(super) claims: Vec<Claim>,
+    pub(super) unreadable: Vec<(String, String)>,
+    pub(super) unreadable_slots: Vec<Option<String>>,
+    /// Reads served from this copy since it was read.
+    pub(super) served: usize,
+}
+
 /// The claim store over one connection.
 #[derive(Clone)]
 pub struct ClaimStore<C> {
@@ -179,8 +192,10 @@ pub struct ClaimStore<C> {
     /// changes while it leads); `None` for operator requests (`fleet claim`, `fleet cancel`),
     /// which are not fenced.
     fence: Option<String>,
-    /// The groups this store read last as large, read in batches next (`claims_read`).
-    pub(super) large: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<GroupName>>>,
+    /// The groups this store read last as large, read in batches next, each with its claims as
+    /// its last batched read found them (`claims_read`).
+    pub(super) large:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<GroupName, Option<Held>>>>,
 }
 
 fn flag(on: bool) -> &'static str {

@@ -10,13 +10,23 @@
 //! thousand claims, turning each into a Lua string and back (150 ms for 50 000, quiet, while
 //! every beat waited); the `MGET`s spend about a sixth of that, a millisecond at a time, with the
 //! beats served between them. A count that moved is read again; after three, the script reads.
+//!
+//! A large group's claims as its last batched read found them are held, with the count they were
+//! read at. A listing that finds the same count before and after it (its pipeline reads the
+//! count first and last) is served from that copy: nothing was written since, so the claims are
+//! the ones held, and neither Redis nor the controller handles them again (at rest, a 100 000-slot
+//! pass moved and decoded some 60 MB of claims for nothing). The count can only come back to a
+//! value already seen after a failover that lost writes if a write gave it again, which
+//! `count_change` rules out (the server's time in µs). What fleet's scripts do not write (a claim
+//! key edited by hand) the count cannot see: every `REUSES`-th read of a group reads its claims
+//! whatever the count says, so such an edit is seen within that many passes.
 
 use redis::aio::ConnectionLike;
 
 use crate::domain::claim::Claim;
 use crate::domain::name::GroupName;
 
-use super::claims::{ClaimStore, ClaimStoreError, GroupClaims};
+use super::claims::{ClaimStore, ClaimStoreError, GroupClaims, Held};
 use super::script::{Script, eval_ro, script, server_time};
 
 const READ_GROUP: Script = script!("group_read.lua");
@@ -30,6 +40,17 @@ const BATCH: usize = 250;
 /// Batched reads tried while the group's count keeps moving, before the script reads it.
 const TRIES: usize = 3;
 
+/// Reads of a large group served from its held claims before one reads them again.
+const REUSES: usize = 10;
+
+/// A large group's read: the claims, or the claims held since an earlier one.
+enum Read {
+    /// A read of the claims; when the batched read made it, the count it was made at and how
+    /// many reads to count its copy as having served already.
+    Claims(Reply, Option<(String, usize)>),
+    Held(Held, (String, String), Vec<(String, String)>),
+}
+
 /// A group's read as the script returns it: the server's time, the claim names, their values
 /// (in the names' order, `None` for one deleted since it was listed) and the operation records'
 /// fields and values.
@@ -41,12 +62,13 @@ type Reply = (
 );
 
 /// The listing of a batched read: the count of changes, the claim names, the operation
-/// records, the server's time.
+/// records, the server's time, the count again.
 type Listing = (
     Option<String>,
     Vec<String>,
     Vec<(String, String)>,
     (String, String),
+    Option<String>,
 );
 
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
@@ -61,61 +83,130 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     ) -> Result<Vec<GroupClaims>, ClaimStoreError> {
         let mut read = Vec::with_capacity(groups.len());
         for group in groups {
-            let reply =
-                self.read_group(group)
-                    .await
-                    .map_err(|source| ClaimStoreError::ReadGroup {
+            let claims = match self.read_group(group).await {
+                Ok(Read::Claims(reply, changes)) => self.decode_and_hold(group, reply, changes)?,
+                Ok(Read::Held(held, time, ops)) => self.serve_held(group, held, time, ops)?,
+                Err(source) => {
+                    return Err(ClaimStoreError::ReadGroup {
                         group: group.clone(),
                         source,
-                    })?;
-            read.push(decode(group, reply)?);
+                    });
+                }
+            };
+            read.push(claims);
         }
         Ok(read)
     }
 
-    async fn read_group(&self, group: &GroupName) -> redis::RedisResult<Reply> {
-        let large = self.large.lock().is_ok_and(|l| l.contains(group));
-        let mut reply = None;
-        if large {
+    async fn read_group(&self, group: &GroupName) -> redis::RedisResult<Read> {
+        // Taken out while the group is read: the copy goes back with the read it served or is
+        // replaced by the read that made a new one.
+        let held = match self.large.lock() {
+            Ok(mut l) => l.get_mut(group).map(Option::take),
+            Err(_) => None,
+        };
+        if let Some(mut held) = held {
             for _ in 0..TRIES {
-                reply = self.read_in_batches(group).await?;
-                if reply.is_some() {
-                    break;
+                if let Some(read) = self.read_in_batches(group, &mut held).await? {
+                    return Ok(read);
                 }
             }
         }
-        let reply = match reply {
-            Some(reply) => reply,
-            None => {
-                let g = self.keys().group(group);
-                eval_ro(READ_GROUP, &[g.claims(), g.operations()])
-                    .arg(g.claim_prefix())
-                    .query_async(&mut self.conn())
-                    .await?
-            }
-        };
-        if let Ok(mut l) = self.large.lock() {
-            if reply.1.len() >= LARGE {
-                l.insert(group.clone());
-            } else {
-                l.remove(group);
-            }
-        }
-        Ok(reply)
+        let g = self.keys().group(group);
+        let reply: Reply = eval_ro(READ_GROUP, &[g.claims(), g.operations()])
+            .arg(g.claim_prefix())
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(Read::Claims(reply, None))
     }
 
-    /// The listing, then the claims and the count again. `None` when the count moved between
-    /// the two: something was written while the group was read.
-    async fn read_in_batches(&self, group: &GroupName) -> redis::RedisResult<Option<Reply>> {
+    /// Decodes a read of a group's claims and, for a large group read in batches, holds them.
+    fn decode_and_hold(
+        &self,
+        group: &GroupName,
+        reply: Reply,
+        changes: Option<(String, usize)>,
+    ) -> Result<GroupClaims, ClaimStoreError> {
+        let names = match changes {
+            Some(_) => reply.1.clone(),
+            None => Vec::new(),
+        };
+        let large = reply.1.len() >= LARGE;
+        let claims = decode(group, reply)?;
+        if let Ok(mut l) = self.large.lock() {
+            if !large {
+                l.remove(group);
+            } else {
+                let held = changes.map(|(changes, served)| Held {
+                    changes,
+                    names,
+                    claims: claims.claims.clone(),
+                    unreadable: claims.unreadable.clone(),
+                    unreadable_slots: claims.unreadable_slots.clone(),
+                    served,
+                });
+                l.insert(group.clone(), held);
+            }
+        }
+        Ok(claims)
+    }
+
+    /// A group's read served from its held claims, with the listing's time and records.
+    fn serve_held(
+        &self,
+        group: &GroupName,
+        held: Held,
+        (secs, micros): (String, String),
+        ops: Vec<(String, String)>,
+    ) -> Result<GroupClaims, ClaimStoreError> {
+        let now = server_time(&secs, &micros)
+            .ok_or_else(|| ClaimStoreError::Reply(format!("TIME was {secs:?} {micros:?}")))?;
+        let claims = GroupClaims {
+            group: group.clone(),
+            now,
+            claims: held.claims.clone(),
+            unreadable: held.unreadable.clone(),
+            unreadable_slots: held.unreadable_slots.clone(),
+            operations: super::operation_record::decode(ops),
+        };
+        if let Ok(mut l) = self.large.lock() {
+            l.insert(group.clone(), Some(held));
+        }
+        Ok(claims)
+    }
+
+    /// The listing, then the claims and the count again; or the listing alone, when it shows
+    /// the count `held` was read at. `None` when the count moved between the two: something was
+    /// written while the group was read.
+    async fn read_in_batches(
+        &self,
+        group: &GroupName,
+        held: &mut Option<Held>,
+    ) -> redis::RedisResult<Option<Read>> {
+        // A group's first copy starts part of the way through its reuses, by its name: the
+        // groups of a fleet, all read at its first pass, are not all read again at the same one.
+        let served = match held {
+            Some(_) => 0,
+            None => stagger(group),
+        };
         let g = self.keys().group(group);
         let mut conn = self.conn();
-        let (before, names, ops, time): Listing = redis::pipe()
+        let (before, names, ops, time, again): Listing = redis::pipe()
             .get(g.changes())
             .zrange(g.claims(), 0, -1)
             .hgetall(g.operations())
             .cmd("TIME")
+            .get(g.changes())
             .query_async(&mut conn)
             .await?;
+        if let Some(count) = before.as_ref().filter(|_| again == before)
+            && let Some(mut copy) = held
+                .take()
+                .filter(|h| &h.changes == count && h.served + 1 < REUSES && h.names == names)
+        {
+            copy.served += 1;
+            return Ok(Some(Read::Held(copy, time, ops)));
+        }
         let prefix = g.claim_prefix();
         let mut pipe = redis::pipe();
         let mut key = String::with_capacity(prefix.len() + 64);
@@ -149,8 +240,23 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 format!("{} claims listed but {} read", names.len(), values.len()),
             )));
         }
-        Ok(Some((time, names, values, ops)))
+        Ok(Some(Read::Claims(
+            (time, names, values, ops),
+            before.map(|count| (count, served)),
+        )))
     }
+}
+
+/// Where in its reuses a group's first held copy starts: a number below `REUSES - 1` from its
+/// name (FNV-1a), so the next read is still served from it.
+fn stagger(group: &GroupName) -> usize {
+    let hash = group
+        .as_str()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    (hash % (REUSES as u64 - 1)) as usize
 }
 
 /// A group's read turned into its claims; a claim that does not decode is reported with what
@@ -188,4 +294,27 @@ fn decode(group: &GroupName, reply: Reply) -> Result<GroupClaims, ClaimStoreErro
         unreadable_slots,
         operations: super::operation_record::decode(ops),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The first copies of a fleet's groups start spread over the reuses, each early enough that
+    // the next read is served from it.
+    #[test]
+    fn first_copies_start_spread_and_short_of_their_last_reuse() {
+        let mut starts = std::collections::BTreeMap::<usize, usize>::new();
+        for g in 0..100 {
+            let group: GroupName = format!("group-{g:03}").parse().unwrap();
+            let start = stagger(&group);
+            assert!(start + 1 < REUSES, "{group}: {start}");
+            *starts.entry(start).or_default() += 1;
+        }
+        assert_eq!(starts.len(), REUSES - 1, "every start is used: {starts:?}");
+        assert!(
+            starts.values().all(|&n| n < 25),
+            "none takes a quarter: {starts:?}"
+        );
+    }
 }

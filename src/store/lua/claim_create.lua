@@ -5,7 +5,7 @@
 -- KEYS[1] the group's claim index, KEYS[2] the group's fence, KEYS[3] the group's set of claims
 -- that want a machine; then for claim i (from 0): KEYS[4+4i] the slot's live pointer,
 -- KEYS[5+4i] the claim, KEYS[6+4i] its timeline, KEYS[7+4i] the slot's last-claim digest; last,
--- the group's count of changes (KEYS[#KEYS]), one more when the claims are created.
+-- the group's count of changes (KEYS[#KEYS]), moved on (`count_change`) when the claims are created.
 -- ARGV[1] the writer's leadership token ('' for a request), ARGV[2] the timeline's cap, ARGV[3]
 -- the claim key prefix; then for claim i: ARGV[4+6i] its name, ARGV[5+6i] its JSON, ARGV[6+6i]
 -- its request time (ms), ARGV[7+6i] its timeline entry, ARGV[8+6i] the digest its creator
@@ -47,5 +47,5 @@ for i = 0, n - 1 do
   redis.call('RPUSH', KEYS[6 + 4 * i], ARGV[7 + 6 * i])
   redis.call('LTRIM', KEYS[6 + 4 * i], -tonumber(ARGV[2]), -1)
 end
-redis.call('INCR', KEYS[#KEYS])
+count_change(KEYS[#KEYS])
 return { 1, n, '' }

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] the claim, KEYS[2] the slot's live pointer, KEYS[3] the timeline, KEYS[4] the slot's
 -- last-claim digest, KEYS[6] the group's set of claims that want a machine, KEYS[7] the group's
--- operation records, KEYS[8] the group's count of changes (one more for a write).
+-- operation records, KEYS[8] the group's count of changes (moved on by a write, `count_change`).
 -- ARGV[1] the expected version, ARGV[2] the new JSON, ARGV[3] '1' when the new phase is terminal,
 -- ARGV[4] a timeline entry ('' for none), ARGV[5] the timeline's cap, ARGV[6] the digest to keep
 -- ('' for none), ARGV[7] the claim name, ARGV[9] '1' when the new state wants a machine,
@@ -40,5 +40,5 @@ if ARGV[11] ~= '' then
   redis.call('HSET', KEYS[7], ARGV[10], ARGV[11])
   redis.call('HDEL', KEYS[7], ARGV[10] .. ':end', ARGV[10] .. ':off')
 end
-redis.call('INCR', KEYS[8])
+count_change(KEYS[8])
 return { 1, '' }

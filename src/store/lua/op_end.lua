@@ -3,7 +3,7 @@
 -- round trip. Written by the operation wrapper, or by the controller that ran the operation;
 -- not fenced: an outcome is a fact of the operation, whoever leads.
 --
--- KEYS[1] the group's operation records, KEYS[2] the group's count of changes (one more when
+-- KEYS[1] the group's operation records, KEYS[2] the group's count of changes (moved on, `count_change`, when
 -- recorded). ARGV[1] the slot, ARGV[2] the operation's start time
 -- (ms), ARGV[3] the outcome (JSON). The end time is the server's.
 --
@@ -18,5 +18,5 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local done = cjson.decode(ARGV[3])
 done.finished_at = now
 redis.call('HSET', KEYS[1], ARGV[1] .. ':end', cjson.encode(done))
-redis.call('INCR', KEYS[2])
+count_change(KEYS[2])
 return 1

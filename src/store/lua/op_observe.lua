@@ -3,7 +3,7 @@
 -- trip.
 --
 -- KEYS[1] the group's fence, KEYS[2] the group's operation records, KEYS[3] the group's count of
--- changes (one more for a write). ARGV[1] the writer's token,
+-- changes (moved on by a write, `count_change`). ARGV[1] the writer's token,
 -- ARGV[2] the slot, ARGV[3] the record's start time (ms), ARGV[4] 'off' or 'restore', then for
 -- 'off': ARGV[5] when the machine was observed off (ms); for 'restore': ARGV[5] the start (JSON),
 -- ARGV[6] the outcome (JSON, '' for none), ARGV[7] when observed off ('' for never).
@@ -21,7 +21,7 @@ if ARGV[4] == 'off' then
   if stored == nil or stored ~= tonumber(ARGV[3]) then return 0 end
   if redis.call('HEXISTS', KEYS[2], ARGV[2] .. ':off') == 1 then return 0 end
   redis.call('HSET', KEYS[2], ARGV[2] .. ':off', ARGV[5])
-  redis.call('INCR', KEYS[3])
+  count_change(KEYS[3])
   return 1
 end
 if raw and (stored == nil or stored >= tonumber(ARGV[3])) then return 0 end
@@ -29,5 +29,5 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[5])
 redis.call('HDEL', KEYS[2], ARGV[2] .. ':end', ARGV[2] .. ':off')
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], ARGV[2] .. ':end', ARGV[6]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], ARGV[2] .. ':off', ARGV[7]) end
-redis.call('INCR', KEYS[3])
+count_change(KEYS[3])
 return 1

@@ -4,7 +4,7 @@
 -- (no machine a live claim wants is ever told to power off).
 --
 -- KEYS[1] the group's fence, KEYS[2] the slot's live pointer, KEYS[3] the group's operation
--- records, KEYS[4] the group's count of changes (one more when recorded). ARGV[1] the writer's
+-- records, KEYS[4] the group's count of changes (moved on when recorded, `count_change`). ARGV[1] the writer's
 -- token, ARGV[2] the claim key prefix, ARGV[3] the slot, ARGV[4] the operation's start (JSON).
 --
 -- Returns {1, ''} when recorded; {0, 'fenced'} or {0, <the live claim>} when refused.
@@ -21,5 +21,5 @@ if holder then
 end
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
 redis.call('HDEL', KEYS[3], ARGV[3] .. ':end', ARGV[3] .. ':off')
-redis.call('INCR', KEYS[4])
+count_change(KEYS[4])
 return { 1, '' }

@@ -16,3 +16,14 @@ local redis = (function(r)
   end
   return setmetatable({ call = call }, { __index = r })
 end)(redis)
+
+-- One more in a group's count of changes (the batched claims read's proof, SPEC §4.3), and then
+-- at least the server's time in µs: a failover that loses writes rolls the count back, and a
+-- write after it must not give the count a value a reader already saw with other claims (the
+-- lease's epoch moves the same way).
+local function count_change(key)
+  local n = redis.call('INCR', key)
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if n < us then redis.call('SET', key, string.format('%d', us)) end
+end
