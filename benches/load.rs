@@ -27,7 +27,9 @@
 //! here and redis-server share the host's cores: a round trip includes waits for a core.
 //!
 //! Run: `cargo bench --bench load` (`-- --quick`; `--benches N`, `--rate R`, `--seconds S`,
-//! `--tasks T` generators, `--readers K`, `--read-interval S`).
+//! `--tasks T` generators, `--readers K`, `--read-interval S`, `--nice N` for redis-server and
+//! the generators: with -10, Redis and the agents it serves are not kept waiting for a core by
+//! the controller and the readers, which the two cores cannot all carry at once).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -72,6 +74,8 @@ struct Args {
     tasks: usize,
     readers: usize,
     read_interval: f64,
+    /// The niceness of redis-server and the generators' thread (0: as everything else).
+    nice: i32,
     quick: bool,
 }
 
@@ -92,6 +96,7 @@ impl Args {
             tasks: value("--tasks").map_or(4, |n| n as usize).max(1),
             readers: value("--readers").map_or(2, |n| n as usize),
             read_interval: value("--read-interval").unwrap_or(1.0),
+            nice: value("--nice").map_or(0, |n| n as i32),
             quick,
         }
     }
@@ -609,10 +614,11 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
         ..Options::default()
     })?;
     let port = server.port().expect("started with tcp");
+    let niceness = renice(&server, args.nice);
     let endpoint = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60));
     let conn = endpoint.connect().await?;
     println!(
-        "load benchmark{}: {} benches in groups of {GROUP_SIZE}, {} beats/s for {} s per window from {} generators; redis-server on 127.0.0.1:{port}; host load average {}",
+        "load benchmark{}: {} benches in groups of {GROUP_SIZE}, {} beats/s for {} s per window from {} generators; redis-server on 127.0.0.1:{port}{niceness}; host load average {}",
         if args.quick { " (quick)" } else { "" },
         args.benches,
         args.rate,
@@ -654,13 +660,40 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sets redis-server's niceness for `--nice` (the generators' thread takes it at its start), and
+/// says what was set. With a negative one, Redis and the generators stand for a Redis with a core
+/// of its own and agents on their own machines: the beats are then measured without the waits
+/// for a core that the controller and the readers, on the same two cores, put on them.
+fn renice(server: &RedisServer, nice: i32) -> String {
+    if nice == 0 {
+        return String::new();
+    }
+    // SAFETY: setpriority reads its arguments only.
+    let set = unsafe { libc::setpriority(libc::PRIO_PROCESS, server.pid() as libc::id_t, nice) };
+    if set == 0 {
+        format!(" and the generators at nice {nice}")
+    } else {
+        format!(
+            " (nice {nice} refused: {}; run as root)",
+            std::io::Error::last_os_error()
+        )
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // The generators run on a runtime of their own: a pass or a read that holds a worker for a
     // while (decoding 100 000 rows) must not hold back a beat that is due.
+    let nice: i32 = std::env::var("BEATS_NICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let beats = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("beats")
+        .on_thread_start(move || unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice);
+        })
         .enable_all()
         .build()?;
     let main = tokio::runtime::Builder::new_multi_thread()
