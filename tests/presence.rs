@@ -876,58 +876,27 @@ async fn a_join_key_holds_the_last_counting_beat_and_a_ttl_of_zero_keeps_it() {
 }
 
 /// A connection under which the registry changes before every call it sends: a bench joins (its
-/// name in the join set and its join key, as its beat writes them) through another connection.
-#[derive(Clone)]
-struct Churning {
+/// name in the join set and its join key, as its beat writes them) through `side`. Counts the
+/// benches joined in `joined`.
+fn churning(
     inner: redis::aio::MultiplexedConnection,
     side: redis::aio::MultiplexedConnection,
     joined: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Churning {
-    async fn join_one(&mut self) {
-        let keys = Keys::default();
-        let i = self
-            .joined
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let bench = name(&format!("churn-{i:03}"));
-        let _: () = redis::pipe()
-            .sadd(keys.joined(), bench.as_str())
-            .set(keys.joined_key(&bench), 0)
-            .query_async(&mut self.side)
-            .await
-            .unwrap();
-    }
-}
-
-impl redis::aio::ConnectionLike for Churning {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        Box::pin(async move {
-            self.join_one().await;
-            self.inner.req_packed_command(cmd).await
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        Box::pin(async move {
-            self.join_one().await;
-            self.inner
-                .req_packed_commands(pipeline, offset, count)
+) -> Meddled {
+    Meddled::new(inner, move |_| {
+        let (mut side, joined) = (side.clone(), joined.clone());
+        Some(Box::pin(async move {
+            let keys = Keys::default();
+            let i = joined.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let bench = name(&format!("churn-{i:03}"));
+            let _: () = redis::pipe()
+                .sadd(keys.joined(), bench.as_str())
+                .set(keys.joined_key(&bench), 0)
+                .query_async(&mut side)
                 .await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.get_db()
-    }
+                .unwrap();
+        }))
+    })
 }
 
 // SPEC §2.5: the cold read lists the registry and reads over the listing; a registry that changes
@@ -944,11 +913,7 @@ async fn a_cold_read_under_a_registry_that_keeps_changing_falls_back_to_the_scri
             .unwrap();
     }
     let joined = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let churning = Churning {
-        inner: conn(&server).await,
-        side: conn(&server).await,
-        joined: joined.clone(),
-    };
+    let churning = churning(conn(&server).await, conn(&server).await, joined.clone());
     let script_runs = || command_calls(&server, "eval_ro");
     assert_eq!(script_runs().await, 0);
     let snap = Presence::new(churning, Keys::default())

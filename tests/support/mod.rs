@@ -410,3 +410,65 @@ pub fn fleet_ok(server: &RedisServer, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// What a [`Meddled`] connection runs before a call: given the call's packed bytes (one command or
+/// a whole pipeline), a future to await first (a write through another connection), or none.
+pub type Before =
+    std::sync::Arc<dyn Fn(&[u8]) -> Option<futures::future::BoxFuture<'static, ()>> + Send + Sync>;
+
+/// A connection that lets another writer in before the calls it chooses: the writes between a
+/// read's round trips that a read in several must notice.
+#[derive(Clone)]
+pub struct Meddled {
+    inner: MultiplexedConnection,
+    before: Before,
+}
+
+impl Meddled {
+    pub fn new(
+        inner: MultiplexedConnection,
+        before: impl Fn(&[u8]) -> Option<futures::future::BoxFuture<'static, ()>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Meddled {
+            inner,
+            before: std::sync::Arc::new(before),
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for Meddled {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            if let Some(write) = (self.before)(&cmd.get_packed_command()) {
+                write.await;
+            }
+            self.inner.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            if let Some(write) = (self.before)(&pipeline.get_packed_pipeline()) {
+                write.await;
+            }
+            self.inner
+                .req_packed_commands(pipeline, offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
