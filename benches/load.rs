@@ -233,7 +233,7 @@ struct Reading {
     /// Redis's CPU time (system and user), in seconds.
     redis: f64,
     /// The host's busy and total jiffies over all its cores (`/proc/stat`).
-    host: (u64, u64),
+    host: (u64, u64, u64),
     /// `INFO commandstats`: each command's calls and µs.
     commands: BTreeMap<String, (u64, u64)>,
 }
@@ -258,13 +258,16 @@ fn command_stat(line: &str) -> Option<(String, (u64, u64))> {
     Some((name.to_owned(), (get("calls")?, get("usec")?)))
 }
 
-/// The host's busy and total jiffies so far over all its cores (`/proc/stat`'s first line).
-fn host_jiffies() -> (u64, u64) {
+/// The host's busy, total and stolen jiffies so far over all its cores (`/proc/stat`'s first
+/// line). Steal is the time a virtual machine's cores were runnable but its host ran something
+/// else: stalls no process here caused.
+fn host_jiffies() -> (u64, u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpu = stat.lines().next().unwrap_or_default().split_whitespace();
     let times: Vec<u64> = cpu.skip(1).take(8).filter_map(|t| t.parse().ok()).collect();
     let idle: u64 = times.iter().skip(3).take(2).sum();
-    (times.iter().sum::<u64>() - idle, times.iter().sum())
+    let steal = times.get(7).copied().unwrap_or(0);
+    (times.iter().sum::<u64>() - idle, times.iter().sum(), steal)
 }
 
 /// When each bench beats: its own interval, the fleet's mean interval times a factor from 0.9
@@ -365,8 +368,9 @@ struct Window {
     seconds: f64,
     /// Redis's CPU, in percent of one core.
     redis_cpu: f64,
-    /// The host's CPU, in percent of all its cores.
+    /// The host's CPU, in percent of all its cores, and of it the steal (`host_jiffies`).
     host_cpu: f64,
+    steal: f64,
     /// Where Redis's time went: the busiest commands, with their calls and µs.
     busiest: Vec<(String, u64, u64)>,
     /// Beside the loaded window: the controller's passes and the readers' reads, sorted.
@@ -388,12 +392,14 @@ impl Window {
         busiest.sort_by_key(|b| Reverse(b.2));
         busiest.truncate(5);
         let (busy, total) = (after.host.0 - before.host.0, after.host.1 - before.host.1);
+        let steal = after.host.2 - before.host.2;
         let mut window = Window {
             latencies: Vec::new(),
             lag: Duration::ZERO,
             seconds: args.seconds,
             redis_cpu: (after.redis - before.redis) / elapsed * 100.0,
             host_cpu: busy as f64 / total.max(1) as f64 * 100.0,
+            steal: steal as f64 / total.max(1) as f64 * 100.0,
             busiest,
             passes: Vec::new(),
             reads: Vec::new(),
@@ -545,7 +551,10 @@ fn print_windows(args: &Args, quiet: &Window, under: &Window) {
             format!("{:.0}%", w.redis_cpu),
         ];
         let cells = cells.map(|c| format!("{c:>12}")).concat();
-        println!("{name:<7}{cells}  {:.0}% of all cores", w.host_cpu);
+        println!(
+            "{name:<7}{cells}  {:.0}% of all cores ({:.1}% stolen)",
+            w.host_cpu, w.steal
+        );
     }
     for (name, w) in [("quiet", quiet), ("loaded", under)] {
         let busiest: Vec<String> = (w.busiest.iter())
