@@ -693,15 +693,18 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // The generators run on a runtime of their own: a pass or a read that holds a worker for a
     // while (decoding 100 000 rows) must not hold back a beat that is due.
-    let nice: i32 = std::env::var("BEATS_NICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let nice = args.nice;
     let beats = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("beats")
-        .on_thread_start(move || unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice);
+        .on_thread_start(move || {
+            if nice != 0 {
+                // SAFETY: gettid and setpriority read their arguments only. A refusal shows on
+                // redis-server's setting, which `renice` reports.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice);
+                }
+            }
         })
         .enable_all()
         .build()?;
