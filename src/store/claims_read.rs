@@ -3,10 +3,10 @@
 //!
 //! A small group is read by one script (`group_read.lua`), atomic by itself. A large one is read
 //! in two round trips that move no value through Lua: the listing (the group's count of changes,
-//! the index, the operation records, the time), then the claims by `MGET`s of a thousand keys and
-//! the count again. Every script that writes a claim, the index or a record adds one to the count
-//! in the same step, so an unmoved count proves nothing was written in between: the read is the
-//! one the script would have made. The script spent about 3 ms of Redis's single thread on a
+//! the index, the operation records, the time), then the claims by `MGET`s of `BATCH` keys and
+//! the count again. Every script that writes a claim, the index or a record moves the count on
+//! in the same step (`count_change`), so an unmoved count proves nothing was written in between:
+//! the read is the one the script would have made. The script spent about 3 ms of Redis's single thread on a
 //! thousand claims, turning each into a Lua string and back (150 ms for 50 000, quiet, while
 //! every beat waited); the `MGET`s spend about a sixth of that, a millisecond at a time, with the
 //! beats served between them. A count that moved is read again; after three, the script reads.
@@ -15,7 +15,7 @@
 //! read at. A listing that finds the same count before and after it (its pipeline reads the
 //! count first and last) is served from that copy: nothing was written since, so the claims are
 //! the ones held, and neither Redis nor the controller handles them again (at rest, a 100 000-slot
-//! pass moved and decoded some 60 MB of claims for nothing). The count can only come back to a
+//! pass moved and decoded 50 000 claims of some 530 bytes, 27 MB, for nothing). The count can only come back to a
 //! value already seen after a failover that lost writes if a write gave it again, which
 //! `count_change` rules out (the server's time in µs). What fleet's scripts do not write (a claim
 //! key edited by hand) the count cannot see: every `REUSES`-th read of a group reads its claims
@@ -48,6 +48,7 @@ enum Read {
     /// A read of the claims; when the batched read made it, the count it was made at and how
     /// many reads to count its copy as having served already.
     Claims(Reply, Option<(String, usize)>),
+    /// The held claims, with the listing's time and operation records.
     Held(Held, (String, String), Vec<(String, String)>),
 }
 
