@@ -179,7 +179,8 @@ pub(super) struct Held {
     pub(super) claims: Vec<Claim>,
     pub(super) unreadable: Vec<(String, String)>,
     pub(super) unreadable_slots: Vec<Option<String>>,
-    /// Reads served from this copy since it was read.
+    /// Reads counted as served from this copy: none for a copy that replaces one, part of the
+    /// way for a group's first (`claims_read::stagger`).
     pub(super) served: usize,
 }
 
