@@ -467,6 +467,125 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_at_most_two_at_an
     expect(3, "read after a forget");
 }
 
+/// A read through the counting connection: the snapshot, its round trips, and the `EXISTS`
+/// commands Redis ran for it.
+async fn read_counted(
+    p: &Presence<Counting<redis::aio::MultiplexedConnection>>,
+    counting: &Counting<redis::aio::MultiplexedConnection>,
+    server: &fleet::testing::RedisServer,
+) -> (fleet::store::presence::Snapshot, u64, u64) {
+    let (trips, exists) = (counting.trips(), command_calls(server, "exists").await);
+    let snapshot = p.read(&[]).await.unwrap();
+    let exists = command_calls(server, "exists").await - exists;
+    (snapshot, counting.trips() - trips, exists)
+}
+
+// SPEC §2.5: a warm read counts with `EXISTS` only the keys its last read found no heartbeat in,
+// so a fleet that is up costs Redis its `MGET`s alone (at 100 000 benches the counts of every key
+// cost a third of the read); a key newly missed is asked its `TYPE` in a second round trip, and a
+// key of another type reads DOWN saying so whichever read meets it first.
+#[tokio::test]
+async fn a_warm_read_counts_only_the_keys_its_last_read_found_no_heartbeat_in() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let p = Presence::new(counting.clone(), Keys::default());
+    // Three batches of the read's MGET and EXISTS.
+    let n = 600;
+    for i in 0..n {
+        p.beat(&beat(&format!("bench-{i:03}"), Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    p.read(&[]).await.unwrap();
+    let keys = Keys::default();
+    let (gone, hashed) = (
+        keys.heartbeat(&name("bench-100")),
+        keys.heartbeat(&name("bench-500")),
+    );
+    let row = |snap: &fleet::store::presence::Snapshot, n: &str| {
+        let bench = snap.benches.iter().find(|b| b.name.as_str() == n).unwrap();
+        bench.row(snap.now)
+    };
+    let (snap, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!(
+        (trips, exists),
+        (1, 0),
+        "a fleet that is up: no key counted"
+    );
+    assert_eq!(snap.benches.len(), n);
+    assert!(
+        snap.benches
+            .iter()
+            .all(|b| b.verdict(snap.now).state == State::Up)
+    );
+
+    let _: () = raw(&server, &["DEL", &gone]).await;
+    let (snap, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!(
+        (trips, exists),
+        (2, 0),
+        "a key newly missed: its TYPE asked"
+    );
+    assert_eq!(row(&snap, "bench-100").state, State::Down);
+    assert_eq!(
+        row(&snap, "bench-100").error,
+        None,
+        "no key: down, no error"
+    );
+    let (snap, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!(
+        (trips, exists),
+        (1, 1),
+        "the missed key counted, in one round trip"
+    );
+    assert_eq!(row(&snap, "bench-100").state, State::Down);
+
+    // The counted key written as a hash: the count finds it.
+    let _: () = raw(&server, &["HSET", &gone, "f", "v"]).await;
+    let (snap, trips, _) = read_counted(&p, &counting, &server).await;
+    assert_eq!(trips, 2, "a counted key of another type: its TYPE asked");
+    let why = row(&snap, "bench-100").error.unwrap_or_default();
+    assert!(why.contains("holds a hash"), "{why}");
+    // A key that had a heartbeat at the last read written as a hash: MGET misses it first.
+    let _: () = raw(&server, &["DEL", &hashed]).await;
+    let _: () = raw(&server, &["HSET", &hashed, "f", "v"]).await;
+    let (snap, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!(
+        (trips, exists),
+        (2, 1),
+        "only the first key counted; the second asked"
+    );
+    for bench in ["bench-100", "bench-500"] {
+        let r = row(&snap, bench);
+        assert_eq!(r.state, State::Down, "{bench}");
+        assert!(
+            r.error.is_some_and(|e| e.contains("holds a hash")),
+            "{bench}"
+        );
+    }
+
+    // Both back: counted once more, then nothing.
+    for (key, bench) in [(&gone, "bench-100"), (&hashed, "bench-500")] {
+        let _: () = raw(&server, &["DEL", key]).await;
+        p.beat(&beat(bench, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    let (snap, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!(
+        (trips, exists),
+        (1, 1),
+        "the two keys counted, found, in one round trip"
+    );
+    assert!(
+        snap.benches
+            .iter()
+            .all(|b| b.verdict(snap.now).state == State::Up)
+    );
+    let (_, trips, exists) = read_counted(&p, &counting, &server).await;
+    assert_eq!((trips, exists), (1, 0));
+}
+
 // A writer other than fleet that adds to the registry changes its size; the reader notices.
 #[tokio::test]
 async fn a_foreign_registry_member_is_noticed_by_a_reader_holding_the_registry() {

@@ -5,7 +5,7 @@
 //! as the `MGET` of the same keys while every beat waited. The script stays, for a registry that
 //! keeps changing between the listing and the read, and for a listing that cannot be used.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use redis::aio::ConnectionLike;
 
@@ -138,6 +138,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
+        let registry = registry.counting_absent(&snapshot);
         *self.registry.lock().expect("registry lock") = utf8.then(|| Arc::new(registry));
         Ok(Some(snapshot))
     }
@@ -175,6 +176,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
             names,
             foreign,
+            absent: Mutex::default(),
         };
         Named {
             registry,
@@ -301,14 +303,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
         let registry = utf8.then(|| {
-            Arc::new(Registry {
-                version,
-                size: (registered, joined),
-                unproven,
-                keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
-                names,
-                foreign,
-            })
+            Arc::new(
+                Registry {
+                    version,
+                    size: (registered, joined),
+                    unproven,
+                    keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
+                    names,
+                    foreign,
+                    absent: Mutex::default(),
+                }
+                .counting_absent(&snapshot),
+            )
         });
         *self.registry.lock().expect("registry lock") = registry;
         Ok(snapshot)

@@ -1,12 +1,15 @@
 //! The warm fleet read (SPEC §2.5): a reader that holds a current copy of the registry sends one
-//! pipeline (the registry's version and sizes, `HGETALL` of the hold requests, `MGET` and
-//! `EXISTS` of every heartbeat key, `TIME`). A reader without one, or whose copy the pipeline
-//! shows out of date, reads cold (`cold`): it lists the registry and sends the same pipeline over
-//! the listing.
+//! pipeline (the registry's version and sizes, `HGETALL` of the hold requests, `MGET` of every
+//! heartbeat key, `EXISTS` of those its last read found none in, `TIME`). A reader without one,
+//! or whose copy the pipeline shows out of date, reads cold (`cold`): it lists the registry and
+//! sends the same pipeline over the listing.
+
+use std::sync::Mutex;
 
 use redis::aio::ConnectionLike;
 
 use crate::domain::name::BenchName;
+use crate::domain::state::Reading;
 use crate::store::keys::Keys;
 
 use super::decode::{HoldPairs, assemble, mark_wrong_types, parse_result};
@@ -38,6 +41,13 @@ pub(super) struct Registry {
     pub(super) keys: Vec<String>,
     /// Members that are not bench names, reported with every snapshot.
     pub(super) foreign: Vec<String>,
+    /// The indices of the keys the last read of this copy found no heartbeat in, sorted; `None`
+    /// before any (then a read counts every key). Only a key among them can be of another type
+    /// without the read's `MGET` missing it for the first time, so a read counts these with
+    /// `EXISTS` and asks the `TYPE` of a key newly missed: counting all 100 000 keys cost Redis
+    /// as much again as a third of the `MGET` (SPEC §2.5). A hint, never a verdict: a count of
+    /// the wrong keys costs a round trip, not a wrong row.
+    pub(super) absent: Mutex<Option<Vec<usize>>>,
 }
 
 /// What a read over a registry says of it, to check the registry by: its version, the sizes of
@@ -55,6 +65,18 @@ impl Registry {
     /// of the join set that had no join key got one since.
     pub(super) fn is_current(&self, stamp: &Stamp) -> bool {
         stamp.version == self.version && stamp.size == self.size && stamp.proved == 0
+    }
+
+    /// A copy whose next read counts the keys `snapshot`, read over it, found no heartbeat in.
+    pub(super) fn counting_absent(self, snapshot: &Snapshot) -> Self {
+        let absent = (snapshot.benches.iter().enumerate())
+            .filter(|(_, b)| !matches!(b.reading, Reading::Beat(_)))
+            .map(|(i, _)| i)
+            .collect();
+        Registry {
+            absent: Mutex::new(Some(absent)),
+            ..self
+        }
     }
 
     /// A registry of `names` alone (a named read), sorted and without repeats.
@@ -93,21 +115,36 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 
     /// The warm plan: one pipeline over a registry the reader holds. Returns the registry's stamp
-    /// alongside, so the caller can tell whether its copy was current. With `Typing::Later` the
-    /// pipeline counts nothing and the keys of another type are left to the caller.
+    /// alongside, so the caller can tell whether its copy was current. With `Typing::Counted` the
+    /// pipeline counts the keys the copy's last read found no heartbeat in (every key, for a
+    /// copy never read), and a second round trip asks the types of the keys missed when the count
+    /// or a key newly missed says one may hold another type; with `Typing::Later` it counts
+    /// nothing and the keys of another type are left to the caller.
     pub(super) async fn read_registered(
         &self,
         registry: &Registry,
         typing: Typing,
     ) -> Result<(Stamp, Snapshot), PresenceError> {
         let batches = registry.keys.chunks(MGET_BATCH).len();
+        let hint = match typing {
+            Typing::Counted => registry.absent.lock().expect("absent lock").clone(),
+            Typing::Later => None,
+        };
+        let hinted = hint.is_some();
+        let counted: Vec<usize> = match typing {
+            Typing::Counted => hint.unwrap_or_else(|| (0..registry.keys.len()).collect()),
+            Typing::Later => Vec::new(),
+        };
         let (counting, proving) = match typing {
-            Typing::Counted => (batches, registry.unproven.chunks(MGET_BATCH).len()),
+            Typing::Counted => (
+                counted.chunks(MGET_BATCH).len(),
+                registry.unproven.chunks(MGET_BATCH).len(),
+            ),
             Typing::Later => (0, 0),
         };
         let mut conn = self.conn.clone();
         let mut replies: Vec<redis::RedisResult<redis::Value>> = self
-            .warm_pipeline(registry, typing)
+            .warm_pipeline(registry, &counted, typing)
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
@@ -124,7 +161,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         let mut head = replies.into_iter();
         let version: Option<String> = parse_result(head.next())?;
         let size = (parse_result(head.next())?, parse_result(head.next())?);
-        let proved = counted(proved)?;
+        let proved = sum(proved)?;
         let mut problems = Vec::new();
         let holds = self.holds_or_problem(head.next(), &mut problems)?;
         let mut values = Vec::with_capacity(registry.names.len());
@@ -132,10 +169,27 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             let part: Vec<Option<Vec<u8>>> = parse_result(Some(batch))?;
             values.extend(part);
         }
-        let types = if typing == Typing::Counted
-            && counted(exists)? > values.iter().filter(|v| v.is_some()).count()
-        {
-            self.types_of_missing(&registry.keys, &values).await?
+        let stamp = Stamp {
+            version: version.unwrap_or_default(),
+            size,
+            proved,
+        };
+        let types = if typing == Typing::Counted {
+            let absent: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_none()).collect();
+            // A key the count covers that exists where MGET found nothing holds another type; a
+            // key missed that the count did not cover may, too.
+            let found = (counted.iter()).filter(|&&i| values.get(i).is_some_and(Option::is_some));
+            let other = sum(exists)? > found.count()
+                || absent.iter().any(|i| counted.binary_search(i).is_err());
+            *registry.absent.lock().expect("absent lock") = Some(absent);
+            // A held copy the stamp shows out of date is discarded by the caller, which reads
+            // cold: its keys' types would be asked for nothing.
+            let discarded = hinted && !registry.is_current(&stamp);
+            if other && !discarded {
+                self.types_of_missing(&registry.keys, &values).await?
+            } else {
+                Vec::new()
+            }
         } else {
             Vec::new()
         };
@@ -148,24 +202,26 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         )?;
         mark_wrong_types(&mut snapshot, &registry.names, &types);
         snapshot.problems = problems;
-        let stamp = Stamp {
-            version: version.unwrap_or_default(),
-            size,
-            proved,
-        };
         Ok((stamp, snapshot))
     }
 
-    /// The warm plan's pipeline: version, sizes, requests, then `MGET` and `EXISTS` of the
-    /// heartbeat keys in batches, `EXISTS` of the join keys the registry waits for, `TIME`.
-    fn warm_pipeline(&self, registry: &Registry, typing: Typing) -> redis::Pipeline {
+    /// The warm plan's pipeline: version, sizes, requests, then `MGET` of the heartbeat keys and
+    /// `EXISTS` of the `counted` ones in batches, `EXISTS` of the join keys the registry waits
+    /// for, `TIME`.
+    fn warm_pipeline(
+        &self,
+        registry: &Registry,
+        counted: &[usize],
+        typing: Typing,
+    ) -> redis::Pipeline {
         // TIME goes last: Redis runs the pipeline's commands in order, so `now` is never before
         // the instant the keys were read. A key the MGET missed then expired at or before `now`,
         // and a key it saw is judged against `now` by its deadline; a pause of the server
         // between the two can never make a bench read DOWN before its deadline.
         // EXISTS after MGET: a key MGET returns nothing for and EXISTS counts holds another type
         // than a heartbeat (something else wrote it), which only then costs a second round trip
-        // to name. Errors stay per command: a corrupted hold-request hash spoils no bench.
+        // to name; so does a key MGET missed that was not counted (it had a heartbeat at the
+        // last read). Errors stay per command: a corrupted hold-request hash spoils no bench.
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.get(self.keys.registry_version())
@@ -176,8 +232,10 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             pipe.cmd("MGET").arg(batch);
         }
         if typing == Typing::Counted {
-            for batch in registry.keys.chunks(MGET_BATCH) {
-                pipe.cmd("EXISTS").arg(batch);
+            for batch in counted.chunks(MGET_BATCH) {
+                let keys = batch.iter().filter_map(|&i| registry.keys.get(i));
+                pipe.cmd("EXISTS")
+                    .arg(keys.map(String::as_str).collect::<Vec<_>>());
             }
             // Whether a name of the join set that had no join key got one: then it is a bench
             // now.
@@ -240,7 +298,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
 }
 
 /// The sum of a pipeline's counting replies (`EXISTS` in batches).
-fn counted(replies: Vec<redis::RedisResult<redis::Value>>) -> Result<usize, PresenceError> {
+fn sum(replies: Vec<redis::RedisResult<redis::Value>>) -> Result<usize, PresenceError> {
     replies
         .into_iter()
         .map(|reply| parse_result::<usize>(Some(reply)))
