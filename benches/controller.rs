@@ -168,6 +168,12 @@ async fn main() -> anyhow::Result<()> {
         ours[ours.len() / 2] * 1e3,
         redis[redis.len() / 2] * 1e3,
     );
+    drop(ctl);
+    let (rss, peak) = serve_memory(port, slots, 5).await?;
+    println!(
+        "          fleet serve's memory after 5 passes: RSS {rss:.1} MB ({:.0} bytes a slot), peak {peak:.1} MB",
+        rss * 1024.0 * 1024.0 / slots as f64,
+    );
 
     // 2. First UP beat to the ready move, with the controller's own loop running.
     let _ = redis::cmd("FLUSHALL")
@@ -240,6 +246,74 @@ async fn main() -> anyhow::Result<()> {
         latencies[latencies.len() - 1].as_secs_f64() * 1e3,
     );
     Ok(())
+}
+
+/// A field of a process's `/proc/PID/status`, in MB (0 when it cannot be read).
+fn status_mb(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = (status.lines())
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+/// How many passes a `fleet serve` has made, from its `/metrics` (0 while it answers nothing).
+async fn passes_of(metrics: std::net::SocketAddr) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(metrics).await else {
+        return 0;
+    };
+    let mut text = String::new();
+    let asked = stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await;
+    if asked.is_err() || stream.read_to_string(&mut text).await.is_err() {
+        return 0;
+    }
+    (text.lines())
+        .find_map(|l| l.strip_prefix("fleet_pass_seconds_count "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `fleet serve` over the store as section 1 left it, in a process of its own: its RSS once it
+/// has made `passes` passes (what an operator's `ps` shows of the controller at rest: its
+/// configuration, its memory of every slot, the large groups' held claims), and its peak.
+async fn serve_memory(port: u16, slots: usize, passes: u64) -> anyhow::Result<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("fleet.yaml");
+    std::fs::write(&file, yaml(slots, "true"))?;
+    let free = |_| -> anyhow::Result<std::net::SocketAddr> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    };
+    let (metrics, grpc) = (free(())?, free(())?);
+    // FLEET_BENCH_SERVE: another program to run as `fleet serve` (another build, or a wrapper
+    // that runs it under a heap profiler), to see where the memory goes.
+    let program =
+        std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
+    let mut child = tokio::process::Command::new(program)
+        .args(["serve", "--config"])
+        .arg(&file)
+        .args(["--redis", &format!("redis://127.0.0.1:{port}")])
+        .args(["--metrics-addr", &metrics.to_string()])
+        .args(["--grpc-addr", &grpc.to_string()])
+        // The first pass over 100 000 slots writes every status in one call per group.
+        .args(["--timeout", "60s"])
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().expect("running");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while passes_of(metrics).await < passes {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "fleet serve made no {passes} passes"
+        );
+        anyhow::ensure!(child.try_wait()?.is_none(), "fleet serve exited");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let memory = (status_mb(pid, "VmRSS"), status_mb(pid, "VmHWM"));
+    child.kill().await?;
+    Ok(memory)
 }
 
 /// This process's CPU time so far (user and system, every thread), in seconds.

@@ -574,3 +574,106 @@ slots:
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A step on a fresh ledger of `slot`: on at `t`.
+fn first_step(
+    slot: &str,
+    t: DateTime<Utc>,
+) -> (
+    fleet::domain::name::BenchName,
+    Ledger,
+    fleet::domain::energy::Advance,
+) {
+    let mut ledger = Ledger::default();
+    let advance = ledger.observe(Some(Power::On), t);
+    (name(slot), ledger, advance)
+}
+
+// A group's steps go in one pipeline, the first whole (`EVAL`) and the rest by hash behind it (a
+// 100 000-slot pass sent 2.3 kB of script per step and peaked at 1.4 GB, SPEC §5.7); a user
+// whose ACL refuses `EVALSHA` (a file written before fleet used it) gets every step written all
+// the same, the refused ones sent again whole.
+#[tokio::test]
+async fn a_groups_steps_go_by_hash_after_the_first_and_whole_again_where_evalsha_is_refused() {
+    let server = server();
+    let _leader = leader(&server, "1").await;
+    let steps_of = |prefix: &str, t| {
+        (0..5)
+            .map(|i| first_step(&format!("{prefix}{i}"), t))
+            .collect::<Vec<_>>()
+    };
+    let account = |store: EnergyStore<MultiplexedConnection>,
+                   taken: Vec<(
+        fleet::domain::name::BenchName,
+        Ledger,
+        fleet::domain::energy::Advance,
+    )>| async move {
+        let steps: Vec<fleet::store::energy::Step> = (taken.iter())
+            .map(|(slot, after, advance)| fleet::store::energy::Step {
+                slot,
+                before: None,
+                after,
+                advance,
+            })
+            .collect();
+        store.account_all(&group(), &steps).await.unwrap()
+    };
+    let calls = |server| async move {
+        (
+            command_calls(server, "eval").await,
+            command_calls(server, "evalsha").await,
+        )
+    };
+
+    let store = EnergyStore::new(conn(&server).await, Keys::default()).fenced("1");
+    let before = calls(&server).await;
+    let answers = account(store, steps_of("a", at(1, 0, 0))).await;
+    assert!(
+        answers.iter().all(|a| matches!(a, Ok(Accounted::Written))),
+        "{answers:?}"
+    );
+    let after = calls(&server).await;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 4),
+        "one whole, four by hash"
+    );
+
+    let _: () = raw(
+        &server,
+        &[
+            "ACL", "SETUSER", "old", "on", ">pw", "~*", "+@all", "-evalsha",
+        ],
+    )
+    .await;
+    let mut old = conn(&server).await;
+    let _: () = redis::cmd("AUTH")
+        .arg("old")
+        .arg("pw")
+        .query_async(&mut old)
+        .await
+        .unwrap();
+    let store = EnergyStore::new(old, Keys::default()).fenced("1");
+    let answers = account(store, steps_of("b", at(2, 0, 0))).await;
+    assert!(
+        answers.iter().all(|a| matches!(a, Ok(Accounted::Written))),
+        "{answers:?}"
+    );
+    let last = calls(&server).await;
+    assert_eq!(
+        (last.0 - after.0, last.1 - after.1),
+        (5, 0),
+        "refused by hash, then whole"
+    );
+
+    let reader = EnergyStore::new(conn(&server).await, Keys::default());
+    for (slot, t) in [
+        ("a0", at(1, 0, 0)),
+        ("a4", at(1, 0, 0)),
+        ("b0", at(2, 0, 0)),
+        ("b4", at(2, 0, 0)),
+    ] {
+        let stored = reader.read(&group(), &name(slot)).await.unwrap();
+        assert_eq!(stored.ledger.mark().map(|m| m.at), Some(t), "{slot}");
+    }
+}

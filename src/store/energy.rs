@@ -21,7 +21,7 @@ use crate::domain::energy::{Advance, Bucket, Ledger, Mark, date_of, day_of_date}
 use crate::domain::name::{BenchName, GroupName};
 
 use super::keys::Keys;
-use super::script::{Script, eval, script, server_time};
+use super::script::{Script, Start, pipelined, script, server_time};
 
 const ACCOUNT: Script = script!("energy_account.lua");
 
@@ -273,8 +273,9 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
     }
 
     /// Writes the steps of a group's slots, each its own compare-and-set, in one round trip (a
-    /// pipeline of the script): the answers in the steps' order. A refused fence is that step's
-    /// error; an error of the call is the whole call's.
+    /// pipeline of the script, by its hash after the first: `script::pipelined`): the answers in
+    /// the steps' order. A refused fence is that step's error; an error of the call is the whole
+    /// call's.
     pub async fn account_all(
         &self,
         group: &GroupName,
@@ -283,19 +284,25 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         let Some(first) = steps.first() else {
             return Ok(Vec::new());
         };
-        let mut pipe = redis::pipe();
-        for step in steps {
-            pipe.add_command(self.step_command(group, step)?);
-        }
+        let marks = (steps.iter())
+            .map(|step| step.after.mark())
+            .collect::<Option<Vec<Mark>>>()
+            .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
         let mut conn = self.conn.clone();
-        let answers: Vec<(i64, String)> =
-            pipe.query_async(&mut conn)
-                .await
-                .map_err(|source| EnergyError::Account {
-                    group: group.clone(),
-                    slot: first.slot.clone(),
-                    source,
-                })?;
+        let call = |i: usize, start: Start| self.step_command(group, &steps[i], marks[i], start);
+        let answers = pipelined(&mut conn, steps.len(), call).await;
+        let answers: Vec<(i64, String)> = answers
+            .and_then(|values| {
+                let decoded = values.iter().map(redis::from_redis_value_ref);
+                decoded
+                    .collect::<Result<_, _>>()
+                    .map_err(redis::RedisError::from)
+            })
+            .map_err(|source| EnergyError::Account {
+                group: group.clone(),
+                slot: first.slot.clone(),
+                source,
+            })?;
         if answers.len() != steps.len() {
             return Err(EnergyError::Reply(format!(
                 "{} answers to {} steps",
@@ -316,14 +323,16 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
             .collect())
     }
 
-    /// The script call of one step.
-    fn step_command(&self, group: &GroupName, step: &Step<'_>) -> Result<redis::Cmd, EnergyError> {
+    /// The script call of one step, which leaves `mark`.
+    fn step_command(
+        &self,
+        group: &GroupName,
+        step: &Step<'_>,
+        mark: Mark,
+        start: Start,
+    ) -> redis::Cmd {
         let g = self.keys.group(group);
-        let mark = step
-            .after
-            .mark()
-            .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
-        let mut cmd = eval(ACCOUNT, &[g.energy(step.slot), g.fence()]);
+        let mut cmd = start(ACCOUNT, &[g.energy(step.slot), g.fence()]);
         cmd.arg(self.fence.as_deref().unwrap_or(""))
             .arg(step.before.map(|m| m.render()).unwrap_or_default())
             .arg(mark.render());
@@ -342,7 +351,7 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
                 cmd.arg(field);
             }
         }
-        Ok(cmd)
+        cmd
     }
 }
 

@@ -8,7 +8,9 @@
 //! it could take (measured with redis-benchmark on Redis 7.0.15: 16 500 beats/s with `EVAL`,
 //! 33 000 with `EVALSHA`). Such a call sends `EVALSHA`, and the whole script only when the server
 //! answers NOSCRIPT (it ran nothing): one round trip, two the first time after the server lost its
-//! script cache (a restart, a failover, `SCRIPT FLUSH`). The hashes are computed by `build.rs`, so
+//! script cache (a restart, a failover, `SCRIPT FLUSH`). A pipeline of many calls of one script
+//! (a pass's energy steps, one a slot) sends the first whole and the rest by hash ([`pipelined`]).
+//! The hashes are computed by `build.rs`, so
 //! no binary hashes anything. The prelude (`lua/prelude.lua`) makes a command that meets a key of
 //! a foreign type fail naming the key (SPEC §2.7).
 //!
@@ -87,6 +89,65 @@ fn whole(command: &str, script: Script, keys: &[String]) -> redis::Cmd {
     let mut cmd = redis::cmd(command);
     cmd.arg(script.text).arg(keys.len()).arg(keys);
     cmd
+}
+
+/// `EVALSHA` of a script over its keys (its arguments are added by the caller), for
+/// [`pipelined`].
+pub(crate) fn by_hash(script: Script, keys: &[String]) -> redis::Cmd {
+    debug_assert!(one_slot(keys), "a script's keys span hash slots: {keys:?}");
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.sha).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// How a pipelined call of a script starts: [`eval`] or [`by_hash`].
+pub(crate) type Start = fn(Script, &[String]) -> redis::Cmd;
+
+/// `calls` calls of one script in one pipeline, the answers in their order: the first whole
+/// (`EVAL`), which leaves the script in the server's cache, the rest by hash behind it, since
+/// Redis runs a connection's commands in order. `call(i, start)` builds the `i`-th call from
+/// `start(script, keys)`. A call answered NOSCRIPT (the cache flushed between) or refused
+/// `EVALSHA` by the user's ACL ran nothing, and those calls go again whole, in a second round
+/// trip. Any other error answer is the whole call's error, as a pipeline's first error is.
+/// Why: a 100 000-slot pass's energy steps went whole, 2.3 kB of script each; building,
+/// encoding and buffering them took 1.4 GB at the peak (SPEC §5.7).
+pub(crate) async fn pipelined<C: ConnectionLike>(
+    conn: &mut C,
+    calls: usize,
+    call: impl Fn(usize, Start) -> redis::Cmd,
+) -> redis::RedisResult<Vec<redis::Value>> {
+    let query = |indices: &mut dyn Iterator<Item = (usize, Start)>| {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (i, start) in indices {
+            pipe.add_command(call(i, start));
+        }
+        pipe
+    };
+    let mut all = (0..calls).map(|i| (i, if i == 0 { eval } else { by_hash } as Start));
+    let mut answers: Vec<redis::RedisResult<redis::Value>> =
+        query(&mut all).query_async(conn).await?;
+    let again: Vec<usize> = (answers.iter().enumerate())
+        .filter(|(_, a)| a.as_ref().is_err_and(ran_nothing))
+        .map(|(i, _)| i)
+        .collect();
+    if !again.is_empty() {
+        let mut whole = again.iter().map(|&i| (i, eval as Start));
+        let retried: Vec<redis::RedisResult<redis::Value>> =
+            query(&mut whole).query_async(conn).await?;
+        for (i, answer) in again.into_iter().zip(retried) {
+            if let Some(slot) = answers.get_mut(i) {
+                *slot = answer;
+            }
+        }
+    }
+    answers.into_iter().collect()
+}
+
+/// Whether an error answer to `EVALSHA` says the call ran nothing: NOSCRIPT, or the user's
+/// refusal of `EVALSHA` itself.
+fn ran_nothing(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) || refuses_evalsha(e)
 }
 
 /// A call of a script by its hash (`EVALSHA`), over its keys, sending the script whole only when
