@@ -302,20 +302,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .collect();
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
-        let registry = utf8.then(|| {
-            Arc::new(
-                Registry {
-                    version,
-                    size: (registered, joined),
-                    unproven,
-                    keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
-                    names,
-                    foreign,
-                    absent: Mutex::default(),
-                }
-                .counting_absent(&snapshot),
-            )
-        });
+        let keys = names.iter().map(|n| self.keys.heartbeat(n)).collect();
+        let (size, absent) = ((registered, joined), Mutex::default());
+        let registry = Registry {
+            version,
+            size,
+            unproven,
+            keys,
+            names,
+            foreign,
+            absent,
+        };
+        let registry = utf8.then(|| Arc::new(registry.counting_absent(&snapshot)));
         *self.registry.lock().expect("registry lock") = registry;
         Ok(snapshot)
     }

@@ -174,24 +174,13 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             size,
             proved,
         };
-        let types = if typing == Typing::Counted {
-            let absent: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_none()).collect();
-            // A key the count covers that exists where MGET found nothing holds another type; a
-            // key missed that the count did not cover may, too.
-            let found = (counted.iter()).filter(|&&i| values.get(i).is_some_and(Option::is_some));
-            let other = sum(exists)? > found.count()
-                || absent.iter().any(|i| counted.binary_search(i).is_err());
-            *registry.absent.lock().expect("absent lock") = Some(absent);
-            // A held copy the stamp shows out of date is discarded by the caller, which reads
-            // cold: its keys' types would be asked for nothing.
-            let discarded = hinted && !registry.is_current(&stamp);
-            if other && !discarded {
-                self.types_of_missing(&registry.keys, &values).await?
-            } else {
-                Vec::new()
+        let types = match typing {
+            Typing::Counted => {
+                let counts = (counted.as_slice(), sum(exists)?, hinted);
+                self.types_counted(registry, counts, &stamp, &values)
+                    .await?
             }
-        } else {
-            Vec::new()
+            Typing::Later => Vec::new(),
         };
         let mut snapshot = assemble(
             time,
@@ -203,6 +192,31 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         mark_wrong_types(&mut snapshot, &registry.names, &types);
         snapshot.problems = problems;
         Ok((stamp, snapshot))
+    }
+
+    /// The types of the keys a counted read missed, when one may hold another type: a key the
+    /// count covers that exists where `MGET` found nothing, or a key missed that the count did
+    /// not cover. Keeps the keys missed as the copy's next count (`Registry::absent`).
+    async fn types_counted(
+        &self,
+        registry: &Registry,
+        (counted, existing, hinted): (&[usize], usize, bool),
+        stamp: &Stamp,
+        values: &[Option<Vec<u8>>],
+    ) -> Result<Vec<(usize, String)>, PresenceError> {
+        let absent: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_none()).collect();
+        let found = (counted.iter()).filter(|&&i| values.get(i).is_some_and(Option::is_some));
+        let other =
+            existing > found.count() || absent.iter().any(|i| counted.binary_search(i).is_err());
+        *registry.absent.lock().expect("absent lock") = Some(absent);
+        // A held copy the stamp shows out of date is discarded by the caller, which reads cold:
+        // its keys' types would be asked for nothing.
+        let discarded = hinted && !registry.is_current(stamp);
+        if other && !discarded {
+            self.types_of_missing(&registry.keys, values).await
+        } else {
+            Ok(Vec::new())
+        }
     }
 
     /// The warm plan's pipeline: version, sizes, requests, then `MGET` of the heartbeat keys and
