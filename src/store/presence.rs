@@ -7,11 +7,11 @@
 //!
 //! The fleet read has two plans (SPEC §2.5). A reader that holds a current copy of the registry
 //! sends one pipeline: the registry's version and sizes, `TIME`, `MGET` of every heartbeat key,
-//! `EXISTS` of those the last read found none in, and `HGETALL` of the hold requests. A reader without one, or whose copy the version shows out
-//! of date, lists the registry first and then sends that pipeline over it: one round trip more,
-//! where the read script that resolves the registry on the server in one would hold Redis's
-//! thread ten times as long while every beat waits. The script remains for a registry that
-//! keeps changing under the listing.
+//! `EXISTS` of those the last read found none in, and `HGETALL` of the hold requests. A reader
+//! without one, or whose copy the version shows out of date, lists the registry first and then
+//! sends that pipeline over it: one round trip more, where the read script that resolves the
+//! registry on the server in one would hold Redis's thread ten times as long while every beat
+//! waits. The script remains for a registry that keeps changing under the listing.
 //!
 //! The registry is two sets (SPEC §2.3): the registry proper, which only fleet's own users write,
 //! and the join set, which every bench's beat adds its name to; a name in the join set counts only

@@ -10,8 +10,7 @@
 //! answers NOSCRIPT (it ran nothing): one round trip, two the first time after the server lost its
 //! script cache (a restart, a failover, `SCRIPT FLUSH`). A pipeline of many calls of one script
 //! (a pass's energy steps, one a slot) sends the first whole and the rest by hash ([`pipelined`]).
-//! The hashes are computed by `build.rs`, so
-//! no binary hashes anything. The prelude (`lua/prelude.lua`) makes a command that meets a key of
+//! The hashes are computed by `build.rs`, so no binary hashes anything. The prelude (`lua/prelude.lua`) makes a command that meets a key of
 //! a foreign type fail naming the key (SPEC §2.7).
 //!
 //! A script that only reads is sent with `EVAL_RO`: Redis asks `EVAL` for write permission on
