@@ -258,6 +258,11 @@ fn status_mb(pid: u32, field: &str) -> f64 {
     kib / 1024.0
 }
 
+/// A loopback address no one listens on now, for a child to bind.
+fn free_address() -> anyhow::Result<std::net::SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
 /// How many passes a `fleet serve` has made, from its `/metrics` (0 while it answers nothing).
 async fn passes_of(metrics: std::net::SocketAddr) -> u64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -282,10 +287,7 @@ async fn serve_memory(port: u16, slots: usize, passes: u64) -> anyhow::Result<(f
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("fleet.yaml");
     std::fs::write(&file, yaml(slots, "true"))?;
-    let free = |_| -> anyhow::Result<std::net::SocketAddr> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-    };
-    let (metrics, grpc) = (free(())?, free(())?);
+    let (metrics, grpc) = (free_address()?, free_address()?);
     // FLEET_BENCH_SERVE: another program to run as `fleet serve` (another build, or a wrapper
     // that runs it under a heap profiler), to see where the memory goes.
     let program =

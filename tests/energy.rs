@@ -575,18 +575,43 @@ slots:
     }
 }
 
-/// A step on a fresh ledger of `slot`: on at `t`.
-fn first_step(
-    slot: &str,
+/// Five steps on fresh ledgers (`<prefix>0` to `<prefix>4`, each on at `t`) written by `store`
+/// in one call, every one written: the `EVAL`s and `EVALSHA`s Redis ran for them.
+async fn account_five(
+    server: &fleet::testing::RedisServer,
+    store: EnergyStore<MultiplexedConnection>,
+    prefix: &str,
     t: DateTime<Utc>,
-) -> (
-    fleet::domain::name::BenchName,
-    Ledger,
-    fleet::domain::energy::Advance,
-) {
-    let mut ledger = Ledger::default();
-    let advance = ledger.observe(Some(Power::On), t);
-    (name(slot), ledger, advance)
+) -> (u64, u64) {
+    let taken: Vec<_> = (0..5)
+        .map(|i| {
+            let mut ledger = Ledger::default();
+            let advance = ledger.observe(Some(Power::On), t);
+            (name(&format!("{prefix}{i}")), ledger, advance)
+        })
+        .collect();
+    let steps: Vec<fleet::store::energy::Step> = (taken.iter())
+        .map(|(slot, after, advance)| fleet::store::energy::Step {
+            slot,
+            before: None,
+            after,
+            advance,
+        })
+        .collect();
+    let calls = || async {
+        (
+            command_calls(server, "eval").await,
+            command_calls(server, "evalsha").await,
+        )
+    };
+    let before = calls().await;
+    let answers = store.account_all(&group(), &steps).await.unwrap();
+    assert!(
+        answers.iter().all(|a| matches!(a, Ok(Accounted::Written))),
+        "{answers:?}"
+    );
+    let after = calls().await;
+    (after.0 - before.0, after.1 - before.1)
 }
 
 // A group's steps go in one pipeline, the first whole (`EVAL`) and the rest by hash behind it (a
@@ -597,44 +622,9 @@ fn first_step(
 async fn a_groups_steps_go_by_hash_after_the_first_and_whole_again_where_evalsha_is_refused() {
     let server = server();
     let _leader = leader(&server, "1").await;
-    let steps_of = |prefix: &str, t| {
-        (0..5)
-            .map(|i| first_step(&format!("{prefix}{i}"), t))
-            .collect::<Vec<_>>()
-    };
-    let account = |store: EnergyStore<MultiplexedConnection>,
-                   taken: Vec<(
-        fleet::domain::name::BenchName,
-        Ledger,
-        fleet::domain::energy::Advance,
-    )>| async move {
-        let steps: Vec<fleet::store::energy::Step> = (taken.iter())
-            .map(|(slot, after, advance)| fleet::store::energy::Step {
-                slot,
-                before: None,
-                after,
-                advance,
-            })
-            .collect();
-        store.account_all(&group(), &steps).await.unwrap()
-    };
-    let calls = |server| async move {
-        (
-            command_calls(server, "eval").await,
-            command_calls(server, "evalsha").await,
-        )
-    };
-
     let store = EnergyStore::new(conn(&server).await, Keys::default()).fenced("1");
-    let before = calls(&server).await;
-    let answers = account(store, steps_of("a", at(1, 0, 0))).await;
-    assert!(
-        answers.iter().all(|a| matches!(a, Ok(Accounted::Written))),
-        "{answers:?}"
-    );
-    let after = calls(&server).await;
     assert_eq!(
-        (after.0 - before.0, after.1 - before.1),
+        account_five(&server, store, "a", at(1, 0, 0)).await,
         (1, 4),
         "one whole, four by hash"
     );
@@ -654,14 +644,8 @@ async fn a_groups_steps_go_by_hash_after_the_first_and_whole_again_where_evalsha
         .await
         .unwrap();
     let store = EnergyStore::new(old, Keys::default()).fenced("1");
-    let answers = account(store, steps_of("b", at(2, 0, 0))).await;
-    assert!(
-        answers.iter().all(|a| matches!(a, Ok(Accounted::Written))),
-        "{answers:?}"
-    );
-    let last = calls(&server).await;
     assert_eq!(
-        (last.0 - after.0, last.1 - after.1),
+        account_five(&server, store, "b", at(2, 0, 0)).await,
         (5, 0),
         "refused by hash, then whole"
     );

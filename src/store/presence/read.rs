@@ -126,14 +126,13 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         typing: Typing,
     ) -> Result<(Stamp, Snapshot), PresenceError> {
         let batches = registry.keys.chunks(MGET_BATCH).len();
-        let hint = match typing {
-            Typing::Counted => registry.absent.lock().expect("absent lock").clone(),
-            Typing::Later => None,
-        };
-        let hinted = hint.is_some();
-        let counted: Vec<usize> = match typing {
-            Typing::Counted => hint.unwrap_or_else(|| (0..registry.keys.len()).collect()),
-            Typing::Later => Vec::new(),
+        // The keys counted, and whether they are the copy's hint rather than every key.
+        let (counted, hinted): (Vec<usize>, bool) = match typing {
+            Typing::Counted => match registry.absent.lock().expect("absent lock").clone() {
+                Some(absent) => (absent, true),
+                None => ((0..registry.keys.len()).collect(), false),
+            },
+            Typing::Later => (Vec::new(), false),
         };
         let (counting, proving) = match typing {
             Typing::Counted => (
