@@ -18,6 +18,8 @@
 //! - [`slot`]: one slot's pass as a plan of steps, with its report (SPEC §4.5).
 //! - [`timeline`]: a claim's timeline entries (SPEC §4.4).
 //! - [`sight`]: blindness and its grace, mass vanishing, the windows of a wiped store (SPEC §5.2).
+//! - [`text`]: the characters a text a person reads may hold: no control, no bidi control
+//!   (SPEC §2.1).
 //! - [`wake`]: when the controller passes next to see a key's expiry (SPEC §4.5).
 //! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
 //!   plans of its changes (SPEC §6.3).
@@ -36,5 +38,6 @@ pub mod sight;
 pub mod sizing;
 pub mod slot;
 pub mod state;
+pub mod text;
 pub mod timeline;
 pub mod wake;

@@ -281,10 +281,10 @@ pub enum InvalidReason {
     Empty,
     #[error("invalid hold reason: {0} characters, at most {MAX_REASON_LEN} are allowed")]
     TooLong(usize),
-    #[error(
-        "invalid hold reason {0:?}: it has a control character (tab, newline, ...); a reason is one printable line"
-    )]
-    Control(String),
+    /// A control character (tab, newline, escape, ...) or a bidirectional control (U+202E,
+    /// ...), which a terminal or a page would act on rather than show (SPEC §2.1).
+    #[error("invalid hold reason: {0}; a reason is one printable line")]
+    Character(crate::domain::text::Unsafe),
 }
 
 impl Reason {
@@ -296,8 +296,8 @@ impl Reason {
         if len > MAX_REASON_LEN {
             return Err(InvalidReason::TooLong(len));
         }
-        if text.chars().any(char::is_control) {
-            return Err(InvalidReason::Control(text.to_owned()));
+        if let Some(found) = crate::domain::text::first_unsafe(text) {
+            return Err(InvalidReason::Character(found));
         }
         Ok(Self(text.to_owned()))
     }
@@ -497,12 +497,19 @@ mod tests {
         assert_eq!(Reason::parse("   "), Err(InvalidReason::Empty));
         assert!(matches!(
             Reason::parse("a\tb"),
-            Err(InvalidReason::Control(_))
+            Err(InvalidReason::Character(u)) if u.position == 2
         ));
         assert!(matches!(
             Reason::parse("a\nb"),
-            Err(InvalidReason::Control(_))
+            Err(InvalidReason::Character(_))
         ));
+        // SPEC §2.1: a bidirectional control would show another reason than the one written.
+        assert_eq!(
+            Reason::parse("ok \u{202E}evil").unwrap_err().to_string(),
+            "invalid hold reason: character 4 is U+202E (RIGHT-TO-LEFT OVERRIDE), a \
+             bidirectional control, which reorders the text around it; a reason is one printable \
+             line"
+        );
         assert!(Reason::parse(&"x".repeat(256)).is_ok());
         assert_eq!(
             Reason::parse(&"x".repeat(257)),
