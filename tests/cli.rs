@@ -843,16 +843,18 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
     let (out, _) = run(&server, &["state", "b1", "-o", "json"]).await;
     assert!(out.contains(r#""state": "UP""#), "the beat landed: {out}");
 
-    // The join set, which every beat adds its bench to (the registry proper, before SPEC §2.11).
-    let _: () = raw(&server, &["SET", &keys.joined(), "garbage"]).await;
+    // The registry, which a beat whose user may adds its bench to: the beat lands, unregistered,
+    // and says which key and how to repair it (SPEC §2.3).
+    let _: () = raw(&server, &["DEL", &keys.hold_requests()]).await;
+    let _: () = raw(&server, &["SET", &keys.registry(), "garbage"]).await;
     let o = fleet(&["--redis", &url, "beat", "b1"], &[]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
         err.contains(&format!(
-            "the key {} holds another type of value than fleet writes there",
-            keys.joined()
-        )),
+            "{} is not the set of registered benches",
+            keys.registry()
+        )) && err.contains("redis-cli DEL"),
         "{err}"
     );
     assert!(
@@ -860,4 +862,19 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+    // A script that meets a key of another type fails naming that key, never a script hash.
+    let o = fleet(&["--redis", &url, "forget", "b1"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "the key {} holds another type of value than fleet writes there",
+            keys.registry()
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("script:") && !err.contains("user_script"),
+        "{err}"
+    );
 }

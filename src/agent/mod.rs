@@ -217,9 +217,18 @@ impl Agent {
                 why: Some(REFUSAL.to_owned()),
             },
         };
-        if let Err(e) = store.acknowledge(name, &request, &ack).await {
-            warn!(bench = %name, nonce, error = error_chain(e), "the power-off request could not be answered; answering it on the next beat");
-            return;
+        match store.acknowledge(name, &request, &ack).await {
+            Ok(true) => {}
+            // The request lapsed or was replaced since the beat read it: an answer to it would
+            // be an answer to nothing, and its command is not run (SPEC §4.10).
+            Ok(false) => {
+                info!(bench = %name, nonce, "the power-off request no longer stands; not answered, not obeyed");
+                return;
+            }
+            Err(e) => {
+                warn!(bench = %name, nonce, error = error_chain(e), "the power-off request could not be answered; answering it on the next beat");
+                return;
+            }
         }
         self.emit(Event::OffAnswered {
             nonce: nonce.clone(),

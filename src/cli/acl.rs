@@ -29,11 +29,12 @@ pub struct Args {
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let config = config::load(&self.config).map_err(|e| Error::Usage(e.into()))?;
-        let users = User::all(config.slots.keys()).map_err(|e| Error::Usage(e.into()))?;
+        let users =
+            User::all(&ctx.keys, config.slots.keys()).map_err(|e| Error::Usage(e.into()))?;
         let mut lines = Vec::with_capacity(users.len());
         let mut problems = Vec::new();
         for user in &users {
-            match password(&self.passwords, user.name()) {
+            match password(&self.passwords, &user.name(&ctx.keys)) {
                 Ok(password) => lines.push(user.line(&ctx.keys, &password)),
                 Err(problem) => problems.push(problem),
             }

@@ -23,6 +23,7 @@ pub mod live;
 pub mod operation;
 pub mod output;
 pub mod page;
+pub mod register;
 pub mod release;
 pub mod reload;
 pub mod reset;
@@ -130,6 +131,8 @@ pub enum Command {
     Release(release::Args),
     /// Remove benches from the registry.
     Forget(forget::Args),
+    /// Register benches, so every reader lists them (fleet serve registers its slots itself).
+    Register(register::Args),
     /// Run the lifecycle controller and the cluster-autoscaler provider.
     Serve(Box<serve::Args>),
     /// The groups: size bounds, target, health.
@@ -314,6 +317,7 @@ impl Command {
             Command::Hold(args) => args.run(ctx, out).await,
             Command::Release(args) => args.run(ctx, out).await,
             Command::Forget(args) => args.run(ctx, out).await,
+            Command::Register(args) => args.run(ctx, out).await,
             Command::Serve(args) => args.run(ctx, out).await,
             Command::Groups(args) => args.run(ctx, out).await,
             Command::Energy(args) => args.run(ctx, out).await,

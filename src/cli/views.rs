@@ -48,7 +48,7 @@ impl World {
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
         let readings = BmcStore::new(conn.clone(), keys.clone());
-        let store = ClaimStore::new(conn, keys.clone());
+        let store = ClaimStore::new(conn, keys.clone()).without_scripts();
         let read = store
             .read_groups(&catalog.group_names())
             .await

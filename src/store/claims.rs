@@ -197,6 +197,9 @@ pub struct ClaimStore<C> {
     /// its last batched read found them (`claims_read`).
     pub(super) large:
         std::sync::Arc<std::sync::Mutex<std::collections::HashMap<GroupName, Option<Held>>>>,
+    /// Whether this store's reads may run a script (the controller's), or read with plain
+    /// commands alone (the views: a user that may run one script may run any, SPEC §7).
+    pub(super) scripts: bool,
 }
 
 fn flag(on: bool) -> &'static str {
@@ -217,6 +220,16 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             keys,
             fence: None,
             large: Default::default(),
+            scripts: true,
+        }
+    }
+
+    /// The same store, reading with plain commands alone (SPEC §7): the views, which run as a
+    /// user that may run no script.
+    pub fn without_scripts(self) -> Self {
+        Self {
+            scripts: false,
+            ..self
         }
     }
 

@@ -1,7 +1,8 @@
 //! A group's claims read (SPEC §4.3): every claim in the group's index, the slots' operation
 //! records and the server's time, as they all stood at one moment.
 //!
-//! A small group is read by one script (`group_read.lua`), atomic by itself. A large one is read
+//! A small group is read by one script (`group_read.lua`), atomic by itself; a store without
+//! scripts (the views, SPEC §7) reads every group in batches, as a large one. A large one is read
 //! in two round trips that move no value through Lua: the listing (the group's count of changes,
 //! the index, the operation records, the time), then the claims by `MGET`s of `BATCH` keys and
 //! the count again. Every script that writes a claim, the index or a record moves the count on
@@ -39,6 +40,12 @@ const BATCH: usize = 250;
 
 /// Batched reads tried while the group's count keeps moving, before the script reads it.
 const TRIES: usize = 3;
+
+/// Batched reads a store without scripts (a view) tries while the group's count keeps moving,
+/// before it says so: a view has no script to fall back on (SPEC §7), and ten writes of one group
+/// in a row, each between a listing and its read, is a controller rewriting the group's claims on
+/// every pass.
+const VIEW_TRIES: usize = 10;
 
 /// Reads of a large group served from its held claims before one reads them again.
 const REUSES: usize = 10;
@@ -106,6 +113,18 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             Ok(mut l) => l.get_mut(group).map(Option::take),
             Err(_) => None,
         };
+        if !self.scripts {
+            for _ in 0..VIEW_TRIES {
+                if let Some(read) = self.read_in_batches(group, &mut None).await? {
+                    return Ok(read);
+                }
+            }
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the group's claims changed under every read",
+                format!("{VIEW_TRIES} reads in a row; try again"),
+            )));
+        }
         if let Some(mut held) = held {
             for _ in 0..TRIES {
                 if let Some(read) = self.read_in_batches(group, &mut held).await? {

@@ -28,6 +28,10 @@ pub const ACK_OUTLIVES: Duration = Duration::from_secs(600);
 /// write.
 const MAX_NONCE: usize = 64;
 
+/// The most bytes of an acknowledgement the wrapper reads: an agent's is about 250 bytes with its
+/// reason, so more is a foreign write, never read whole (SPEC §7).
+pub const MAX_ACK: usize = 2_048;
+
 /// A power-off request, as the wrapper wrote it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffRequest {
@@ -118,45 +122,95 @@ impl<C: ConnectionLike + Clone + Send> PowerOff<C> {
     }
 
     /// The bench's last acknowledgement: `None` when there is none; an unreadable one (a
-    /// foreign write) is `Some(Err(why))`. One round trip.
+    /// foreign write, or one past `MAX_ACK` bytes) is `Some(Err(why))`. One round trip. The
+    /// bench writes this key with its own user, so it is read bounded, never whole (SPEC §7).
     pub async fn answer(
         &self,
         name: &BenchName,
     ) -> Result<Option<Result<OffAck, String>>, PowerOffError> {
         let mut conn = self.conn.clone();
-        let raw: Option<String> = redis::cmd("GET")
+        let raw: Vec<u8> = redis::cmd("GETRANGE")
             .arg(self.keys.off_ack(name))
+            .arg(0)
+            .arg(MAX_ACK)
             .query_async(&mut conn)
             .await
             .map_err(|source| PowerOffError::Answer {
                 name: name.clone(),
                 source,
             })?;
-        Ok(raw.map(|raw| decode_ack(&raw)))
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        if raw.len() > MAX_ACK {
+            return Ok(Some(Err(format!(
+                "the power-off acknowledgement is larger than {MAX_ACK} bytes: not one an agent \
+                 writes"
+            ))));
+        }
+        Ok(Some(decode_ack(&String::from_utf8_lossy(&raw))))
     }
 
-    /// The bench's answer to `request`, kept `ACK_OUTLIVES` past the request's lapse. One
-    /// round trip, with the bench's own user: it may write this key and no other bench's.
+    /// The bench's answer to `request`, kept `ACK_OUTLIVES` past the request's lapse, written
+    /// only while that very request still stands (SPEC §4.10): the request is watched and read,
+    /// and the answer goes in a transaction that Redis refuses when the request changed, lapsed
+    /// or was replaced in between. Returns whether it landed; one that did not answers nothing,
+    /// and the caller must not obey it. Two round trips, with the bench's own user: it may write
+    /// this key and no other bench's, and watch and read its own request.
     pub async fn acknowledge(
         &self,
         name: &BenchName,
         request: &OffRequest,
         ack: &OffAck,
-    ) -> Result<(), PowerOffError> {
+    ) -> Result<bool, PowerOffError> {
+        let failed = |source| PowerOffError::Acknowledge {
+            name: name.clone(),
+            source,
+        };
         let text = serde_json::to_string(&Versioned { v: 1, ack }).unwrap_or_default();
         let keep = i64::try_from(ACK_OUTLIVES.as_millis()).unwrap_or(i64::MAX);
-        let mut conn = self.conn.clone();
-        redis::cmd("SET")
+        let requested = self.keys.off_request(name);
+        let answer = redis::cmd("SET")
             .arg(self.keys.off_ack(name))
             .arg(text)
             .arg("PXAT")
             .arg(request.until.saturating_add(keep).max(1))
-            .query_async::<()>(&mut conn)
+            .clone();
+        // WATCH holds for the connection it was sent on: the agent sends nothing else on it
+        // between the two round trips (it answers between its beats, not beside them).
+        let mut conn = self.conn.clone();
+        let watched: redis::RedisResult<((), Option<String>)> = redis::pipe()
+            .cmd("WATCH")
+            .arg(&requested)
+            .get(&requested)
+            .query_async(&mut conn)
+            .await;
+        let standing = match watched {
+            Ok((_, standing)) => standing,
+            // A user of an ACL file older than this release may not watch: the answer is
+            // written as that release wrote it, whatever became of the request (README, the
+            // upgrade order).
+            Err(e) if e.code() == Some("NOPERM") => {
+                answer.query_async::<()>(&mut conn).await.map_err(failed)?;
+                return Ok(true);
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let stands = standing
+            .as_deref()
+            .and_then(|raw| decode_request(raw).ok())
+            .is_some_and(|r| r.nonce == request.nonce);
+        if !stands {
+            let _: redis::RedisResult<()> = redis::cmd("UNWATCH").query_async(&mut conn).await;
+            return Ok(false);
+        }
+        let done: Option<((),)> = redis::pipe()
+            .atomic()
+            .add_command(answer)
+            .query_async(&mut conn)
             .await
-            .map_err(|source| PowerOffError::Acknowledge {
-                name: name.clone(),
-                source,
-            })
+            .map_err(failed)?;
+        Ok(done.is_some())
     }
 }
 

@@ -21,7 +21,6 @@
 //! The warm read plan is in `read`, the cold one in `cold`; what the replies hold is decoded in
 //! `decode`, pure. This file makes the writes and the small reads.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,25 +31,29 @@ use crate::domain::name::{BenchName, Reason};
 use crate::domain::state::Bench;
 
 use super::keys::Keys;
-use super::power_off::{OffRequest, pending};
-use super::script::{Script, eval, invoke, script};
+use super::power_off::OffRequest;
+use super::script::{Script, eval, script};
 
+mod beat;
 mod cold;
 mod decode;
 mod read;
 
+pub use beat::STAMP_TOLERANCE;
+#[cfg(test)]
+pub(crate) use beat::commands as beat_commands;
+
 pub use decode::decode_request;
+pub use read::Named;
 use read::Registry;
 
 /// The longest TTL one beat may promise. A long promise hides a crash for its whole length
 /// (reference §1.7), and a month is already far past the longest planned sleep.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-const BEAT: Script = script!("beat.lua");
-/// Here, not in `read`: a script's path is taken from the file that names it.
-const READ: Script = script!("read.lua");
 const HOLD: Script = script!("hold.lua");
 const FORGET: Script = script!("forget.lua");
+const REGISTER: Script = script!("register.lua");
 
 /// A failed store operation; each variant names the operation and the bench it was for.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +80,11 @@ pub enum PresenceError {
     #[error("releasing the hold request of {name}")]
     Release {
         name: BenchName,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("registering benches")]
+    Register {
         #[source]
         source: redis::RedisError,
     },
@@ -120,10 +128,6 @@ pub struct Receipt {
     pub off_problem: Option<String>,
 }
 
-/// The beat script's reply: the time, the hold, why a request was not carried, a store problem,
-/// the power-off request, its acknowledgement, why those could not be read.
-type BeatReply = (i64, Option<String>, String, String, String, String, String);
-
 /// The fleet as one read saw it: every bench, sorted by name, and the server's time of the read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -143,8 +147,8 @@ pub struct Presence<C> {
     conn: C,
     keys: Keys,
     registry: Arc<Mutex<Option<Arc<Registry>>>>,
-    /// Whether the server refused this connection's user `EVALSHA` (`store::script::invoke`).
-    hash_refused: Arc<AtomicBool>,
+    /// What the beats of this process know between them (`beat`).
+    beating: Arc<Mutex<beat::Beating>>,
 }
 
 impl<C: ConnectionLike + Clone + Send> Presence<C> {
@@ -153,66 +157,12 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             conn,
             keys,
             registry: Arc::default(),
-            hash_refused: Arc::default(),
+            beating: Arc::default(),
         }
     }
 
     pub fn keys(&self) -> &Keys {
         &self.keys
-    }
-
-    /// Writes one beat and registers the bench, in one round trip (the beat script).
-    pub async fn beat(&self, beat: &Beat) -> Result<Receipt, PresenceError> {
-        let ttl_ms = u64::try_from(beat.ttl.min(MAX_TTL).as_millis()).unwrap_or(u64::MAX);
-        // Only the bench's own keys are declared: EVAL asks for write permission on every declared
-        // key, and a bench's user may only read the hold requests and add to the join set.
-        let keys = [
-            self.keys.heartbeat(&beat.name),
-            self.keys.joined_key(&beat.name),
-        ];
-        let mut conn = self.conn.clone();
-        // By its hash: the script is a hundred times what a beat carries (`store::script`).
-        let (at_ms, hold, refused, problem, off, ack, off_problem): BeatReply = invoke(BEAT, &keys)
-            .arg(beat.name.as_str())
-            .arg(ttl_ms)
-            .arg(beat.hold.as_ref().map_or("", |h| h.as_str()))
-            .arg(beat.load.map_or(String::new(), |l| l.to_string()))
-            .arg(beat.cores.map_or(String::new(), |c| c.to_string()))
-            .arg(self.keys.hold_requests())
-            .arg(self.keys.joined())
-            .arg(self.keys.off_request(&beat.name))
-            .arg(self.keys.off_ack(&beat.name))
-            .arg(self.keys.wake_channel())
-            .query_async(&mut conn, &self.hash_refused)
-            .await
-            .map_err(|source| PresenceError::Beat {
-                name: beat.name.clone(),
-                source,
-            })?;
-        fn given(text: &str) -> Option<&str> {
-            (!text.is_empty()).then_some(text)
-        }
-        let (off_request, off_problem) =
-            match (off_problem.is_empty(), pending(given(&off), given(&ack))) {
-                (false, _) => (None, Some(self.off_problem(&beat.name, &off_problem))),
-                (true, Ok(request)) => (request, None),
-                (true, Err(why)) => (
-                    None,
-                    Some(format!(
-                        "{} holds no request fleet wrote ({why}); delete it (redis-cli DEL {})",
-                        self.keys.off_request(&beat.name),
-                        self.keys.off_request(&beat.name)
-                    )),
-                ),
-            };
-        Ok(Receipt {
-            at: DateTime::from_timestamp_millis(at_ms).unwrap_or_default(),
-            hold,
-            refused_request: (!refused.is_empty()).then_some(refused),
-            problem: (!problem.is_empty()).then(|| self.holds_problem()),
-            off_request,
-            off_problem,
-        })
     }
 
     /// Why the bench's power-off keys could not be read, with the repair.
@@ -321,22 +271,34 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
         // The join keys hold it; the last-seen hash holds what beats wrote before them. The later
         // of the two counts (0 in a join key: the bench has not beat with a TTL since it joined).
+        // A join key is the bench's own, so it is read bounded, as every value a bench writes
+        // (SPEC §7): a number of ms is 13 digits.
         let mut conn = self.conn.clone();
-        let join_keys: Vec<String> = names.iter().map(|n| self.keys.joined_key(n)).collect();
-        let (joined, seen): (Vec<Option<i64>>, Vec<Option<i64>>) = redis::pipe()
-            .cmd("MGET")
-            .arg(join_keys)
-            .cmd("HMGET")
+        let mut pipe = redis::pipe();
+        for name in names {
+            pipe.cmd("GETRANGE")
+                .arg(self.keys.joined_key(name))
+                .arg(0)
+                .arg(31);
+        }
+        pipe.cmd("HMGET")
             .arg(self.keys.last_seen())
-            .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>())
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| {
+            .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>());
+        let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(|e| {
+            PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
+        })?;
+        let seen: Vec<Option<i64>> = match replies.pop() {
+            Some(v) => redis::from_redis_value(v).map_err(|e| {
                 PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
-            })?;
+            })?,
+            None => Vec::new(),
+        };
+        let joined = replies.into_iter().map(|v| match v {
+            redis::Value::BulkString(b) => std::str::from_utf8(&b).ok()?.parse::<i64>().ok(),
+            _ => None,
+        });
         Ok(joined
-            .into_iter()
-            .zip(seen)
+            .zip(seen.into_iter().chain(std::iter::repeat(None)))
             .map(|(joined, seen)| {
                 joined
                     .max(seen)
@@ -344,6 +306,23 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                     .and_then(DateTime::from_timestamp_millis)
             })
             .collect())
+    }
+
+    /// Registers benches (SPEC §2.3): every reader lists them, DOWN until they beat. Returns, per
+    /// name, whether it was new. One round trip, by a user that may write the registry (fleet's
+    /// own: a bench's may not).
+    pub async fn register(&self, names: &[BenchName]) -> Result<Vec<bool>, PresenceError> {
+        let keys = [self.keys.registry(), self.keys.registry_version()];
+        let mut cmd = eval(REGISTER, &keys);
+        for name in names {
+            cmd.arg(name.as_str());
+        }
+        let mut conn = self.conn.clone();
+        let added: Vec<i64> = cmd
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| PresenceError::Register { source })?;
+        Ok(added.into_iter().map(|n| n > 0).collect())
     }
 
     /// Removes benches from the registry and the join set, with their join keys, heartbeat keys

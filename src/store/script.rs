@@ -1,28 +1,22 @@
 //! Running fleet's Lua scripts, each after a shared prelude; and reading the server's clock from a
 //! `TIME` reply.
 //!
-//! Most scripts are sent whole with `EVAL`: every such call is exactly one round trip, with no
-//! NOSCRIPT retry after a Redis restart, and they are called seldom. The few called all the time
-//! go by their hash ([`invoke`]): the beat, which every bench sends every few seconds, is 10 kB of
-//! script around 100 bytes of arguments, and Redis reading and hashing it whole halved the beats
-//! it could take (measured with redis-benchmark on Redis 7.0.15: 16 500 beats/s with `EVAL`,
-//! 33 000 with `EVALSHA`). Such a call sends `EVALSHA`, and the whole script only when the server
-//! answers NOSCRIPT (it ran nothing): one round trip, two the first time after the server lost its
-//! script cache (a restart, a failover, `SCRIPT FLUSH`). A pipeline of many calls of one script
-//! (a pass's energy steps, one a slot) sends the first whole and the rest by hash ([`pipelined`]).
-//! The hashes are computed by `build.rs`, so no binary hashes anything. The prelude (`lua/prelude.lua`) makes a command that meets a key of
-//! a foreign type fail naming the key (SPEC §2.7).
+//! Only the controller's user runs scripts (SPEC §7): the claim moves, the lease, the hold and
+//! forget verbs, the energy steps, the group read. A bench's beat and every view are plain
+//! commands, since a user that may run one script may run any, and one script that never ends
+//! freezes Redis for everyone.
 //!
-//! A script that only reads is sent with `EVAL_RO`: Redis asks `EVAL` for write permission on
-//! every key the script declares, even a script flagged `no-writes`, so a user that may only
-//! read (`fleet acl`'s viewer, SPEC §2.11) can run a read script only that way. Redis refuses a
-//! write inside it, so a read script cannot write by mistake either.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! Scripts are sent whole with `EVAL`: every such call is exactly one round trip, with no
+//! NOSCRIPT retry after a Redis restart. A pipeline of many calls of one script (a pass's energy
+//! steps, one a slot) sends the first whole and the rest by hash ([`pipelined`]); the hashes are
+//! computed by `build.rs`, so no binary hashes anything. The prelude (`lua/prelude.lua`) makes a
+//! command that meets a key of a foreign type fail naming the key (SPEC §2.7).
+//!
+//! A script that only reads is sent with `EVAL_RO`, so Redis refuses a write inside it: a read
+//! script cannot write by mistake.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, ToRedisArgs};
 
 /// The server's clock from a `TIME` reply (seconds and microseconds, as text): the one clock
 /// fleet judges by.
@@ -147,61 +141,6 @@ pub(crate) async fn pipelined<C: ConnectionLike>(
 /// refusal of `EVALSHA` itself.
 fn ran_nothing(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) || refuses_evalsha(e)
-}
-
-/// A call of a script by its hash (`EVALSHA`), over its keys, sending the script whole only when
-/// the server does not hold it; the caller adds the arguments.
-pub(crate) fn invoke(script: Script, keys: &[String]) -> Invocation {
-    Invocation::new(script, keys)
-}
-
-/// A script call by hash, with the same call whole beside it.
-pub(crate) struct Invocation {
-    by_hash: redis::Cmd,
-    whole: redis::Cmd,
-}
-
-impl Invocation {
-    fn new(script: Script, keys: &[String]) -> Invocation {
-        debug_assert!(one_slot(keys), "a script's keys span hash slots: {keys:?}");
-        let mut by_hash = redis::cmd("EVALSHA");
-        by_hash.arg(script.sha).arg(keys.len()).arg(keys);
-        Invocation {
-            by_hash,
-            whole: eval(script, keys),
-        }
-    }
-
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Invocation {
-        self.by_hash.arg(&arg);
-        self.whole.arg(arg);
-        self
-    }
-
-    /// Runs the call. The whole script follows only an answer that says the hashed call ran
-    /// nothing: NOSCRIPT, or the user's refusal of `EVALSHA` itself (not a refusal inside the
-    /// script, which may have run in part). `refused` is set at such a refusal (an ACL file
-    /// written before fleet granted `EVALSHA`), and while it is set the call goes whole at once,
-    /// one round trip again: the caller keeps it for the connection's user.
-    pub(crate) async fn query_async<T: FromRedisValue, C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        refused: &AtomicBool,
-    ) -> redis::RedisResult<T> {
-        if refused.load(Ordering::Relaxed) {
-            return self.whole.query_async(conn).await;
-        }
-        match self.by_hash.query_async(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.whole.query_async(conn).await
-            }
-            Err(e) if refuses_evalsha(&e) => {
-                refused.store(true, Ordering::Relaxed);
-                self.whole.query_async(conn).await
-            }
-            other => other,
-        }
-    }
 }
 
 /// Whether an error is an ACL's refusal of the `EVALSHA` command itself, which runs nothing.

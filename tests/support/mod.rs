@@ -1,6 +1,7 @@
 //! Shared test helpers: a private redis-server per test, connections and names.
 #![allow(dead_code)]
 
+pub mod acl;
 pub mod browser;
 pub mod remote;
 
@@ -471,4 +472,34 @@ impl redis::aio::ConnectionLike for Meddled {
     fn get_db(&self) -> i64 {
         self.inner.get_db()
     }
+}
+
+/// A beat as an agent of the previous release sends it (SPEC §2.11, the upgrade order): its
+/// script (`tests/fixtures/beat-0.1.lua`) whole, as the user `conn` connects as, with that
+/// release's arguments. It adds the bench's name to the join set, which this release only reads.
+pub async fn previous_beat<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    bench: &str,
+    ttl_ms: u64,
+) -> redis::RedisResult<redis::Value> {
+    const SCRIPT: &str = include_str!("../fixtures/beat-0.1.lua");
+    let n = name(bench);
+    redis::cmd("EVAL")
+        .arg(SCRIPT)
+        .arg(2)
+        .arg(keys.heartbeat(&n))
+        .arg(keys.joined_key(&n))
+        .arg(bench)
+        .arg(ttl_ms)
+        .arg("")
+        .arg("")
+        .arg("")
+        .arg(keys.hold_requests())
+        .arg(keys.joined())
+        .arg(keys.off_request(&n))
+        .arg(keys.off_ack(&n))
+        .arg(keys.wake_channel())
+        .query_async(conn)
+        .await
 }

@@ -7,11 +7,13 @@
 --
 -- Returns the server time, or -1 when the bench is not registered and ARGV[4] refuses it.
 --
--- A bench is registered when the registry holds it, or the join set does and one of its own two
--- keys exists, the join key or the heartbeat (SPEC §2.3). The lapse is stamped on the server's clock, like every deadline fleet keeps.
+-- A bench is known when the registry holds it, or one of its own two keys exists, the join key or
+-- the heartbeat: it beat, as its own user (which may not register itself, SPEC §2.3) or as an
+-- agent of the previous release (whose beat added it to the join set). A known bench asked to
+-- hold is registered. The lapse is stamped on the server's clock, like every deadline fleet keeps.
 local known = redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
-  or (redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[5], KEYS[6]) > 0)
-if ARGV[4] == '1' and not known then return -1 end
+local beat = redis.call('EXISTS', KEYS[5], KEYS[6]) > 0
+if ARGV[4] == '1' and not known and not beat then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local request = { reason = ARGV[2] }

@@ -1,129 +1,170 @@
-//! The cold fleet read (SPEC §2.5): a reader that holds no current copy of the registry lists
-//! it (its version and the members of both its sets) and then sends the warm plan's pipeline over
-//! the listing. Two round trips, neither of which moves a value through Lua: the read script,
-//! which resolves the registry on the server in one, held Redis's thread about ten times as long
-//! as the `MGET` of the same keys while every beat waited. The script stays, for a registry that
-//! keeps changing between the listing and the read, and for a listing that cannot be used.
+//! The cold fleet read (SPEC §2.5): a reader that holds no current copy of the registry lists it
+//! (its version and sizes, and the members of the registry proper) and then sends the read's
+//! pipeline over the listing. Two round trips; no script (SPEC §7: no user but the controller runs
+//! one, and moving values through Lua held Redis's thread ten times as long as the reads).
+//!
+//! The registry proper (`keys::registry`) is written only by fleet's own users. The join set
+//! (`keys::joined`) is the legacy of agents before this release, whose beats added their names to
+//! it, as any bench's user could under the ACL file of that release: it is read only up to a
+//! bound (`read::joined_bound`), in a round trip of its own, and only while it holds names. A
+//! set past the bound is not read at all, and every snapshot says so, naming it: a flooded set
+//! costs a read one `SCARD`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 
 use crate::domain::name::BenchName;
 use crate::domain::state::Reading;
-use crate::store::script::eval_ro;
 
-use super::decode::{assemble, mark_wrong_types, parse, parse_result};
-use super::read::{Registry, Typing, other_type};
-use super::{Presence, PresenceError, READ, Snapshot};
+use super::decode::{parse, parse_result};
+use super::read::{Joined, Registry, joined_bound};
+use super::{Presence, PresenceError, Snapshot};
 
 /// How often the cold read lists the registry again when it changed between the listing and the
-/// read; after that the read script resolves it atomically.
+/// read. After that the last read stands: every bench of it was read as the listing named it,
+/// and only a bench registered or forgotten in between is missing or read DOWN.
 const COLD_TRIES: usize = 3;
 
 impl<C: ConnectionLike + Clone + Send> Presence<C> {
-    /// The cold plan: the registry is listed, then read over as a held copy would be (two round
-    /// trips, neither holding Redis longer than one `SMEMBERS`). When the registry changed
-    /// between the two, it is listed again; after `COLD_TRIES` listings, or when the listing
-    /// cannot be used (a set of another type), the read script resolves it on the server. The
+    /// The cold plan: the registry is listed, then read over as a held copy would be. When the
+    /// registry changed between the two, it is listed again, up to `COLD_TRIES` times. The
     /// registry read is kept for the next read.
     pub(super) async fn read_cold(&self) -> Result<Snapshot, PresenceError> {
+        let mut last = None;
         for _ in 0..COLD_TRIES {
-            let Some(listing) = self.list().await? else {
-                break;
-            };
-            if let Some(snapshot) = self.read_listed(listing).await? {
+            let listing = self.list().await?;
+            let (current, snapshot) = self.read_listed(listing).await?;
+            if current {
                 return Ok(snapshot);
             }
+            last = Some(snapshot);
         }
-        self.read_script().await
+        last.ok_or_else(|| PresenceError::ReadReply("no listing of the registry".into()))
     }
 
-    /// The cold plan's first round trip: the registry's version and the members of both its
-    /// sets. `None` when a reply is an error (a key of another type): the read script then says
-    /// what it says of it.
-    async fn list(&self) -> Result<Option<Listing>, PresenceError> {
+    /// The cold plan's first round trip: the registry's version, the sizes of both its sets and
+    /// the registry proper's members; a second, only while the join set holds names and no more
+    /// than its bound, lists the join set.
+    async fn list(&self) -> Result<Listing, PresenceError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        // Both sets whole, not SDIFF: Redis builds SDIFF's result as a set of its own, which cost
-        // 6 ms of its thread at 10 000 members where SMEMBERS of the same costs well under one.
         pipe.get(self.keys.registry_version())
-            .smembers(self.keys.registry())
-            .smembers(self.keys.joined());
+            .scard(self.keys.registry())
+            .scard(self.keys.joined())
+            .smembers(self.keys.registry());
         let mut conn = self.conn.clone();
         let replies: Vec<redis::RedisResult<redis::Value>> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
-        if replies.iter().any(Result::is_err) {
-            return Ok(None);
-        }
         let mut replies = replies.into_iter();
         let version: Option<String> = parse_result(replies.next())?;
-        let registered: Vec<Vec<u8>> = parse_result(replies.next())?;
-        let joined: Vec<Vec<u8>> = parse_result(replies.next())?;
-        let size = (registered.len(), joined.len());
-        let known: std::collections::HashSet<&[u8]> =
-            registered.iter().map(Vec::as_slice).collect();
-        let candidates = joined
-            .into_iter()
-            .filter(|m| !known.contains(m.as_slice()))
-            .collect();
-        Ok(Some(Listing {
+        let size: usize = self.set_reply(replies.next(), &self.keys.registry())?;
+        let joined_size: usize = match replies.next() {
+            Some(Err(e)) if e.code() == Some("WRONGTYPE") => 0,
+            other => parse_result(other)?,
+        };
+        let registered: Vec<Vec<u8>> = self.set_reply(replies.next(), &self.keys.registry())?;
+        let joined = Joined::of(joined_size, size);
+        let mut problems = Vec::new();
+        let candidates = match joined {
+            Joined::Empty => Vec::new(),
+            Joined::Read(_) => {
+                let members: Vec<Vec<u8>> = redis::cmd("SMEMBERS")
+                    .arg(self.keys.joined())
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|source| PresenceError::Read { source })?;
+                let known: std::collections::HashSet<&[u8]> =
+                    registered.iter().map(Vec::as_slice).collect();
+                members
+                    .into_iter()
+                    .filter(|m| !known.contains(m.as_slice()))
+                    .collect()
+            }
+            Joined::Over => {
+                problems.push(self.joined_problem(joined_size, size));
+                Vec::new()
+            }
+        };
+        Ok(Listing {
             version: version.unwrap_or_default(),
-            size,
+            size: (size, joined),
             registered,
             candidates,
-        }))
+            problems,
+        })
     }
 
-    /// The cold plan's second round trip: the warm pipeline over a listing, its candidates read
-    /// as benches. `None` when the registry changed since the listing. A candidate counts when
-    /// one of its own two keys exists, the heartbeat or the join key, which only that bench's
-    /// user (or fleet) can write (SPEC §2.3): one whose heartbeat the pipeline found is proved by
-    /// it. The pipeline counts nothing else: only when some key was not found does a third round
-    /// trip ask, of those alone, what each is (a key of another type) and whether a candidate's
-    /// join key exists. A fleet whose benches are all up never pays it.
-    async fn read_listed(&self, listing: Listing) -> Result<Option<Snapshot>, PresenceError> {
+    /// A reply about the registry proper: its error, when it holds another type, names it.
+    fn set_reply<T: redis::FromRedisValue>(
+        &self,
+        reply: Option<redis::RedisResult<redis::Value>>,
+        key: &str,
+    ) -> Result<T, PresenceError> {
+        match reply {
+            Some(Err(e)) if e.code() == Some("WRONGTYPE") => {
+                Err(PresenceError::ReadReply(format!(
+                    "{key} holds another type than the set of registered benches (something else \
+                 wrote it); repair it with `redis-cli DEL '{key}'` and register the benches again \
+                 (`fleet serve` registers its slots when it starts)"
+                )))
+            }
+            other => parse_result(other),
+        }
+    }
+
+    /// What a join set past its bound costs, in words: it is not read (SPEC §2.5).
+    fn joined_problem(&self, size: usize, registered: usize) -> String {
+        let key = self.keys.joined();
+        format!(
+            "{key} holds {size} names, more than fleet reads ({}): it is the join set of agents \
+             older than this release, which any bench's Redis user could add to under the ACL \
+             file of that release, and it is not read. Load the ACL file `fleet acl` prints now, \
+             then `redis-cli DEL '{key}'`; benches are registered by fleet serve (its slots), \
+             by `fleet hold --register`, and by their own beats where their user may",
+            joined_bound(registered)
+        )
+    }
+
+    /// The cold plan's second round trip: the read over a listing, its candidates read as
+    /// benches. Whether the registry was still as listed, and the snapshot. A candidate counts
+    /// when one of its own two keys exists, the heartbeat or the join key, which only that
+    /// bench's user (or fleet) can write (SPEC §2.3): one whose heartbeat the read found is proved
+    /// by it; only when some candidate's was not found does a third round trip ask whether its
+    /// join key exists.
+    async fn read_listed(&self, listing: Listing) -> Result<(bool, Snapshot), PresenceError> {
         let Named {
             mut registry,
             candidates,
             strangers,
-            mut utf8,
-        } = self.named(listing);
-        let (stamp, mut snapshot) = self.read_registered(&registry, Typing::Later).await?;
-        if !registry.is_current(&stamp) {
-            return Ok(None);
-        }
+            utf8,
+        } = self.told_apart(listing);
+        let (stamp, mut snapshot) = self.read_registered(&registry).await?;
+        let current = registry.is_current(&stamp);
         let missing: Vec<usize> = (snapshot.benches.iter().enumerate())
-            .filter(|(_, b)| b.reading == Reading::Missing)
+            .filter(|(i, b)| candidates[*i] && b.reading == Reading::Missing)
             .map(|(i, _)| i)
             .collect();
         if !missing.is_empty() || !strangers.is_empty() {
-            let asked = self
-                .ask_missing(&registry, &missing, &candidates, &strangers)
-                .await?;
-            let mut types = Vec::new();
+            let (joined, proven) = self.ask_joined(&registry, &missing, &strangers).await?;
             let mut dropped = std::collections::HashSet::new();
-            for (i, (kind, joined)) in missing.into_iter().zip(asked.missing) {
-                let name = &registry.names[i];
-                if other_type(&kind) {
-                    types.push((i, kind));
-                } else if joined == Some(false) && kind == "none" {
+            for (i, joined) in missing.into_iter().zip(joined) {
+                if !joined {
                     // A candidate with neither of its keys: no bench, left out, and watched by
-                    // the next reads (only the bench names: no fleet writer makes another's).
+                    // the next reads.
+                    let name = &registry.names[i];
                     registry
                         .unproven
                         .push(self.keys.joined_key(name).into_bytes());
                     dropped.insert(name.clone());
                 }
             }
-            mark_wrong_types(&mut snapshot, &registry.names, &types);
             // A stranger with either key is reported, as the registry's are.
-            for (stranger, proven) in strangers.into_iter().zip(asked.strangers) {
-                if let (Member::Foreign { text, utf8: is, .. }, true) = (stranger, proven) {
-                    registry.foreign.push(text);
-                    utf8 &= is;
+            for (stranger, proven) in strangers.into_iter().zip(proven) {
+                if proven {
+                    registry.foreign.push(stranger);
                 }
             }
             if !dropped.is_empty() {
@@ -138,36 +179,39 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
-        let registry = registry.counting_absent(&snapshot);
-        *self.registry.lock().expect("registry lock") = utf8.then(|| Arc::new(registry));
-        Ok(Some(snapshot))
+        let keep = current && utf8;
+        *self.registry.lock().expect("registry lock") = keep.then(|| Arc::new(registry));
+        Ok((current, snapshot))
     }
 
     /// The listing's members told apart, as a registry to read over: the bench names sorted with
-    /// their heartbeat keys, whether each is a candidate, the registry's members that are no
-    /// bench names (reported), the candidates that are none (asked about), and whether every
-    /// member was UTF-8.
-    fn named(&self, listing: Listing) -> Named {
+    /// their heartbeat keys, whether each is a candidate (in the join set alone), the members that
+    /// are no bench names (the registry's reported, the candidates' asked about), and whether
+    /// every member was UTF-8.
+    fn told_apart(&self, listing: Listing) -> Named {
         let mut named = Vec::with_capacity(listing.registered.len() + listing.candidates.len());
         let mut foreign = Vec::new();
         let mut utf8 = true;
         for raw in listing.registered {
-            match Member::of(raw) {
-                Member::Bench(name) => named.push((name, false)),
-                Member::Foreign { text, utf8: is, .. } => {
+            match member(raw) {
+                Ok(name) => named.push((name, false)),
+                Err((text, is)) => {
                     foreign.push(text);
                     utf8 &= is;
                 }
             }
         }
+        // The join set's strangers: only names fleet could have keys for are asked about.
         let mut strangers = Vec::new();
         for raw in listing.candidates {
-            match Member::of(raw) {
-                Member::Bench(name) => named.push((name, true)),
-                stranger => strangers.push(stranger),
+            match member(raw) {
+                Ok(name) => named.push((name, true)),
+                Err((text, true)) => strangers.push(text),
+                Err((_, false)) => {}
             }
         }
         named.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        named.dedup_by(|a, b| a.0 == b.0);
         let (names, candidates): (Vec<BenchName>, Vec<bool>) = named.into_iter().unzip();
         let registry = Registry {
             version: listing.version,
@@ -176,7 +220,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             keys: names.iter().map(|n| self.keys.heartbeat(n)).collect(),
             names,
             foreign,
-            absent: Mutex::default(),
+            problems: listing.problems,
         };
         Named {
             registry,
@@ -186,33 +230,21 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
     }
 
-    /// The cold read's third round trip, of the keys its pipeline did not find: the `TYPE` of
-    /// each missing heartbeat key and, for a candidate, whether its join key exists; and whether
-    /// either key of each member that is no bench name exists (as the read script asks).
-    async fn ask_missing(
+    /// The cold read's third round trip: whether the join key of each candidate the read found
+    /// no heartbeat for exists, and whether either key of each stranger does.
+    async fn ask_joined(
         &self,
         registry: &Registry,
         missing: &[usize],
-        candidates: &[bool],
-        strangers: &[Member],
-    ) -> Result<Asked, PresenceError> {
+        strangers: &[String],
+    ) -> Result<(Vec<bool>, Vec<bool>), PresenceError> {
         let mut pipe = redis::pipe();
-        let mut joined = Vec::with_capacity(missing.len());
         for &i in missing {
-            pipe.cmd("TYPE").arg(&registry.keys[i]);
-            let candidate = candidates[i];
-            if candidate {
-                pipe.exists(self.keys.joined_key(&registry.names[i]));
-            }
-            joined.push(candidate);
+            pipe.exists(self.keys.joined_key(&registry.names[i]));
         }
         let (join, beat) = (self.keys.joined_key_prefix(), self.keys.heartbeat_prefix());
         for stranger in strangers {
-            let raw = stranger.raw();
-            pipe.exists(&[
-                [join.as_bytes(), raw].concat(),
-                [beat.as_bytes(), raw].concat(),
-            ]);
+            pipe.exists(&[format!("{join}{stranger}"), format!("{beat}{stranger}")]);
         }
         let mut conn = self.conn.clone();
         let replies: Vec<redis::Value> = pipe
@@ -220,212 +252,43 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             .await
             .map_err(|source| PresenceError::Read { source })?;
         let mut replies = replies.into_iter();
-        let mut asked = Asked::default();
-        for candidate in joined {
-            let kind: String = parse(replies.next())?;
-            let join = if candidate {
-                Some(parse::<usize>(replies.next())? > 0)
-            } else {
-                None
-            };
-            asked.missing.push((kind, join));
+        let mut joined = Vec::with_capacity(missing.len());
+        for _ in missing {
+            joined.push(parse::<usize>(replies.next())? > 0);
         }
+        let mut proven = Vec::with_capacity(strangers.len());
         for _ in strangers {
-            asked.strangers.push(parse::<usize>(replies.next())? > 0);
+            proven.push(parse::<usize>(replies.next())? > 0);
         }
-        Ok(asked)
-    }
-
-    /// The read script: the registry resolved on the server, in one round trip that holds Redis
-    /// while it moves every value through Lua. The registry it returns is kept for the next read.
-    async fn read_script(&self) -> Result<Snapshot, PresenceError> {
-        let keys = [
-            self.keys.registry(),
-            self.keys.registry_version(),
-            self.keys.hold_requests(),
-            self.keys.joined(),
-        ];
-        // What the script returns, in its order.
-        type ColdReply = (
-            String,
-            (String, String),
-            Vec<Vec<u8>>,
-            Vec<Option<Vec<u8>>>,
-            Vec<(Vec<u8>, Vec<u8>)>,
-            Vec<(usize, String)>,
-            i64,
-            usize,
-            usize,
-            Vec<Vec<u8>>,
-        );
-        let mut conn = self.conn.clone();
-        let reply: ColdReply = eval_ro(READ, &keys)
-            .arg(self.keys.heartbeat_prefix())
-            .arg(self.keys.joined_key_prefix())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Read { source })?;
-        let (version, time, members, values, holds, types, holds_ok, registered, joined, unproven) =
-            reply;
-        if values.len() != members.len() {
-            return Err(PresenceError::ReadReply(format!(
-                "{} members but {} values",
-                members.len(),
-                values.len()
-            )));
-        }
-        let Members {
-            mut benches,
-            mut foreign,
-            utf8,
-            wrong_names,
-        } = Members::of(members, values, types);
-        benches.sort_by(|a, b| a.0.cmp(&b.0));
-        foreign.sort();
-        let (names, values): (Vec<BenchName>, Vec<Option<Vec<u8>>>) = benches.into_iter().unzip();
-        let mut snapshot = assemble(time, &names, values, holds, foreign.clone())?;
-        let types: Vec<(usize, String)> = wrong_names
-            .into_iter()
-            .filter_map(|(name, t)| Some((names.binary_search(&name).ok()?, t)))
-            .collect();
-        mark_wrong_types(&mut snapshot, &names, &types);
-        if holds_ok == 0 {
-            snapshot.problems = vec![self.holds_problem()];
-        }
-        // A name of the join set that is not a bench name has no join key fleet writes: only the
-        // bench names among them are watched.
-        let unproven = unproven
-            .iter()
-            .filter_map(|raw| std::str::from_utf8(raw).ok())
-            .filter_map(|text| BenchName::parse(text).ok())
-            .map(|name| self.keys.joined_key(&name).into_bytes())
-            .collect();
-        // A member that is not UTF-8 has no name to build a key from: with one in the registry
-        // nothing is kept, and every read is cold, so it is still reported.
-        let keys = names.iter().map(|n| self.keys.heartbeat(n)).collect();
-        let (size, absent) = ((registered, joined), Mutex::default());
-        let registry = Registry {
-            version,
-            size,
-            unproven,
-            keys,
-            names,
-            foreign,
-            absent,
-        };
-        let registry = utf8.then(|| Arc::new(registry.counting_absent(&snapshot)));
-        *self.registry.lock().expect("registry lock") = registry;
-        Ok(snapshot)
+        Ok((joined, proven))
     }
 }
 
-/// What the cold read's third round trip found: per missing heartbeat key its type and, for a
-/// candidate, whether its join key exists; per member that is no bench name, whether either of
-/// its keys exists.
-#[derive(Default)]
-struct Asked {
-    missing: Vec<(String, Option<bool>)>,
-    strangers: Vec<bool>,
-}
-
-/// A listing told apart (`Presence::named`).
+/// A listing told apart (`Presence::told_apart`).
 struct Named {
     registry: Registry,
     /// Whether each of the registry's names is a candidate (in the join set alone).
     candidates: Vec<bool>,
     /// The candidates that are no bench names.
-    strangers: Vec<Member>,
+    strangers: Vec<String>,
     utf8: bool,
 }
 
-/// The registry as the cold plan's first round trip lists it.
+/// The registry as the cold plan lists it.
 struct Listing {
     version: String,
-    /// The sizes of the registry proper and of the join set.
-    size: (usize, usize),
+    size: (usize, Joined),
     /// The registry proper's members.
     registered: Vec<Vec<u8>>,
-    /// The join set's members that the registry proper lacks.
+    /// The join set's members that the registry proper lacks (none when it is not read).
     candidates: Vec<Vec<u8>>,
+    problems: Vec<String>,
 }
 
-/// One member of the registry's sets: a bench name, or something else (reported, never read),
-/// with the bytes it was.
-enum Member {
-    Bench(BenchName),
-    Foreign {
-        text: String,
-        utf8: bool,
-        raw: Vec<u8>,
-    },
-}
-
-impl Member {
-    fn of(raw: Vec<u8>) -> Member {
-        match std::str::from_utf8(&raw) {
-            Ok(text) => match BenchName::parse(text) {
-                Ok(name) => Member::Bench(name),
-                Err(_) => Member::Foreign {
-                    text: text.to_owned(),
-                    utf8: true,
-                    raw,
-                },
-            },
-            Err(_) => Member::Foreign {
-                text: String::from_utf8_lossy(&raw).into_owned(),
-                utf8: false,
-                raw,
-            },
-        }
-    }
-
-    /// The member as the set holds it.
-    fn raw(&self) -> &[u8] {
-        match self {
-            Member::Bench(name) => name.as_str().as_bytes(),
-            Member::Foreign { raw, .. } => raw,
-        }
-    }
-}
-
-/// The members the read script returned, told apart: the bench names with their values, the
-/// foreign ones (reported, never read), whether every member was UTF-8, and the benches whose key
-/// holds another type.
-struct Members {
-    benches: Vec<(BenchName, Option<Vec<u8>>)>,
-    foreign: Vec<String>,
-    utf8: bool,
-    wrong_names: Vec<(BenchName, String)>,
-}
-
-impl Members {
-    /// `types` names (1-based) the members whose key holds another type.
-    fn of(
-        members: Vec<Vec<u8>>,
-        values: Vec<Option<Vec<u8>>>,
-        types: Vec<(usize, String)>,
-    ) -> Members {
-        let wrong: std::collections::HashMap<usize, String> = types.into_iter().collect();
-        let mut out = Members {
-            benches: Vec::with_capacity(members.len()),
-            foreign: Vec::new(),
-            utf8: true,
-            wrong_names: Vec::new(),
-        };
-        for (i, (raw, value)) in members.into_iter().zip(values).enumerate() {
-            match Member::of(raw) {
-                Member::Bench(name) => {
-                    if let Some(t) = wrong.get(&(i + 1)) {
-                        out.wrong_names.push((name.clone(), t.clone()));
-                    }
-                    out.benches.push((name, value))
-                }
-                Member::Foreign { text, utf8, .. } => {
-                    out.utf8 &= utf8;
-                    out.foreign.push(text);
-                }
-            }
-        }
-        out
+/// One member of the registry's sets: a bench name, or the text it is and whether it was UTF-8.
+fn member(raw: Vec<u8>) -> Result<BenchName, (String, bool)> {
+    match String::from_utf8(raw) {
+        Ok(text) => BenchName::parse(&text).map_err(|_| (text, true)),
+        Err(e) => Err((String::from_utf8_lossy(e.as_bytes()).into_owned(), false)),
     }
 }

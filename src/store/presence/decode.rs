@@ -45,20 +45,61 @@ pub(super) fn parse_result<T: redis::FromRedisValue>(
     }
 }
 
-/// Reads the benches whose key holds another type than a heartbeat as unreadable, saying so.
-pub(super) fn mark_wrong_types(
-    snapshot: &mut Snapshot,
-    names: &[BenchName],
-    types: &[(usize, String)],
-) {
-    for (i, t) in types {
-        if let Some(b) = names
-            .get(*i)
-            .and_then(|n| snapshot.benches.iter_mut().find(|b| &b.name == n))
-        {
-            b.reading = Reading::Unreadable(format!(
-                "the key holds a {t}, not a heartbeat: something else wrote it"
-            ));
+/// The most bytes of a value a bench wrote that fleet reads (SPEC §2.3, §7): a heartbeat is about
+/// 100 bytes and at most about 1.2 kB (a hold of 256 four-byte characters), so a value past
+/// 2 kB is none of fleet's, and reading it whole would let one bench's user make every reader as
+/// large as the value (a 200 MB heartbeat took `fleet serve` to 833 MB). Reads ask Redis for the
+/// first `MAX_VALUE + 1` bytes (`GETRANGE key 0 MAX_VALUE`), so a value past it is known to be.
+pub const MAX_VALUE: usize = 2_048;
+
+/// One key as a bounded read (`GETRANGE key 0 MAX_VALUE`) returned it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Got {
+    /// No key (or an empty value, which `GETRANGE` cannot tell from none; fleet never writes
+    /// one).
+    Missing,
+    Value(Vec<u8>),
+    /// More than `MAX_VALUE` bytes: not read past them.
+    TooLarge,
+    /// A key of another type than a string: the type, once asked.
+    OtherType(Option<String>),
+}
+
+impl Got {
+    /// One `GETRANGE` reply of a pipeline that keeps errors per command.
+    pub(super) fn of(reply: redis::RedisResult<redis::Value>) -> Got {
+        match reply {
+            Ok(redis::Value::BulkString(b)) if b.is_empty() => Got::Missing,
+            Ok(redis::Value::BulkString(b)) if b.len() > MAX_VALUE => Got::TooLarge,
+            Ok(redis::Value::BulkString(b)) => Got::Value(b),
+            Ok(redis::Value::Nil) => Got::Missing,
+            Ok(_) => Got::OtherType(Some("reply of another kind".to_owned())),
+            Err(e) if e.code() == Some("WRONGTYPE") => Got::OtherType(None),
+            Err(e) => Got::OtherType(Some(format!("key that cannot be read ({e})"))),
+        }
+    }
+
+    /// The reading it is, with the load facts of a heartbeat.
+    fn reading(self) -> (Reading, Option<f64>, Option<u32>) {
+        match self {
+            Got::Missing => (Reading::Missing, None, None),
+            Got::Value(bytes) => decode_beat(&bytes),
+            Got::TooLarge => (
+                Reading::Unreadable(format!(
+                    "value too large: more than {MAX_VALUE} bytes, where a heartbeat is about \
+                     100; something else wrote it"
+                )),
+                None,
+                None,
+            ),
+            Got::OtherType(kind) => (
+                Reading::Unreadable(format!(
+                    "the key holds a {}, not a heartbeat: something else wrote it",
+                    kind.as_deref().unwrap_or("value of another type")
+                )),
+                None,
+                None,
+            ),
         }
     }
 }
@@ -78,7 +119,7 @@ const PARALLEL_DECODE: usize = 4_096;
 pub(super) fn assemble(
     time: (String, String),
     names: &[BenchName],
-    values: Vec<Option<Vec<u8>>>,
+    values: Vec<Got>,
     holds: Vec<(Vec<u8>, Vec<u8>)>,
     foreign: Vec<String>,
 ) -> Result<Snapshot, PresenceError> {
@@ -92,11 +133,8 @@ pub(super) fn assemble(
         )));
     }
     let requests: std::collections::HashMap<Vec<u8>, Vec<u8>> = holds.into_iter().collect();
-    let bench = |(name, value): (&BenchName, Option<Vec<u8>>)| {
-        let (reading, load, cores) = match value {
-            None => (Reading::Missing, None, None),
-            Some(bytes) => decode_beat(&bytes),
-        };
+    let bench = |(name, value): (&BenchName, Got)| {
+        let (reading, load, cores) = value.reading();
         let requested_hold = if requests.is_empty() {
             None
         } else {
@@ -144,7 +182,7 @@ pub(super) fn assemble(
 
 /// Decodes one heartbeat value into a reading and the load facts. Garbage is a reading
 /// (unreadable, so DOWN with the reason), never an error of the read.
-fn decode_beat(bytes: &[u8]) -> (Reading, Option<f64>, Option<u32>) {
+pub(super) fn decode_beat(bytes: &[u8]) -> (Reading, Option<f64>, Option<u32>) {
     let unreadable = |why: String| (Reading::Unreadable(why), None, None);
     let wire: Wire = match serde_json::from_slice(bytes) {
         Ok(wire) => wire,
