@@ -35,7 +35,7 @@ use leadership::Leading;
 pub use nodes::{ClaimMove, NoNodes, NodeWarning, NodeWriteError, Nodes};
 use operations::Flight;
 use wake::Waking;
-pub use wake::{Wake, WakeError};
+pub use wake::{EARLY_GAP, Wake, WakeError};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,6 +154,9 @@ struct Memory {
     mismatched: Map<BenchName, String>,
     /// The leader's copies of the slots' energy ledgers (SPEC §4.12).
     energy: energy::Ledgers,
+    /// The configured slots' benches, as the presence read takes them, with the configuration
+    /// they were built from: built again only when the configuration changes (SPEC §4.5).
+    slots_read: Option<(Arc<Config>, Arc<crate::store::presence::Named>)>,
 }
 
 /// What a controller knows of its own sight, across passes (SPEC §5.2, §5.3).

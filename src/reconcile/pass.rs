@@ -3,6 +3,7 @@
 //! ledgers, then the reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -19,7 +20,7 @@ use crate::domain::slot::{self, Step};
 use crate::domain::state::Bench;
 use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, GroupClaims, SlotStatus};
-use crate::store::presence::{PresenceError, Snapshot};
+use crate::store::presence::{Named, PresenceError, Snapshot};
 
 use super::act::Seen;
 use super::budget;
@@ -112,7 +113,7 @@ where
     /// Reads what the pass needs, once: the groups that may hold claims (raising their fences
     /// while leading), presence, every group's claims, and the last reports when not loaded.
     /// `None` when this controller must not act (a fence it could not raise).
-    async fn observe(&mut self, config: &Config) -> Result<Option<Observed>, PassError> {
+    async fn observe(&mut self, config: &Arc<Config>) -> Result<Option<Observed>, PassError> {
         let configured: Vec<(&GroupName, &claim::Timings)> = config
             .groups
             .values()
@@ -138,9 +139,12 @@ where
         // is checked against the slot's live claim when it is recorded (SPEC §4.3).
         // The presence read runs as a task of its own, so that its decoding takes the other
         // core while this one decodes the claims.
+        // The benches of the configured slots, by name: the pass never reads the registry, so
+        // nothing a bench adds to it can make a pass longer (SPEC §4.5, §7).
+        let named = self.slots_read(config);
         let presence = self.presence.clone();
         let presence = tokio::spawn(async move {
-            let read = presence.read(&[]).await;
+            let read = presence.read_named(&named).await;
             (read, Instant::now())
         });
         let read = self.store.read_groups(&groups).await;
@@ -188,6 +192,19 @@ where
             read,
             now,
         }))
+    }
+
+    /// The configured slots' benches to read, built once per configuration.
+    fn slots_read(&mut self, config: &Arc<Config>) -> Arc<Named> {
+        if let Some((built, named)) = &self.memory.slots_read
+            && Arc::ptr_eq(built, config)
+        {
+            return named.clone();
+        }
+        let names: Vec<BenchName> = config.slots.keys().cloned().collect();
+        let named = Arc::new(self.presence.named(&names));
+        self.memory.slots_read = Some((config.clone(), named.clone()));
+        named
     }
 
     /// A read that failed: sight is lost, and the grace follows when it returns.

@@ -16,14 +16,19 @@
 //!   returned), since Redis sends nothing a controller can rely on when a key expires.
 //!
 //! Requests coalesce: one `Notify` holds at most one, so a burst of messages during a pass queues
-//! exactly one more pass. The tick stays the safety net: a message can be lost, a listener can be
-//! down, a bench user's ACL may not let it publish.
+//! exactly one more pass, and a pass before the tick comes at most once per `EARLY_GAP`, so what
+//! anyone publishes, or a bench's key that keeps expiring, costs at most one pass per gap (SPEC
+//! §4.5, §7: one bench publishing as fast as it could took 1 000 slots from 11 passes per 10 s to
+//! 1 942). A message is never queued: each push is judged as it arrives and dropped, and what it
+//! says is never read (any bench may publish any text on the channel). The tick stays the safety
+//! net: a message can be lost, a listener can be down, a bench user's ACL may not let it publish.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::aio::{AsyncPushSender, SendError};
 use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -42,6 +47,10 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How often the listener pings its connection: a connection that died without a word (a host
 /// gone, a partition) is found within this plus the timeout, not at the next TCP keepalive.
 const PING_EVERY: Duration = Duration::from_secs(5);
+/// The shortest time between two passes before the tick (SPEC §4.5): a quarter of a second adds
+/// at most that to a change's pass, and bounds what a flood of messages or a key that expires
+/// again and again can cost to four passes a second.
+pub const EARLY_GAP: Duration = Duration::from_millis(250);
 
 /// A wake listener that could not listen; the tick goes on meanwhile.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +177,8 @@ pub(super) struct Waking {
     requested: Arc<Notify>,
     /// The earliest deadline of the last read, as a local instant, while waking is on.
     expiry: Option<Instant>,
+    /// When the last pass before the tick was due: the next is not before `EARLY_GAP` after it.
+    last_early: Option<Instant>,
 }
 
 impl Waking {
@@ -176,6 +187,7 @@ impl Waking {
             wake: None,
             requested: Arc::new(Notify::new()),
             expiry: None,
+            last_early: None,
         }
     }
 
@@ -205,8 +217,13 @@ impl Waking {
     }
 
     /// Resolves when a pass is due before the tick: a beat was announced, or the earliest
-    /// deadline came. Never resolves while waking is off.
+    /// deadline came, and not sooner than `EARLY_GAP` after the last such pass. Never resolves
+    /// while waking is off. The gap is waited first, so a tick that comes meanwhile takes nothing
+    /// a request or a deadline left.
     pub(super) async fn due(&mut self) {
+        if let Some(last) = self.last_early {
+            tokio::time::sleep_until((last + EARLY_GAP).into()).await;
+        }
         let deadline = async {
             match self.expiry {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -217,6 +234,7 @@ impl Waking {
             () = deadline => self.expiry = None,
             () = self.requested.notified() => {}
         }
+        self.last_early = Some(Instant::now());
     }
 }
 
@@ -243,6 +261,42 @@ fn heard(kind: &PushKind) -> Heard {
     }
 }
 
+/// Where the listener's connection delivers its pushes: each is judged as it arrives and
+/// dropped, so a flood of messages holds no memory here (SPEC §7). A message asks for a pass,
+/// whatever it says; the end of the subscription is told to `follow`.
+#[derive(Clone)]
+struct Pushes {
+    requested: Arc<Notify>,
+    lost: Arc<Notify>,
+    why: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Pushes {
+    fn new(requested: Arc<Notify>) -> Self {
+        Pushes {
+            requested,
+            lost: Arc::new(Notify::new()),
+            why: Arc::default(),
+        }
+    }
+}
+
+impl AsyncPushSender for Pushes {
+    fn send(&self, info: PushInfo) -> Result<(), SendError> {
+        match heard(&info.kind) {
+            Heard::Beat => self.requested.notify_one(),
+            Heard::Lost => {
+                if let Ok(mut why) = self.why.lock() {
+                    *why = Some(format!("the server sent {}", info.kind));
+                }
+                self.lost.notify_one();
+            }
+            Heard::Nothing => {}
+        }
+        Ok(())
+    }
+}
+
 /// The listener: subscribes, asks for a pass at each announced beat, and subscribes again
 /// whenever the subscription ends, until `stop`.
 async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
@@ -252,7 +306,7 @@ async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
     loop {
         let subscribed = tokio::select! {
             _ = stop.cancelled() => return,
-            subscribed = subscribe(&wake) => subscribed,
+            subscribed = subscribe(&wake, Pushes::new(requested.clone())) => subscribed,
         };
         match subscribed {
             Ok((conn, pushes)) => {
@@ -261,7 +315,7 @@ async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
                 failing = false;
                 // A change announced while nobody listened is lost: one pass now.
                 requested.notify_one();
-                match follow(conn, pushes, &requested, &stop, wake.timeout).await {
+                match follow(conn, &pushes, &stop, wake.timeout).await {
                     None => return,
                     Some(why) => warn!(
                         channel = wake.channel,
@@ -289,15 +343,16 @@ async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
     }
 }
 
-/// A connection of the listener's own, subscribed to the wake channel, and its pushes.
-async fn subscribe(wake: &Wake) -> Result<(Conn, mpsc::UnboundedReceiver<PushInfo>), WakeError> {
+/// A connection of the listener's own, subscribed to the wake channel, delivering its pushes
+/// to `pushes`.
+async fn subscribe(wake: &Wake, pushes: Pushes) -> Result<(Conn, Pushes), WakeError> {
     let failed = |source| WakeError::Subscribe {
         channel: wake.channel.clone(),
         source,
     };
-    let (tx, rx) = mpsc::unbounded_channel();
+    let sender: Arc<dyn AsyncPushSender> = Arc::new(pushes.clone());
     if let Source::Cluster(endpoint, url) = &wake.source {
-        let mut conn = endpoint.cluster(url, Some(tx)).await.map_err(|e| {
+        let mut conn = endpoint.cluster(url, Some(sender)).await.map_err(|e| {
             failed(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "connecting to the cluster",
@@ -305,12 +360,12 @@ async fn subscribe(wake: &Wake) -> Result<(Conn, mpsc::UnboundedReceiver<PushInf
             )))
         })?;
         conn.ssubscribe(&wake.channel).await.map_err(failed)?;
-        return Ok((Conn::from(conn), rx));
+        return Ok((Conn::from(conn), pushes));
     }
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(wake.timeout))
         .set_response_timeout(Some(wake.timeout))
-        .set_push_sender(tx);
+        .set_push_sender(sender);
     let mut conn = wake
         .client()
         .await
@@ -324,14 +379,13 @@ async fn subscribe(wake: &Wake) -> Result<(Conn, mpsc::UnboundedReceiver<PushInf
         .query_async::<redis::Value>(&mut conn)
         .await
         .map_err(failed)?;
-    Ok((Conn::from(conn), rx))
+    Ok((Conn::from(conn), pushes))
 }
 
 /// Follows one subscription until it ends (`Some(why)`) or `stop` (`None`).
 async fn follow(
     mut conn: Conn,
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
-    requested: &Notify,
+    pushes: &Pushes,
     stop: &CancellationToken,
     timeout: Duration,
 ) -> Option<String> {
@@ -341,14 +395,10 @@ async fn follow(
     loop {
         tokio::select! {
             _ = stop.cancelled() => return None,
-            push = pushes.recv() => match push {
-                None => return Some("the connection closed".to_owned()),
-                Some(push) => match heard(&push.kind) {
-                    Heard::Beat => requested.notify_one(),
-                    Heard::Lost => return Some(format!("the server sent {}", push.kind)),
-                    Heard::Nothing => {}
-                },
-            },
+            () = pushes.lost.notified() => {
+                let why = pushes.why.lock().ok().and_then(|mut w| w.take());
+                return Some(why.unwrap_or_else(|| "the subscription ended".to_owned()));
+            }
             _ = ping.tick() => {
                 let pong = tokio::time::timeout(
                     timeout,

@@ -140,6 +140,10 @@ impl Catalog {
         self.groups.iter().map(|g| g.name.clone()).collect()
     }
 
+    /// Publishes the catalog and registers its slots (SPEC §2.3): a bench's own Redis user may
+    /// not write the registry (a user that may add one name to a set may add millions, SPEC §7),
+    /// so the slots' benches are registered by the controller that runs them, at start, at each
+    /// reload and when the store lost them. One round trip.
     pub async fn publish<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -147,10 +151,16 @@ impl Catalog {
     ) -> Result<(), CatalogError> {
         let text =
             serde_json::to_string(self).map_err(|e| CatalogError::Unreadable(e.to_string()))?;
-        redis::cmd("SET")
-            .arg(keys.config())
-            .arg(text)
-            .query_async::<()>(conn)
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg(keys.config()).arg(text).ignore();
+        let slots: Vec<&str> = (self.groups.iter())
+            .flat_map(|g| g.slots.iter().map(|s| s.name.as_str()))
+            .collect();
+        // In batches, so Redis serves the beats between them.
+        for batch in slots.chunks(1_000) {
+            pipe.cmd("SADD").arg(keys.registry()).arg(batch).ignore();
+        }
+        pipe.query_async::<()>(conn)
             .await
             .map_err(CatalogError::Publish)
     }

@@ -16,8 +16,10 @@
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ProtocolVersion, PushInfo};
-use tokio::sync::mpsc::UnboundedSender;
+use std::sync::Arc;
+
+use redis::ProtocolVersion;
+use redis::aio::AsyncPushSender;
 
 use super::connect::{ConnectError, Endpoint};
 use super::url::ClusterUrl;
@@ -45,7 +47,7 @@ impl Endpoint {
     pub(crate) fn cluster_client(
         &self,
         url: &ClusterUrl,
-        push: Option<UnboundedSender<PushInfo>>,
+        push: Option<Arc<dyn AsyncPushSender>>,
     ) -> Result<ClusterClient, ConnectError> {
         super::connect::install_crypto_provider();
         let invalid = |source| ConnectError::InvalidUrl {
@@ -85,7 +87,7 @@ impl Endpoint {
     pub(crate) async fn cluster(
         &self,
         url: &ClusterUrl,
-        push: Option<UnboundedSender<PushInfo>>,
+        push: Option<Arc<dyn AsyncPushSender>>,
     ) -> Result<ClusterConnection, ConnectError> {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
         let client = self.cluster_client(url, push)?;
