@@ -1433,6 +1433,7 @@ fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
                 username: "admin".into(),
                 password: SecretSource::File("/etc/fleet/bmc-password".into()),
                 ca_file: Some("/etc/fleet/bmc-ca.pem".into()),
+                tls_fingerprint: None,
                 insecure: false,
             }),
             off: OffBy::Driver,
@@ -1448,6 +1449,7 @@ fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
                 username: "root".into(),
                 password: SecretSource::Env("BMC_N2".into()),
                 ca_file: Some("/etc/fleet/bmc-ca.pem".into()),
+                tls_fingerprint: None,
                 insecure: false,
             }),
             off: OffBy::Driver,
@@ -1586,7 +1588,7 @@ fn every_invalid_driver_is_refused_naming_its_place_and_what_is_valid() {
             "a field of another type",
             n1(r#"endpoint: "https://10.0.0.21", mac: "52:54:00:12:34:56""#),
             format!("{s0}.mac"),
-            "mac does not apply to a redfish driver: it takes endpoint, system, username, password_file, password_env, ca_file, insecure, off",
+            "mac does not apply to a redfish driver: it takes endpoint, system, username, password_file, password_env, ca_file, tls_fingerprint, insecure, off",
         ),
         (
             "an off that is neither agent nor driver",
@@ -1664,7 +1666,7 @@ fn every_invalid_driver_is_refused_naming_its_place_and_what_is_valid() {
             "a CA file and insecure both",
             n1(r#"endpoint: "https://10.0.0.21", insecure: true, ca_file: /ca.pem"#),
             s0.into(),
-            "both ca_file and insecure: true: insecure accepts any certificate, so the CA is never used; keep ca_file (verified TLS) or, for a self-signed BMC, insecure",
+            "both ca_file and insecure: true: insecure accepts any certificate, so the CA file is never used; keep ca_file (verified TLS; a self-signed BMC's own certificate may go there) or insecure",
         ),
         (
             "an empty CA file path",

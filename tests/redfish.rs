@@ -10,6 +10,10 @@
 //! graceful off that does not land is made by the same file wrapping the fake driver so that
 //! it accepts `GracefulShutdown` (204) and does nothing, as an OS that ignores the ACPI button.
 //!
+//! Over TLS the emulator presents a certificate signed by the test's own CA, or a self-signed one
+//! made by `openssl req -x509` with its defaults (CA:TRUE), as a BMC presents its own: the
+//! latter is pinned in `ca_file` or by `tls_fingerprint` (issue 27).
+//!
 //! What the emulator cannot be made to do (a 409 to On, a 400 meaning "already off", a BMC that
 //! lists PushPowerButton or no off at all, a 503, garbage, a BMC that never answers) is played by
 //! a scripted BMC on loopback in `mod scripted`, which also sees the headers and that requests
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fleet::config::TlsFingerprint;
 use fleet::power::redfish::{Redfish, RedfishTarget};
 use fleet::power::{Audit, Bmc, Intent, PowerError, PowerState, Secret};
 
@@ -41,8 +46,22 @@ struct Setup {
     disable_power_off: bool,
     /// GracefulShutdown is accepted and never lands.
     ignore_graceful: bool,
-    /// Served over TLS with a certificate for 127.0.0.1 signed by the test's own CA.
-    tls: bool,
+    /// Served over TLS, and with which certificate.
+    tls: Tls,
+}
+
+/// The certificate the emulator presents, in its directory as `server.pem` (key `server.key`).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Tls {
+    /// Plain http.
+    #[default]
+    None,
+    /// A certificate for 127.0.0.1 signed by the test's own CA (`ca.pem`).
+    CaSigned,
+    /// A self-signed certificate for 127.0.0.1 as `openssl req -x509` makes it by default
+    /// (basicConstraints CA:TRUE), as a BMC presents its own; beside it `other.pem`, another one
+    /// made the same way with the same name and another key, which the emulator never presents.
+    SelfSigned,
 }
 
 /// A running `sushy-emulator`, killed on drop.
@@ -56,8 +75,10 @@ struct Emulator {
 impl Emulator {
     fn start(setup: Setup) -> Emulator {
         let mut dir = tempfile::tempdir().expect("a temp dir");
-        if setup.tls {
-            certificates(dir.path());
+        match setup.tls {
+            Tls::None => {}
+            Tls::CaSigned => certificates(dir.path()),
+            Tls::SelfSigned => self_signed(dir.path()),
         }
         std::fs::write(dir.path().join("sushy.conf"), config(dir.path(), &setup))
             .expect("the emulator's configuration is written");
@@ -71,7 +92,7 @@ impl Emulator {
                 .arg("--config")
                 .arg(dir.path().join("sushy.conf"))
                 .args(["--interface", "127.0.0.1", "--port", &port.to_string()]);
-            if setup.tls {
+            if setup.tls != Tls::None {
                 command
                     .arg("--ssl-certificate")
                     .arg(dir.path().join("server.pem"))
@@ -93,7 +114,7 @@ impl Emulator {
                 child,
                 dir,
                 port,
-                tls: setup.tls,
+                tls: setup.tls != Tls::None,
             };
             if emulator.wait_ready() {
                 return emulator;
@@ -160,6 +181,7 @@ impl Emulator {
             username: "admin".to_string(),
             password: Secret::new(password),
             ca_file: None,
+            tls_fingerprint: None,
             insecure: !self.tls,
         }
     }
@@ -258,6 +280,71 @@ fn certificates(dir: &Path) {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A self-signed certificate for 127.0.0.1 made as `openssl req -x509` makes it by default
+/// (RSA, basicConstraints CA:TRUE), as the emulator's (`server.pem`, `server.key`), and another
+/// made the same way with the same name (`other.pem`).
+fn self_signed(dir: &Path) {
+    for name in ["server", "other"] {
+        openssl(
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ],
+            dir,
+        );
+    }
+}
+
+/// Runs openssl in `dir`; its stdout.
+fn openssl(args: &[&str], dir: &Path) -> String {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs (scripts/ensure-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A certificate's SHA-256 as openssl prints it, written as `tls_fingerprint` takes it:
+/// `sha256:6D:40:…:15`.
+fn openssl_fingerprint(pem: &Path) -> String {
+    let dir = pem.parent().expect("a file in a directory");
+    let pem = pem.display().to_string();
+    let printed = openssl(
+        &["x509", "-in", &pem, "-noout", "-fingerprint", "-sha256"],
+        dir,
+    );
+    let hex = printed
+        .trim()
+        .strip_prefix("sha256 Fingerprint=")
+        .unwrap_or_else(|| panic!("openssl printed {printed:?}"));
+    format!("sha256:{hex}")
+}
+
+/// A certificate's SHA-256 as fleet shows it (`sha256:` and 64 lowercase hex digits), from
+/// openssl's print.
+fn fingerprint(pem: &Path) -> TlsFingerprint {
+    openssl_fingerprint(pem).parse().expect("openssl's form")
 }
 
 fn free_port() -> u16 {
@@ -519,6 +606,7 @@ async fn an_unreachable_bmc_is_unreachable_at_the_timeout_and_a_reading_fails_at
         username: "admin".to_string(),
         password: Secret::new(PASSWORD),
         ca_file: None,
+        tls_fingerprint: None,
         insecure: true,
     })
     .expect("a good target");
@@ -608,7 +696,7 @@ async fn a_configured_system_is_read_and_a_wrong_one_is_named() {
 #[tokio::test]
 async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
     let emulator = Emulator::start(Setup {
-        tls: true,
+        tls: Tls::CaSigned,
         ..Setup::default()
     });
     let bound = Duration::from_secs(20);
@@ -626,15 +714,17 @@ async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
     let Err(PowerError::Protocol { detail, .. }) = refused else {
         panic!("not a protocol error: {refused:?}");
     };
-    assert!(
-        detail.starts_with(
-            "its TLS certificate was refused (invalid peer certificate: UnknownIssuer)"
-        ),
-        "{detail}"
+    // It says what was presented, and how to pin it or what CA to give.
+    let presented = fingerprint(&emulator.dir.path().join("server.pem"));
+    assert_eq!(
+        detail,
+        format!(
+            "its TLS certificate was refused (invalid peer certificate: UnknownIssuer); it \
+             presented {presented}: if that is the BMC's own certificate (compare it on the \
+             BMC), pin it with tls_fingerprint: {presented} or put the certificate in ca_file; \
+             else give the CA that signed it in ca_file"
+        )
     );
-    assert!(detail.ends_with(
-        "give the CA that signed it in ca_file, or set insecure: true for a self-signed BMC"
-    ));
 
     let insecure = Redfish::new(RedfishTarget {
         insecure: true,
@@ -656,6 +746,221 @@ async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
             unreadable.display()
         )
     );
+}
+
+// Issue 27, SPEC §4.10: the certificate a BMC presents itself, self-signed and CA:TRUE as
+// `openssl req -x509` makes it, is pinned by putting it in ca_file: trusted as itself (a chain
+// refuses it as CaUsedAsEndEntity), for the endpoint's host. Another certificate of the same
+// name is refused, saying what was presented and how to pin it.
+#[tokio::test]
+async fn a_self_signed_certificate_in_ca_file_is_pinned_and_another_of_its_name_is_refused() {
+    let emulator = Emulator::start(Setup {
+        tls: Tls::SelfSigned,
+        ..Setup::default()
+    });
+    let dir = emulator.dir.path();
+    let bound = Duration::from_secs(20);
+    for pem in ["server.pem", "other.pem"] {
+        let text = openssl(
+            &[
+                "x509",
+                "-in",
+                pem,
+                "-noout",
+                "-ext",
+                "basicConstraints,subjectAltName",
+                "-subject",
+            ],
+            dir,
+        );
+        assert!(
+            text.contains("CA:TRUE")
+                && text.contains("IP Address:127.0.0.1")
+                && text.contains("CN = 127.0.0.1"),
+            "{pem}: {text}"
+        );
+    }
+    let pinned = Redfish::new(RedfishTarget {
+        ca_file: Some(dir.join("server.pem")),
+        ..emulator.target(PASSWORD)
+    })
+    .expect("a good target");
+    assert_eq!(bounded(bound, pinned.state()).await, Ok(PowerState::Off));
+
+    let presented = fingerprint(&dir.join("server.pem"));
+    let other = Redfish::new(RedfishTarget {
+        ca_file: Some(dir.join("other.pem")),
+        ..emulator.target(PASSWORD)
+    })
+    .expect("a good target");
+    let refused = bounded(bound, other.state()).await;
+    assert_eq!(
+        refused,
+        Err(PowerError::Protocol {
+            bmc: emulator.endpoint(),
+            detail: format!(
+                "its TLS certificate was refused (invalid peer certificate: CaUsedAsEndEntity); \
+                 it presented {presented}: if that is the BMC's own certificate (compare it on \
+                 the BMC), pin it with tls_fingerprint: {presented} or put the certificate in \
+                 ca_file; else give the CA that signed it in ca_file"
+            ),
+        })
+    );
+
+    // The pin is for the endpoint's host: the same BMC reached by a name its certificate does
+    // not carry is refused, and told of the pin that checks no name.
+    let by_name = Redfish::new(RedfishTarget {
+        endpoint: format!("https://localhost:{}", emulator.port),
+        ca_file: Some(dir.join("server.pem")),
+        ..emulator.target(PASSWORD)
+    })
+    .expect("a good target");
+    let refused = bounded(bound, by_name.state()).await;
+    let Err(PowerError::Protocol { detail, .. }) = &refused else {
+        panic!("not a protocol error: {refused:?}");
+    };
+    assert!(
+        detail.starts_with(
+            "its TLS certificate is the one pinned in ca_file, and it is not for this endpoint's \
+             host (certificate not valid for name \"localhost\""
+        ) && detail.ends_with(&format!(
+            "pin it with tls_fingerprint: {presented} instead, which checks no name, or give the \
+             BMC a certificate for its host"
+        )),
+        "{detail}"
+    );
+}
+
+// Issue 27, SPEC §4.10: `tls_fingerprint` accepts exactly the certificate with that SHA-256,
+// written as openssl prints it, whatever name the endpoint uses; another certificate of the same
+// name, or a wrong fingerprint, is refused saying what was presented.
+#[tokio::test]
+async fn a_tls_fingerprint_accepts_exactly_its_certificate() {
+    let emulator = Emulator::start(Setup {
+        tls: Tls::SelfSigned,
+        ..Setup::default()
+    });
+    let dir = emulator.dir.path();
+    let bound = Duration::from_secs(20);
+    let pinned_at = |endpoint: String, fingerprint: TlsFingerprint| {
+        Redfish::new(RedfishTarget {
+            endpoint,
+            tls_fingerprint: Some(fingerprint),
+            ..emulator.target(PASSWORD)
+        })
+        .expect("a good target")
+    };
+    // As `openssl x509 -noout -fingerprint -sha256` prints it: upper case, colons.
+    let printed = openssl_fingerprint(&dir.join("server.pem"));
+    assert!(
+        printed.starts_with("sha256:") && printed.len() == 7 + 95,
+        "{printed}"
+    );
+    let presented: TlsFingerprint = printed.parse().expect("openssl's form");
+    for endpoint in [
+        emulator.endpoint(),
+        format!("https://localhost:{}", emulator.port),
+    ] {
+        let bmc = pinned_at(endpoint.clone(), presented);
+        assert_eq!(
+            bounded(bound, bmc.state()).await,
+            Ok(PowerState::Off),
+            "{endpoint}"
+        );
+    }
+
+    let other: TlsFingerprint = openssl_fingerprint(&dir.join("other.pem"))
+        .parse()
+        .expect("openssl's form");
+    let mut wrong = presented;
+    wrong.0[31] ^= 1;
+    for want in [other, wrong] {
+        let refused = bounded(bound, pinned_at(emulator.endpoint(), want).state()).await;
+        assert_eq!(
+            refused,
+            Err(PowerError::Protocol {
+                bmc: emulator.endpoint(),
+                detail: format!(
+                    "its TLS certificate was refused: it presented {presented}, and \
+                     tls_fingerprint is {want}; if the BMC's certificate was replaced (compare \
+                     it on the BMC), set tls_fingerprint: {presented}"
+                ),
+            })
+        );
+    }
+}
+
+// SPEC §4.10: `tls_fingerprint` in the file reaches the driver (`power::drive`) and pins the BMC;
+// a malformed one, or one beside insecure: true, is refused at load: `fleet serve` exits 2 naming
+// the slot and the field.
+#[tokio::test]
+async fn a_tls_fingerprint_in_the_file_pins_the_bmc_and_a_malformed_one_is_exit_2() {
+    let emulator = Emulator::start(Setup {
+        tls: Tls::SelfSigned,
+        ..Setup::default()
+    });
+    let dir = emulator.dir.path();
+    let password = dir.join("bmc-password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).expect("the password file");
+    let printed = openssl_fingerprint(&dir.join("server.pem"));
+    let file = |n1: &str, n2: &str| {
+        format!(
+            "groups:\n  - name: rack\n    max_size: 2\n    driver: {{ type: redfish, endpoint: \
+             \"{}\", username: admin, password_file: {:?} }}\nslots:\n  - {{ name: n1, group: \
+             rack, driver: {{ {n1} }} }}\n  - {{ name: n2, group: rack, driver: {{ {n2} }} }}\n",
+            emulator.endpoint(),
+            password.display().to_string()
+        )
+    };
+    let pinned = format!("tls_fingerprint: \"{printed}\"");
+    let config = fleet::config::parse(&file(&pinned, &pinned), Path::new("fleet.yaml"))
+        .expect("a valid configuration");
+    for slot in config.slots.values() {
+        let driver = slot.driver.as_ref().expect("a driver");
+        assert_eq!(
+            bounded(
+                Duration::from_secs(20),
+                fleet::power::drive::read_state(driver)
+            )
+            .await,
+            Some(Ok(PowerState::Off)),
+            "{}",
+            slot.name
+        );
+    }
+
+    let server = fleet::testing::RedisServer::start().expect("redis-server starts");
+    let path = dir.join("fleet.yaml");
+    std::fs::write(
+        &path,
+        file(
+            "tls_fingerprint: \"sha256:6D:40:AE\"",
+            &format!("{pinned}, insecure: true"),
+        ),
+    )
+    .expect("the configuration is written");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &server.url(), "serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("fleet runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let at = path.display();
+    for want in [
+        format!("{at}: invalid configuration, 2 problems:"),
+        format!(
+            "{at}: slots[0] (n1).driver.tls_fingerprint: invalid tls_fingerprint \
+             \"sha256:6D:40:AE\": it is not 64 hex digits (with or without ':' between pairs); \
+             write sha256: and the SHA-256 of the certificate the BMC presents"
+        ),
+        format!(
+            "{at}: slots[1] (n2).driver: both tls_fingerprint and insecure: true: insecure \
+             accepts any certificate, so the fingerprint is never checked; keep tls_fingerprint"
+        ),
+    ] {
+        assert!(stderr.contains(&want), "{want}\n---\n{stderr}");
+    }
 }
 
 /// What the emulator cannot be made to do, against a scripted BMC on loopback: a 409 to On, a
@@ -790,6 +1095,7 @@ mod scripted {
                 username: "admin".to_string(),
                 password: Secret::new("pw"),
                 ca_file: None,
+                tls_fingerprint: None,
                 insecure: true,
             })
             .unwrap()

@@ -63,9 +63,15 @@ pub struct RedfishDriver {
     pub system: Option<String>,
     pub username: String,
     pub password: SecretSource,
-    /// The CA that signed the BMC's certificate; the system's roots when unset.
+    /// The CA that signed the BMC's certificate, or the BMC's own certificate (pinned); the
+    /// system's roots when unset.
     pub ca_file: Option<PathBuf>,
-    /// Accept any certificate (a self-signed BMC), only when the file says so.
+    /// Exactly the certificate with this SHA-256, and no other (issue 27). A serde default, so a
+    /// request written before the field reads as it did.
+    #[serde(default)]
+    pub tls_fingerprint: Option<TlsFingerprint>,
+    /// Accept any certificate, only when the file says so (a self-signed BMC is better pinned,
+    /// in `ca_file` or by `tls_fingerprint`).
     pub insecure: bool,
 }
 
@@ -188,6 +194,94 @@ impl fmt::Display for Mac {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let [a, b, c, d, e, g] = self.0;
         write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+/// The SHA-256 of a certificate's DER bytes: how `tls_fingerprint` pins the one certificate a
+/// BMC presents (SPEC §4.10). Written `sha256:` and 64 hex digits, in either case, with or
+/// without `:` between pairs (as `openssl x509 -noout -fingerprint -sha256` prints it); shown
+/// as `sha256:` and 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TlsFingerprint(pub [u8; 32]);
+
+impl FromStr for TlsFingerprint {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let why = match text.get(..7) {
+            Some(prefix) if prefix.eq_ignore_ascii_case("sha256:") => {
+                match fingerprint_digits(&text[7..]) {
+                    Some(bytes) => return Ok(TlsFingerprint(bytes)),
+                    None => "it is not 64 hex digits (with or without ':' between pairs)",
+                }
+            }
+            _ => "it does not start with sha256:",
+        };
+        // A value pasted whole (a PEM block, say) is not repeated in the message.
+        let shown = if text.chars().count() <= 100 {
+            format!("{text:?}")
+        } else {
+            format!("of {} characters", text.chars().count())
+        };
+        Err(format!(
+            "invalid tls_fingerprint {shown}: {why}; write sha256: and the SHA-256 of the \
+             certificate the BMC presents, like sha256:6D:40:AE:…:85:15 as `openssl x509 -noout \
+             -fingerprint -sha256` prints it"
+        ))
+    }
+}
+
+/// 64 hex digits, or 32 pairs of them separated by `:`.
+fn fingerprint_digits(text: &str) -> Option<[u8; 32]> {
+    // 32 pairs and 31 colons at most: a longer value is refused before it is split.
+    if text.len() > 95 {
+        return None;
+    }
+    let pairs: Vec<&str> = if text.contains(':') {
+        text.split(':').collect()
+    } else if text.len() == 64 && text.is_ascii() {
+        (0..32).map(|i| &text[2 * i..2 * i + 2]).collect()
+    } else {
+        return None;
+    };
+    if pairs.len() != 32 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (byte, pair) in bytes.iter_mut().zip(pairs) {
+        if pair.len() != 2 || !pair.chars().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *byte = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(bytes)
+}
+
+impl TryFrom<String> for TlsFingerprint {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<TlsFingerprint> for String {
+    fn from(fingerprint: TlsFingerprint) -> String {
+        fingerprint.to_string()
+    }
+}
+
+impl fmt::Display for TlsFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sha256:")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for TlsFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TlsFingerprint({self})")
     }
 }
 

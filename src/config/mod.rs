@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 pub use crate::units::{InvalidQuantity, Quantity};
 pub use driver::{
     CIPHER_SUITES, DEFAULT_BROADCAST, Driver, DriverKind, IPMI_PORT, IpmiDriver, Mac, OffBy,
-    RedfishDriver, SecretSource, WOL_PORT, WolDriver,
+    RedfishDriver, SecretSource, TlsFingerprint, WOL_PORT, WolDriver,
 };
 pub use example::example;
 pub use model::{

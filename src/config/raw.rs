@@ -275,6 +275,8 @@ pub(super) struct RawDriver {
     #[serde(default)]
     pub(super) ca_file: Option<String>,
     #[serde(default)]
+    pub(super) tls_fingerprint: Option<String>,
+    #[serde(default)]
     pub(super) insecure: Option<bool>,
     #[serde(default)]
     pub(super) host: Option<String>,

@@ -68,3 +68,159 @@ fn the_example_is_valid() {
     let config = parse(example(), Path::new("example.yaml"));
     assert_eq!(config.map(|c| c.slots.len()).ok(), Some(5));
 }
+
+/// What `openssl x509 -noout -fingerprint -sha256` prints (after `sha256:`), and its bytes.
+const OPENSSL_FORM: &str = "6D:40:AE:D7:B3:D4:CC:42:97:26:97:90:0D:0A:7C:77:CF:2E:D7:30:BD:BD:D1:AD:4C:19:42:F6:09:25:85:15";
+const LOWER_FORM: &str = "6d40aed7b3d4cc42972697900d0a7c77cf2ed730bdbdd1ad4c1942f609258515";
+
+#[test]
+fn tls_fingerprints_are_sha256_and_64_hex_digits_with_or_without_colons() {
+    let want = format!("sha256:{LOWER_FORM}");
+    for good in [
+        format!("sha256:{OPENSSL_FORM}"),
+        format!("SHA256:{OPENSSL_FORM}"),
+        format!("sha256:{LOWER_FORM}"),
+        format!("sha256:{}", LOWER_FORM.to_uppercase()),
+    ] {
+        let parsed: TlsFingerprint = good.parse().unwrap_or_else(|e| panic!("{good}: {e}"));
+        assert_eq!(parsed.to_string(), want, "{good}");
+    }
+    let long = "a".repeat(100_000);
+    for (bad, why) in [
+        (OPENSSL_FORM.to_string(), "it does not start with sha256:"),
+        (
+            format!("sha1:{OPENSSL_FORM}"),
+            "it does not start with sha256:",
+        ),
+        (String::new(), "it does not start with sha256:"),
+        ("sha256:".to_string(), "it is not 64 hex digits"),
+        (
+            format!("sha256:{}", &LOWER_FORM[1..]),
+            "it is not 64 hex digits",
+        ),
+        (format!("sha256:{LOWER_FORM}0"), "it is not 64 hex digits"),
+        (
+            format!("sha256:{}", &OPENSSL_FORM[3..]),
+            "it is not 64 hex digits",
+        ),
+        (format!("sha256:{OPENSSL_FORM}:"), "it is not 64 hex digits"),
+        (
+            format!("sha256:{}", OPENSSL_FORM.replacen(':', "", 1)),
+            "it is not 64 hex digits",
+        ),
+        (
+            format!("sha256:{}", LOWER_FORM.replace('d', "g")),
+            "it is not 64 hex digits",
+        ),
+        (
+            format!("sha256:{}é", &LOWER_FORM[2..]),
+            "it is not 64 hex digits",
+        ),
+        (format!("sha256:{long}"), "it is not 64 hex digits"),
+        (
+            format!("sha256:{}", ":".repeat(100_000)),
+            "it is not 64 hex digits",
+        ),
+    ] {
+        let err = bad.parse::<TlsFingerprint>().expect_err(&bad);
+        assert!(err.contains(why), "{bad:?}: {err}");
+        assert!(
+            err.ends_with("as `openssl x509 -noout -fingerprint -sha256` prints it"),
+            "{err}"
+        );
+        // A value pasted whole is not repeated back.
+        assert!(err.len() < 400, "{} bytes: {err}", err.len());
+    }
+    // It travels in a request as its canonical text.
+    let parsed: TlsFingerprint = want.parse().expect("canonical");
+    let json = serde_json::to_string(&parsed).expect("serializes");
+    assert_eq!(json, format!("\"{want}\""));
+    assert_eq!(
+        serde_json::from_str::<TlsFingerprint>(&json).ok(),
+        Some(parsed)
+    );
+}
+
+/// A Redfish group with `group` in its driver and one slot n1 with `slot` in its own.
+fn redfish_config(group: &str, slot: &str) -> String {
+    format!(
+        "groups:\n  - name: rack\n    max_size: 1\n    driver: {{ type: redfish, username: admin, \
+         password_file: /etc/fleet/bmc-password{group} }}\nslots:\n  - {{ name: n1, group: rack, \
+         driver: {{ endpoint: \"https://10.0.0.21\"{slot} }} }}\n"
+    )
+}
+
+fn redfish_of(text: &str) -> Result<RedfishDriver, Vec<String>> {
+    match parse(text, Path::new("fleet.yaml")) {
+        Ok(config) => match config.slots.values().next().and_then(|s| s.driver.clone()) {
+            Some(Driver {
+                kind: DriverKind::Redfish(r),
+                ..
+            }) => Ok(r),
+            other => panic!("not a redfish driver: {other:?}"),
+        },
+        Err(ConfigError::Invalid { problems, .. }) => {
+            Err(problems.iter().map(ToString::to_string).collect())
+        }
+        Err(other) => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_redfish_tls_fingerprint_is_one_choice_with_ca_file_and_insecure() {
+    let fingerprint = format!("sha256:{OPENSSL_FORM}");
+    let pinned = format!(", tls_fingerprint: \"{fingerprint}\"");
+    let want = Some(fingerprint.parse::<TlsFingerprint>().expect("valid"));
+
+    let slot = redfish_of(&redfish_config("", &pinned)).expect("valid");
+    assert_eq!(
+        (slot.tls_fingerprint, slot.ca_file, slot.insecure),
+        (want, None, false)
+    );
+    // The slot's fingerprint replaces the group's CA file: one choice, not two fields.
+    let over = redfish_of(&redfish_config(", ca_file: /etc/fleet/ca.pem", &pinned)).expect("valid");
+    assert_eq!((over.tls_fingerprint, over.ca_file), (want, None));
+    // And a slot's CA file replaces the group's fingerprint.
+    let back = redfish_of(&redfish_config(&pinned, ", ca_file: /etc/fleet/ca.pem")).expect("valid");
+    assert_eq!(
+        (back.tls_fingerprint, back.ca_file),
+        (None, Some("/etc/fleet/ca.pem".into()))
+    );
+    let group = redfish_of(&redfish_config(&pinned, "")).expect("valid");
+    assert_eq!(group.tls_fingerprint, want);
+
+    for (slot, want) in [
+        (
+            ", tls_fingerprint: \"sha256:12:34\"".to_string(),
+            "slots[0] (n1).driver.tls_fingerprint: invalid tls_fingerprint \
+             \"sha256:12:34\": it is not 64 hex digits (with or without ':' between pairs); \
+             write sha256: and the SHA-256 of the certificate the BMC presents, like \
+             sha256:6D:40:AE:…:85:15 as `openssl x509 -noout -fingerprint -sha256` prints it",
+        ),
+        (
+            format!("{pinned}, ca_file: /etc/fleet/ca.pem"),
+            "slots[0] (n1).driver: both ca_file and tls_fingerprint: the fingerprint \
+             accepts exactly one certificate, so the CA file is never used; keep one (the BMC's \
+             own certificate may go in ca_file too)",
+        ),
+        (
+            format!("{pinned}, insecure: true"),
+            "slots[0] (n1).driver: both tls_fingerprint and insecure: true: insecure \
+             accepts any certificate, so the fingerprint is never checked; keep tls_fingerprint",
+        ),
+    ] {
+        assert_eq!(
+            redfish_of(&redfish_config("", &slot)),
+            Err(vec![want.to_string()]),
+            "{slot}"
+        );
+    }
+    // A group's bad fingerprint is said at the group's place.
+    let problems = redfish_of(&redfish_config(", tls_fingerprint: AB:CD", "")).expect_err("bad");
+    assert!(
+        problems.iter().any(|p| p.starts_with(
+            "groups[0] (rack).driver.tls_fingerprint: invalid tls_fingerprint \"AB:CD\": it does not start with sha256:"
+        )),
+        "{problems:#?}"
+    );
+}

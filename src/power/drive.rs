@@ -175,6 +175,7 @@ pub fn redfish(driver: &RedfishDriver) -> Result<Redfish, PowerError> {
         username: driver.username.clone(),
         password,
         ca_file: driver.ca_file.clone(),
+        tls_fingerprint: driver.tls_fingerprint,
         insecure: driver.insecure,
     })
     .map_err(|e| refused(e.to_string()))

@@ -5,10 +5,11 @@
 //! request says `Connection: close` and gets a fresh connection (BMCs keep few sockets and
 //! mishandle reused ones), and every failure is told apart where it happens: the TCP connect
 //! and a TLS I/O error are "unreachable", a certificate refused is a configuration problem that
-//! says which field to set. Basic auth on every request, so no session is ever opened on the
-//! BMC and none can leak (BMCs run out of sessions). No I/O happens outside `exchange`.
+//! says what was presented and which field to set (which certificate is trusted is `trust`'s).
+//! Basic auth on every request, so no session is ever opened on the BMC and none can leak (BMCs
+//! run out of sessions). No I/O happens outside `exchange`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -17,15 +18,12 @@ use hyper::body::Bytes;
 use hyper::header::{ACCEPT, AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderValue, LOCATION};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::power::redfish::target::{Endpoint, RedfishTarget, TargetError};
+use crate::power::redfish::trust::{self, Verifier};
 
 /// The most fleet reads of an answer: a ComputerSystem is a few kilobytes.
 const MAX_BODY: usize = 1 << 20;
@@ -184,138 +182,36 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A TLS failure: a certificate refused says what to configure; a broken connection is
-/// unreachable.
+/// A TLS failure: a certificate refused says what was presented and what to configure; a broken
+/// connection is unreachable.
 fn tls_failure(error: std::io::Error) -> Failure {
-    match error
+    let Some(e) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
-    {
-        Some(
-            e @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented),
-        ) => Failure::Protocol(format!(
-            "its TLS certificate was refused ({e}); give the CA that signed it in ca_file, or \
-             set insecure: true for a self-signed BMC"
-        )),
-        Some(e) => Failure::Protocol(format!("the TLS handshake failed ({e})")),
-        None => Failure::Unreachable(format!("tls: {error}")),
-    }
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The TLS client for a target: verified against the CA file or the system's roots, or, with
-/// `insecure`, any certificate (the handshake's signatures are still checked).
-fn client_config(target: &RedfishTarget, endpoint: &Endpoint) -> Result<ClientConfig, TargetError> {
-    let provider = provider();
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("ring offers rustls's default protocol versions");
-    let config = match (&target.ca_file, target.insecure) {
-        (_, true) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth(),
-        (Some(path), false) => builder
-            .with_root_certificates(ca_file(path)?)
-            .with_no_client_auth(),
-        (None, false) => {
-            let roots = system_roots();
-            if roots.is_empty() {
-                return Err(TargetError::NoSystemRoots {
-                    endpoint: endpoint.name.clone(),
-                });
-            }
-            builder
-                .with_root_certificates(roots.clone())
-                .with_no_client_auth()
+    else {
+        return Failure::Unreachable(format!("tls: {error}"));
+    };
+    match (trust::refusal(e), e) {
+        (Some(refusal), _) => Failure::Protocol(refusal.explain()),
+        (None, rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) => {
+            Failure::Protocol(format!(
+                "its TLS certificate was refused ({e}); give the CA that signed it in ca_file, \
+                 or pin the BMC's own certificate (in ca_file, or by tls_fingerprint)"
+            ))
         }
-    };
-    Ok(config)
+        (None, e) => Failure::Protocol(format!("the TLS handshake failed ({e})")),
+    }
 }
 
-/// The CA certificates of a PEM file.
-fn ca_file(path: &std::path::Path) -> Result<RootCertStore, TargetError> {
-    let bad = |why: String| TargetError::CaFileBad {
-        path: path.to_path_buf(),
-        why,
-    };
-    let pem = std::fs::read(path).map_err(|source| TargetError::CaFileUnreadable {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| bad(format!("it is not PEM ({e})")))?;
-        roots
-            .add(cert)
-            .map_err(|e| bad(format!("a certificate in it cannot be used ({e})")))?;
-    }
-    if roots.is_empty() {
-        return Err(bad("it holds no certificate".to_string()));
-    }
-    Ok(roots)
-}
-
-/// The system's CA certificates, read once per process (they are many files, and read the
-/// same every time).
-fn system_roots() -> &'static RootCertStore {
-    static ROOTS: OnceLock<RootCertStore> = OnceLock::new();
-    ROOTS.get_or_init(|| {
-        let mut roots = RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        roots
-    })
-}
-
-/// `insecure: true`: any certificate is taken, as a self-signed BMC's must be; the handshake's
-/// signatures are still verified, so the peer holds the key of the certificate it showed.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+/// The TLS client for a target: its certificate checked by [`Verifier`] (the CA file and its
+/// pins, the fingerprint, the system's roots, or any with `insecure`).
+fn client_config(target: &RedfishTarget, endpoint: &Endpoint) -> Result<ClientConfig, TargetError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = Verifier::new(target, endpoint, &provider)?;
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring offers rustls's default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth())
 }

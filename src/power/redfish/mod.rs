@@ -19,9 +19,12 @@
 //! - `target`: the configured BMC and its validation (pure).
 //! - `wire`: what is read and sent, the `ResetType` choice, the backoff (pure).
 //! - `http`: one exchange at a time over a fresh connection, TLS by rustls.
+//! - `trust`: how the BMC's certificate is trusted: the CA file and its pins, the fingerprint,
+//!   the system's roots, or any (`insecure`).
 
 mod http;
 mod target;
+mod trust;
 mod wire;
 
 use std::sync::{Mutex, OnceLock};

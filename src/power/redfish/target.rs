@@ -7,7 +7,8 @@
 //!   in it (the system path goes in `system`, credentials in `username` and the password).
 //! - `http://` only with `insecure: true`: basic auth over plain HTTP shows the password to the
 //!   network, so it is for a test BMC on loopback and is said so at WARN.
-//! - `insecure: true` with a `ca_file` is refused: one of them would be ignored.
+//! - `ca_file`, `tls_fingerprint` and `insecure: true` are one choice: two of them are refused,
+//!   since one would be ignored.
 //! - `system`, when given, is a path under `/redfish/v1/` with no query, no `..`, no whitespace.
 //! - `username` is not empty and has no `:` (basic auth could not carry it) nor control
 //!   characters.
@@ -16,6 +17,7 @@ use std::path::PathBuf;
 
 use rustls::pki_types::ServerName;
 
+use crate::config::TlsFingerprint;
 use crate::power::Secret;
 use crate::power::redfish::wire::SERVICE_ROOT;
 
@@ -30,9 +32,13 @@ pub struct RedfishTarget {
     pub system: Option<String>,
     pub username: String,
     pub password: Secret,
-    /// The CA that signed the BMC's certificate (PEM); `None` trusts the system's roots.
+    /// The CA that signed the BMC's certificate (PEM), or the certificate the BMC presents
+    /// (pinned: trusted as itself, SPEC §4.10); `None` trusts the system's roots.
     pub ca_file: Option<PathBuf>,
-    /// Accept any certificate (a self-signed BMC), or plain `http://`; logged once at WARN.
+    /// Exactly the certificate with this SHA-256, whatever its name, dates or issuer.
+    pub tls_fingerprint: Option<TlsFingerprint>,
+    /// Accept any certificate, or plain `http://`; logged once at WARN. A self-signed BMC is
+    /// better pinned (`ca_file`, `tls_fingerprint`).
     pub insecure: bool,
 }
 
@@ -44,6 +50,7 @@ impl std::fmt::Debug for RedfishTarget {
             .field("username", &self.username)
             .field("password", &self.password)
             .field("ca_file", &self.ca_file)
+            .field("tls_fingerprint", &self.tls_fingerprint)
             .field("insecure", &self.insecure)
             .finish()
     }
@@ -65,6 +72,14 @@ pub enum TargetError {
     )]
     InsecureWithCa { endpoint: String, ca_file: PathBuf },
     #[error(
+        "redfish endpoint {endpoint}: tls_fingerprint accepts exactly one certificate, so \
+         {other} would be ignored; keep one of the two"
+    )]
+    FingerprintWith {
+        endpoint: String,
+        other: &'static str,
+    },
+    #[error(
         "redfish system {system:?}: {why}; write the ComputerSystem's path, like \
          /redfish/v1/Systems/1, or leave it out to drive the BMC's only system"
     )]
@@ -79,7 +94,7 @@ pub enum TargetError {
     },
     #[error(
         "redfish ca_file {}: {why}; give the PEM certificate of the CA that signed the BMC's \
-         certificate", path.display()
+         certificate, or the BMC's own certificate", path.display()
     )]
     CaFileBad { path: PathBuf, why: String },
     #[error(
@@ -124,6 +139,17 @@ impl RedfishTarget {
             return Err(TargetError::InsecureWithCa {
                 endpoint: endpoint.name,
                 ca_file: ca_file.clone(),
+            });
+        }
+        let beside = match (self.insecure, &self.ca_file) {
+            (true, _) => Some("insecure: true"),
+            (false, Some(_)) => Some("ca_file"),
+            (false, None) => None,
+        };
+        if let (Some(_), Some(other)) = (&self.tls_fingerprint, beside) {
+            return Err(TargetError::FingerprintWith {
+                endpoint: endpoint.name,
+                other,
             });
         }
         let system = self
@@ -250,6 +276,7 @@ mod tests {
             username: "admin".to_string(),
             password: Secret::new("pw-never-shown"),
             ca_file: None,
+            tls_fingerprint: None,
             insecure: false,
         }
     }
@@ -342,6 +369,38 @@ mod tests {
         assert!(matches!(
             both.check(),
             Err(TargetError::InsecureWithCa { .. })
+        ));
+    }
+
+    #[test]
+    fn a_fingerprint_is_refused_beside_a_ca_file_or_insecure() {
+        let pinned = RedfishTarget {
+            tls_fingerprint: Some(TlsFingerprint([7; 32])),
+            ..target("https://10.0.0.21")
+        };
+        assert!(pinned.check().is_ok());
+        let with_ca = RedfishTarget {
+            ca_file: Some(PathBuf::from("/etc/fleet/ca.pem")),
+            ..pinned.clone()
+        };
+        assert_eq!(
+            with_ca.check().map_err(|e| e.to_string()),
+            Err(
+                "redfish endpoint https://10.0.0.21: tls_fingerprint accepts exactly one \
+                 certificate, so ca_file would be ignored; keep one of the two"
+                    .to_string()
+            )
+        );
+        let insecure = RedfishTarget {
+            insecure: true,
+            ..pinned
+        };
+        assert!(matches!(
+            insecure.check(),
+            Err(TargetError::FingerprintWith {
+                other: "insecure: true",
+                ..
+            })
         ));
     }
 

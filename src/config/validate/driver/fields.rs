@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::config::driver::{CIPHER_SUITES, Mac, OffBy, parse_broadcast};
+use crate::config::driver::{CIPHER_SUITES, Mac, OffBy, TlsFingerprint, parse_broadcast};
 use crate::config::model::check_env_name;
 use crate::config::raw::{Checked, RawDriver};
 
@@ -36,6 +36,7 @@ const REDFISH: &[&str] = &[
     "password_file",
     "password_env",
     "ca_file",
+    "tls_fingerprint",
     "insecure",
 ];
 const IPMI: &[&str] = &[
@@ -86,6 +87,7 @@ pub(super) fn present(raw: &RawDriver) -> Vec<&'static str> {
         ("password_file", raw.password_file.is_some()),
         ("password_env", raw.password_env.is_some()),
         ("ca_file", raw.ca_file.is_some()),
+        ("tls_fingerprint", raw.tls_fingerprint.is_some()),
         ("insecure", raw.insecure.is_some()),
         ("host", raw.host.is_some()),
         ("port", raw.port.is_some()),
@@ -134,13 +136,7 @@ pub(super) fn check_given(given: Given<'_>, problems: &mut Problems) {
             "both password_file and password_env: the password comes from one of them; keep one",
         );
     }
-    if raw.ca_file.is_some() && raw.insecure == Some(true) {
-        problems.push_once(
-            place,
-            "both ca_file and insecure: true: insecure accepts any certificate, so the CA is \
-             never used; keep ca_file (verified TLS) or, for a self-signed BMC, insecure",
-        );
-    }
+    trust_choice(raw, place, problems);
     let at = |field: &str| format!("{place}.{field}");
     if let Some(v) = &raw.mac {
         mac(v, &at("mac"), problems);
@@ -171,6 +167,9 @@ pub(super) fn check_given(given: Given<'_>, problems: &mut Problems) {
     if let Some(v) = &raw.ca_file {
         path(v, &at("ca_file"), "the CA certificate (PEM)", problems);
     }
+    if let Some(v) = &raw.tls_fingerprint {
+        tls_fingerprint(v, &at("tls_fingerprint"), problems);
+    }
     if let Some(v) = &raw.host {
         host(v, &at("host"), problems);
     }
@@ -179,6 +178,36 @@ pub(super) fn check_given(given: Given<'_>, problems: &mut Problems) {
     }
     if let Some(v) = &raw.cipher_suite {
         cipher_suite(v, &at("cipher_suite"), problems);
+    }
+}
+
+/// SPEC §4.10: `ca_file`, `tls_fingerprint` and `insecure` are one choice of how the BMC's
+/// certificate is trusted: an entry that gives two of them is refused, since one would be
+/// ignored (a fingerprint accepts its one certificate and nothing else).
+fn trust_choice(raw: &RawDriver, place: &str, problems: &mut Problems) {
+    let insecure = raw.insecure == Some(true);
+    if raw.ca_file.is_some() && insecure {
+        problems.push_once(
+            place,
+            "both ca_file and insecure: true: insecure accepts any certificate, so the CA file is \
+             never used; keep ca_file (verified TLS; a self-signed BMC's own certificate may go \
+             there) or insecure",
+        );
+    }
+    if raw.tls_fingerprint.is_some() && raw.ca_file.is_some() {
+        problems.push_once(
+            place,
+            "both ca_file and tls_fingerprint: the fingerprint accepts exactly one certificate, \
+             so the CA file is never used; keep one (the BMC's own certificate may go in ca_file \
+             too)",
+        );
+    }
+    if raw.tls_fingerprint.is_some() && insecure {
+        problems.push_once(
+            place,
+            "both tls_fingerprint and insecure: true: insecure accepts any certificate, so the \
+             fingerprint is never checked; keep tls_fingerprint",
+        );
     }
 }
 
@@ -325,6 +354,20 @@ pub(super) fn path(
         return None;
     }
     Some(PathBuf::from(text))
+}
+
+pub(super) fn tls_fingerprint(
+    text: &str,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<TlsFingerprint> {
+    match text.parse::<TlsFingerprint>() {
+        Ok(fingerprint) => Some(fingerprint),
+        Err(message) => {
+            problems.push_once(place, message);
+            None
+        }
+    }
 }
 
 pub(super) fn password_env(name: &str, place: &str, problems: &mut Problems) -> Option<String> {

@@ -21,7 +21,7 @@ use super::Problems;
 pub(super) use fields::Given;
 use fields::{
     Kind, TYPES, broadcast, check_given, cipher_suite, endpoint, host, kind, mac, off,
-    password_env, path, port, present, system, username,
+    password_env, path, port, present, system, tls_fingerprint, username,
 };
 
 /// A group's `driver`: the values it gives are checked where they are, even when no slot takes
@@ -37,7 +37,7 @@ pub(super) fn defaults(raw: Option<&RawDriver>, place: &str, problems: &mut Prob
 ///
 /// A slot that names another type than its group's takes none of the group's fields: they were
 /// meant for another protocol. `password_file` and `password_env` are one choice, as are
-/// `ca_file` and `insecure`: a slot that gives either side replaces the group's.
+/// `ca_file`, `tls_fingerprint` and `insecure`: a slot that gives any side replaces the group's.
 pub(super) fn slot_driver(
     group: Option<Given<'_>>,
     slot: Option<Given<'_>>,
@@ -191,7 +191,8 @@ fn redfish(merged: &Merged<'_>, place: &str, problems: &mut Problems) -> Option<
     };
     let username = required_username(merged, Kind::Redfish, place, problems);
     let password = password(merged, Kind::Redfish, place, problems);
-    let tls = merged.choice(|r| r.ca_file.is_some() || r.insecure.is_some());
+    let tls = merged
+        .choice(|r| r.ca_file.is_some() || r.tls_fingerprint.is_some() || r.insecure.is_some());
     let ca_file = match tls.and_then(|g| g.raw.ca_file.as_ref().map(|v| (v, g.place))) {
         Some((text, at)) => path(
             text,
@@ -200,6 +201,12 @@ fn redfish(merged: &Merged<'_>, place: &str, problems: &mut Problems) -> Option<
             problems,
         )
         .map(Some),
+        None => Some(None),
+    };
+    let fingerprint = match tls.and_then(|g| g.raw.tls_fingerprint.as_ref().map(|v| (v, g.place))) {
+        Some((text, at)) => {
+            tls_fingerprint(text, &format!("{at}.tls_fingerprint"), problems).map(Some)
+        }
         None => Some(None),
     };
     let insecure = tls.and_then(|g| g.raw.insecure).unwrap_or(false);
@@ -220,6 +227,7 @@ fn redfish(merged: &Merged<'_>, place: &str, problems: &mut Problems) -> Option<
         username: username?,
         password: password?,
         ca_file: ca_file?,
+        tls_fingerprint: fingerprint?,
         insecure,
     })
 }
