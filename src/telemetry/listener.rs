@@ -191,14 +191,18 @@ impl Gate {
         })
     }
 
-    /// A connection's place, once one is free.
-    async fn connection(&self) -> Place {
-        let permit = self
-            .connections
+    /// A connection's place, once one is free: reserved before the accept, so a peer past the
+    /// cap waits in the kernel's backlog.
+    async fn reserve(&self) -> OwnedSemaphorePermit {
+        self.connections
             .clone()
             .acquire_owned()
             .await
-            .expect("the gate's semaphore is never closed");
+            .expect("the gate's semaphore is never closed")
+    }
+
+    /// The reserved place, taken by an accepted connection: counted from now.
+    fn admit(&self, permit: OwnedSemaphorePermit) -> Place {
         self.open_connections.inc();
         Place {
             _permit: permit,
@@ -348,16 +352,16 @@ impl Server {
     pub async fn run(self, shutdown: CancellationToken) {
         let connections = TaskTracker::new();
         loop {
-            let place = tokio::select! {
+            let reserved = tokio::select! {
                 () = shutdown.cancelled() => break,
-                place = self.gate.connection() => place,
+                reserved = self.gate.reserve() => reserved,
             };
             let tcp = tokio::select! {
                 () = shutdown.cancelled() => break,
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
                     Err(e) => {
-                        drop(place);
+                        drop(reserved);
                         accept_failed(e, &shutdown).await;
                         continue;
                     }
@@ -365,7 +369,7 @@ impl Server {
             };
             connections.spawn(serve_connection(
                 tcp,
-                place,
+                self.gate.admit(reserved),
                 self.app.clone(),
                 self.hosts.clone(),
                 shutdown.clone(),
