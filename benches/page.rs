@@ -73,7 +73,7 @@ fn get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("connecting");
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut text = String::new();
@@ -139,8 +139,8 @@ async fn window(
 fn open_page(addr: String, frames: Arc<AtomicU64>, bytes: Arc<AtomicU64>) {
     std::thread::spawn(move || {
         let mut s = TcpStream::connect(&addr).expect("a page connects");
-        s.write_all(b"GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
-            .unwrap();
+        // The listener answers its own address only (SPEC §4.13).
+        write!(s, "GET /events HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
         let mut buf = vec![0u8; 1 << 16];
         while let Ok(n) = s.read(&mut buf) {
             if n == 0 {

@@ -198,7 +198,7 @@ async fn a_read_only_page_renders_on_the_server_and_streams_a_claim_to_ready() {
         let mut s = TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "GET {css} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            "GET {css} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
         )
         .unwrap();
         let mut t = String::new();

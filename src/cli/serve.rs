@@ -32,22 +32,33 @@ use crate::store::conn::Conn;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 use crate::store::replicas::{Replicas, Wanted};
-use crate::telemetry::{self, Health, Metrics};
+use crate::telemetry::listener;
+use crate::telemetry::{Health, Metrics};
 
+use super::page::listen;
 use super::reload::{check_drivers, check_kubernetes, config_error, hangups, reload, warn_about};
-use super::{Ctx, Error, args, page};
+use super::{Ctx, Error, args};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The configuration file (groups and slots).
     #[arg(long, env = "FLEET_CONFIG")]
     pub config: PathBuf,
-    /// Where to serve /metrics, /healthz, /readyz and the live page (/).
+    /// Where to serve /metrics, /healthz, /readyz, and the live page (/) unless --ui-addr is set.
     #[arg(long, env = "FLEET_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
-    /// A file holding the token (16 characters or more) that turns the live page's actions on:
-    /// claim, cancel, hold, release, each sent with the token as a bearer header. Without it
-    /// the page is read-only.
+    /// Where to serve the live page (/, /events, its assets and actions) apart from the
+    /// metrics: a loopback address keeps it off the network while /metrics is on it.
+    #[arg(long, env = "FLEET_UI_ADDR")]
+    pub ui_addr: Option<SocketAddr>,
+    /// A name the listeners answer to besides their own address (repeatable; the variable
+    /// takes several, comma-separated): a request naming another Host is refused (421), so a
+    /// page elsewhere cannot read the fleet by rebinding its DNS name to this address.
+    #[arg(long = "ui-host", env = "FLEET_UI_HOST", value_delimiter = ',', value_parser = listener::host_name)]
+    pub ui_hosts: Vec<String>,
+    /// A file holding the token (16 printable ASCII characters or more) that turns the live
+    /// page's actions on: claim, cancel, hold, release, each sent with the token as a bearer
+    /// header. Without it the page is read-only.
     #[arg(long, env = "FLEET_UI_TOKEN_FILE")]
     pub ui_token_file: Option<PathBuf>,
     /// How often a pass runs over every slot (presence is re-read each pass).
@@ -123,22 +134,6 @@ fn ratio(text: &str) -> Result<f64, String> {
     }
 }
 
-/// The token of `--ui-token-file`: its first line, of 16 characters or more.
-fn ui_token(path: &std::path::Path) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::usage(format!("reading --ui-token-file {}: {e}", path.display())))?;
-    let token = text.lines().next().unwrap_or_default().trim().to_owned();
-    if token.chars().count() < page::actions_min_token() || token.contains(char::is_whitespace) {
-        return Err(Error::usage(format!(
-            "--ui-token-file {}: the token is its first line, {} characters or more without \
-             spaces (make one with `openssl rand -hex 24`)",
-            path.display(),
-            page::actions_min_token()
-        )));
-    }
-    Ok(token)
-}
-
 /// The host's name, for the lease holder's id.
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -185,11 +180,18 @@ async fn warn_without_persistence(conn: &mut Conn) {
 struct Listeners {
     grpc: tokio::net::TcpListener,
     metrics: tokio::net::TcpListener,
+    /// The live page's own, with `--ui-addr`.
+    ui: Option<tokio::net::TcpListener>,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         self.check_lease()?;
+        let token = self
+            .ui_token_file
+            .as_deref()
+            .map(listen::token)
+            .transpose()?;
         let config = config::load(&self.config).map_err(config_error)?;
         check_drivers(&self.config, &config).map_err(config_error)?;
         check_kubernetes(&config, self.kubernetes)?;
@@ -211,14 +213,9 @@ impl Args {
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
-        let page = self.page(ctx, &health, &tasks).await?;
-        tasks.spawn(telemetry::serve(
-            listeners.metrics,
-            (metrics.clone(), health.clone()),
-            page,
-            self.interval * 5,
-            shutdown.clone(),
-        ));
+        self.http(listeners.metrics, listeners.ui, token)?
+            .start(ctx, (metrics.clone(), health.clone()), &tasks)
+            .await?;
         tasks.spawn(reload(
             (self.config.clone(), hup),
             self.kubernetes,
@@ -268,33 +265,22 @@ impl Args {
         Ok(())
     }
 
-    /// The live page (SPEC §4.13): its reader, on a connection of its own and once a pass
-    /// interval, and its routes; with `--ui-token-file`, its actions.
-    async fn page(
+    /// The HTTP side (SPEC §4.8, §4.13): the metrics and the page on their listeners, under the
+    /// caps of the descriptor limit, raised here.
+    fn http(
         &self,
-        ctx: &Ctx,
-        health: &Arc<Health>,
-        tasks: &tokio_util::task::TaskTracker,
-    ) -> Result<axum::Router, Error> {
-        let actions = match &self.ui_token_file {
-            None => None,
-            Some(path) => Some(page::Actions::new(
-                ui_token(path)?,
-                ctx.endpoint.clone(),
-                ctx.keys.clone(),
-                ctx.shutdown.clone(),
-            )),
-        };
-        let conn = ctx.endpoint.open_lasting().await?;
-        let feed = page::Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
-        let (tx, rx) = feed.channel();
-        tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
-        Ok(page::router(
-            rx,
-            actions,
-            health.clone(),
-            ctx.shutdown.clone(),
-        ))
+        metrics: tokio::net::TcpListener,
+        ui: Option<tokio::net::TcpListener>,
+        token: Option<String>,
+    ) -> Result<listen::Http, Error> {
+        Ok(listen::Http {
+            metrics,
+            ui,
+            limits: listen::limits()?,
+            hosts: self.ui_hosts.clone(),
+            token,
+            interval: self.interval,
+        })
     }
 
     /// The leader renews its lease once a pass, so a lease no longer than a pass lapses between
@@ -333,7 +319,7 @@ impl Args {
         Ok((tls, transport))
     }
 
-    /// Binds the provider's port, then the metrics port.
+    /// Binds the provider's port, then the metrics port, then the page's with `--ui-addr`.
     async fn bind(&self) -> Result<Listeners, Error> {
         let grpc = tokio::net::TcpListener::bind(self.grpc_addr)
             .await
@@ -351,7 +337,16 @@ impl Args {
                         .context(format!("listening on {} for metrics", self.metrics_addr)),
                 )
             })?;
-        Ok(Listeners { grpc, metrics })
+        let ui = match self.ui_addr {
+            None => None,
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                Error::Runtime(
+                    anyhow::Error::new(e)
+                        .context(format!("listening on {addr} for the live page (--ui-addr)")),
+                )
+            })?),
+        };
+        Ok(Listeners { grpc, metrics, ui })
     }
 
     fn log_started(&self, ctx: &Ctx, config: &Config, listeners: &Listeners, transport: &str) {
@@ -361,6 +356,7 @@ impl Args {
             slots = config.slots.len(),
             redis = %ctx.endpoint.redacted(),
             metrics = %listeners.metrics.local_addr().map_or(self.metrics_addr, |a| a),
+            ui = %listeners.ui.as_ref().and_then(|l| l.local_addr().ok()).map_or_else(|| "metrics".to_owned(), |a| a.to_string()),
             grpc = %listeners.grpc.local_addr().map_or(self.grpc_addr, |a| a),
             transport,
             "fleet serve started"

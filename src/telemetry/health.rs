@@ -1,4 +1,5 @@
-//! Health: what `/healthz` and `/readyz` answer from, and the HTTP server of the metrics and both endpoints (SPEC §4.8).
+//! Health: what `/healthz` and `/readyz` answer from, and the routes of the metrics and both
+//! endpoints (SPEC §4.8); `listener` serves them.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,18 +85,14 @@ impl Health {
     }
 }
 
-/// Serves `/metrics`, `/healthz`, `/readyz` and the routes of `more` (the live page) until
-/// `shutdown`.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+/// The routes of `/metrics`, `/healthz` and `/readyz` (`listener::Server` serves them).
+pub fn routes(
     (metrics, health): (std::sync::Arc<Metrics>, std::sync::Arc<Health>),
-    more: axum::Router,
     ready_within: Duration,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> std::io::Result<()> {
+) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
-    let app = axum::Router::new()
+    axum::Router::new()
         .route(
             "/metrics",
             get(move || {
@@ -125,10 +122,6 @@ pub async fn serve(
                 }
             }),
         )
-        .merge(more);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
 }
 
 #[cfg(test)]

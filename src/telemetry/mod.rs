@@ -1,15 +1,19 @@
-//! Telemetry: the metrics fleet serves as Prometheus text, and the health the endpoints answer
-//! from, served on `--metrics-addr` (SPEC §4.8).
+//! Telemetry: the metrics fleet serves as Prometheus text, the health the endpoints answer
+//! from, and the HTTP listeners that serve them on `--metrics-addr` with the live page (SPEC
+//! §4.8, §4.13).
 //!
 //! Every label is bounded and typed ([`labels`]): groups come from the configuration; phases,
 //! reasons, outcomes, methods and codes are closed enums. This module decides nothing: the
 //! controller and the provider record here what they did.
 //!
 //! - [`labels`]: the label sets and their values.
-//! - [`health`]: `/healthz` and `/readyz`, and the server.
+//! - [`health`]: `/healthz` and `/readyz`, and the routes of the metrics and both.
+//! - [`listener`]: the hardened HTTP server of every listener: the Host check, the caps derived
+//!   from the descriptor limit, the timeouts.
 
 pub mod health;
 pub mod labels;
+pub mod listener;
 
 use std::sync::atomic::AtomicU64;
 
@@ -20,7 +24,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Metric;
 use prometheus_client::registry::Registry;
 
-pub use health::{Health, serve};
+pub use health::{Health, routes};
 pub use labels::*;
 
 /// Every metric the controller keeps.
@@ -54,6 +58,10 @@ pub struct Metrics {
     /// Power actions held back because the replicas did not acknowledge the writes before them
     /// in time (SPEC §5.6).
     pub replica_waits_short: Counter,
+    /// HTTP connections open on the listeners, and of them the live page's streams (SPEC
+    /// §4.13): each holds a place under its cap until it closes.
+    pub http_connections: Gauge,
+    pub page_streams: Gauge,
 }
 
 /// A counter of a fractional amount (seconds, kWh, money).
@@ -231,6 +239,18 @@ impl Default for Metrics {
             "Power actions held back: the replicas did not acknowledge the writes before them in time",
             Counter::default(),
         );
+        let http_connections = registered(
+            &mut r,
+            "http_connections",
+            "HTTP connections open on the metrics and page listeners",
+            Gauge::default(),
+        );
+        let page_streams = registered(
+            &mut r,
+            "page_streams",
+            "The live page's event streams open",
+            Gauge::default(),
+        );
         let blind = registered(
             &mut r,
             "blind",
@@ -265,6 +285,8 @@ impl Default for Metrics {
             reloads,
             energy,
             replica_waits_short,
+            http_connections,
+            page_streams,
         }
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! Each request must carry the token as `Authorization: Bearer <token>` (compared in constant
 //! time) and the page's CSRF token as `X-Fleet-CSRF`, and must not come from another site
-//! (`Sec-Fetch-Site`, `Origin`). A browser never adds the bearer header by itself, and another
+//! (`Sec-Fetch-Site`, `Origin`). All of that is checked on the request's head, before a byte of
+//! its body is read; then a body declared larger than `BODY_MAX` is refused unread (413), and
+//! one is read only up to `BODY_MAX`, within `BODY_READ`: a peer without the token costs no
+//! buffered body, and one with it a few kB at most. A browser never adds the bearer header by itself, and another
 //! site can neither read the CSRF token nor send the header without a preflight this server
 //! never answers, so a page elsewhere cannot act through an operator's browser. A follower
 //! refuses every action, as the provider refuses changes there. An action runs the very verb the
@@ -11,7 +14,9 @@
 //! same words back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +33,10 @@ use super::super::{Ctx, Error};
 
 /// The shortest token `--ui-token-file` may hold.
 pub const MIN_TOKEN: usize = 16;
+/// The largest body an action may have: its JSON is a name and a reason, some hundred bytes.
+pub const BODY_MAX: usize = 4 * 1024;
+/// How long an action's body may take to arrive once its head passed.
+const BODY_READ: Duration = Duration::from_secs(10);
 
 /// What the actions need: the token, the CSRF token, and how to reach the store.
 #[derive(Clone)]
@@ -67,16 +76,20 @@ impl Actions {
         &self.csrf
     }
 
-    /// Checks a request and runs its action; the answer is the verb's own words.
+    /// Checks a request and runs its action; the answer is the verb's own words. The head is
+    /// checked whole before the body is read (SPEC §4.13).
     pub async fn handle(
         &self,
         Path(action): Path<String>,
         headers: HeaderMap,
-        body: String,
+        body: Body,
         health: &Health,
     ) -> Response {
         if let Some(refused) = self.refused(&headers) {
             return refused;
+        }
+        if declared_length(&headers).is_some_and(|n| n > BODY_MAX as u64) {
+            return too_large();
         }
         if !health.is_leading() {
             return answer(
@@ -86,7 +99,27 @@ impl Actions {
                     .to_owned(),
             );
         }
-        let Ok(asked) = serde_json::from_str::<Asked>(&body) else {
+        let body = match tokio::time::timeout(BODY_READ, axum::body::to_bytes(body, BODY_MAX)).await
+        {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) if over_limit(&e) => return too_large(),
+            Ok(Err(_)) => {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    "the body could not be read (the connection broke)".to_owned(),
+                );
+            }
+            Err(_) => {
+                return answer(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the body did not arrive within {}s of the head",
+                        BODY_READ.as_secs()
+                    ),
+                );
+            }
+        };
+        let Ok(asked) = serde_json::from_slice::<Asked>(&body) else {
             return answer(
                 StatusCode::BAD_REQUEST,
                 "the body must be JSON: {\"target\": \"NAME\", \"reason\": \"...\"}".to_owned(),
@@ -189,6 +222,37 @@ impl Actions {
             ))),
         }
     }
+}
+
+/// The body's length as its head declares it, when it does.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Whether reading a body failed at its limit (rather than at the connection).
+fn over_limit(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+fn too_large() -> Response {
+    answer(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "an action's body is at most {BODY_MAX} bytes: {{\"target\": \"NAME\", \"reason\": \"...\"}}"
+        ),
+    )
 }
 
 fn answer(status: StatusCode, text: String) -> Response {

@@ -1,22 +1,24 @@
-//! The live page (SPEC §4.13, issue 16): `fleet serve` serves the fleet at a glance on its
-//! metrics listener, at `/`.
+//! The live page (SPEC §4.13, issue 16): `fleet serve` serves the fleet at a glance at `/`, on
+//! its metrics listener or on `--ui-addr`.
 //!
 //! One reader per process reads the store once a pass interval (`Feed`), like the views do, so
 //! any replica serves the page, a follower too, and the number of open pages costs the store
 //! nothing. Each read is rendered once into the `<main>` fragment; `/` serves it inside the
 //! page's shell, and `/events` streams every new one (server-sent events) to each open page,
-//! whose script swaps it in. A page's stream holds at most `QUEUE` frames: one that falls behind
-//! is dropped, never buffered without limit, and its browser reconnects to the newest frame.
-//! Every frame is a new read, so a stream is never idle longer than a pass interval and needs no
-//! keep-alive. Assets are embedded, named by their content's hash and cached for a year. Actions
-//! (`actions.rs`) are on only with `--ui-token-file`.
+//! whose script swaps it in. A stream holds a place under the listener's cap until its
+//! connection closes; one that falls `QUEUE` frames behind is disconnected, never buffered for
+//! without limit, and its browser reconnects to the newest frame. Every frame is a new read, so
+//! a stream is never idle longer than a pass interval and needs no keep-alive. Assets are
+//! embedded, named by their content's hash and cached for a year. Actions (`actions.rs`) are on
+//! only with `--ui-token-file`. The listener itself (the Host check, the caps, the timeouts) is
+//! `telemetry::listener`.
 
 mod actions;
 pub mod frame;
 pub mod html;
+pub mod listen;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::http::{StatusCode, header};
@@ -30,8 +32,9 @@ use tracing::warn;
 use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::telemetry::Health;
+use crate::telemetry::listener::{Connection, Gate, Place};
 
-pub use actions::Actions;
+pub use actions::{Actions, BODY_MAX};
 
 /// The shortest token `--ui-token-file` may hold.
 pub fn actions_min_token() -> usize {
@@ -39,10 +42,8 @@ pub fn actions_min_token() -> usize {
 }
 use frame::Frame;
 
-/// How many frames one page's stream may hold unsent before the page is dropped.
+/// How many frames one page's stream may hold unsent before the page is disconnected.
 const QUEUE: usize = 4;
-/// The most pages streamed at once; more are told to come back (503).
-const MAX_STREAMS: usize = 1_000;
 
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
@@ -82,19 +83,43 @@ impl Published {
     }
 }
 
-/// One server-sent event: its name, then its data line by line.
+/// One server-sent event: its name, then its data line by line. An SSE client ends a line at
+/// CR, LF or CRLF alike, so each of them in the data ends a `data:` line here: no line break
+/// reaches the stream but fleet's own, and an operation's output can neither end the event nor
+/// start a field of its own (`retry:`, `event:`, `id:`). The client joins the data lines with
+/// LF, so it reads every break of the data as LF.
 fn event(name: &str, data: &str) -> axum::body::Bytes {
     let mut event = String::with_capacity(data.len() + 64);
     event.push_str("event: ");
     event.push_str(name);
     event.push('\n');
-    for line in data.split('\n') {
+    for line in sse_lines(data) {
         event.push_str("data: ");
-        event.push_str(line.trim_end_matches('\r'));
+        event.push_str(line);
         event.push('\n');
     }
     event.push('\n');
     axum::body::Bytes::from(event)
+}
+
+/// The lines of `data` as an SSE client splits them: at every CRLF, CR or LF. Text after the
+/// last break is a line too, even empty, so a break at the end is kept.
+fn sse_lines(data: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(data);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        match text.find(['\r', '\n']) {
+            None => {
+                rest = None;
+                Some(text)
+            }
+            Some(at) => {
+                let skip = if text[at..].starts_with("\r\n") { 2 } else { 1 };
+                rest = Some(&text[at + skip..]);
+                Some(&text[..at])
+            }
+        }
+    })
 }
 
 /// Reads the store once every `interval` and publishes each read, until `stop`.
@@ -189,19 +214,20 @@ impl Asset {
     }
 }
 
-/// The page's routes, to merge into the metrics listener's. Every stream ends at `stop`: the
-/// listener's graceful shutdown waits for its connections, and a page's stream never ends on
-/// its own (found by the browser test: `fleet serve` could not stop while a page was open).
+/// The page's routes, for the metrics listener or a listener of their own; `gate` holds the
+/// streams' places. Every stream ends at `stop`: the listener's graceful shutdown waits for its
+/// connections, and a page's stream never ends on its own (found by the browser test: `fleet
+/// serve` could not stop while a page was open).
 pub fn router(
     frames: watch::Receiver<Arc<Published>>,
     actions: Option<Actions>,
     health: Arc<Health>,
+    gate: Gate,
     stop: CancellationToken,
 ) -> axum::Router {
     let css = Asset::of("page", "css", CSS, "text/css; charset=utf-8");
     let js = Asset::of("page", "js", JS, "text/javascript; charset=utf-8");
     let shell = Arc::new((css.path.clone(), js.path.clone(), actions.clone()));
-    let streams = Arc::new(AtomicUsize::new(0));
     let page_frames = frames.clone();
     let mut app = axum::Router::new()
         .route(
@@ -222,11 +248,11 @@ pub fn router(
         )
         .route(
             "/events",
-            get(move || {
+            get(move |connection: Option<axum::Extension<Connection>>| {
+                let place = gate.stream();
                 let frames = frames.clone();
-                let streams = streams.clone();
                 let stop = stop.clone();
-                async move { stream(frames, streams, stop) }
+                async move { stream(frames, place, connection.map(|c| c.0), stop) }
             }),
         );
     for asset in [css, js] {
@@ -245,9 +271,11 @@ pub fn router(
         );
     }
     if let Some(actions) = actions {
+        // The body is taken unread (`Body`, not `String`): the token and the origin are checked
+        // on the head alone, before a byte of it is read (SPEC §4.13).
         let handler = move |action: axum::extract::Path<String>,
                             headers: axum::http::HeaderMap,
-                            body: String| {
+                            body: axum::body::Body| {
             let actions = actions.clone();
             let health = health.clone();
             async move { actions.handle(action, headers, body, &health).await }
@@ -265,34 +293,40 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// One page's stream: the newest frame at once, then each new one. A feeder task moves frames
-/// into a queue of `QUEUE`; when the page has not taken them and the queue is full, the feeder
-/// stops and the stream ends after what it holds (the browser reconnects to the newest frame).
+/// One page's stream: the newest frame at once, then each new one, while it holds a `place`
+/// (none left: 503). A feeder task moves frames into a queue of `QUEUE`; when the page has not
+/// taken them and the queue is full, the page has fallen behind: its connection is closed. The
+/// place goes with the response's body, which lives as long as the connection sends it, so a
+/// stream that stalls keeps its place until its connection closes, and only then is it free.
 fn stream(
     frames: watch::Receiver<Arc<Published>>,
-    streams: Arc<AtomicUsize>,
+    place: Option<Place>,
+    connection: Option<Connection>,
     stop: CancellationToken,
 ) -> Response {
-    if streams.fetch_add(1, Ordering::SeqCst) >= MAX_STREAMS {
-        streams.fetch_sub(1, Ordering::SeqCst);
+    let Some(place) = place else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CACHE_CONTROL, "no-store")],
             "too many pages are open; try again later\n",
         )
             .into_response();
-    }
+    };
     let (tx, rx) = mpsc::channel::<axum::body::Bytes>(QUEUE);
     tokio::spawn(async move {
         let mut frames = frames;
         tokio::select! {
-            () = forward(&mut frames, &tx) => {}
+            ended = forward(&mut frames, &tx) => {
+                if ended == Ended::Behind && let Some(connection) = connection {
+                    connection.disconnect();
+                }
+            }
             () = stop.cancelled() => {}
         }
-        streams.fetch_sub(1, Ordering::SeqCst);
     });
-    let events = futures::stream::unfold(rx, |mut rx| async move {
+    let events = futures::stream::unfold((rx, place), |(mut rx, place)| async move {
         let event = rx.recv().await?;
-        Some((Ok::<_, std::convert::Infallible>(event), rx))
+        Some((Ok::<_, std::convert::Infallible>(event), (rx, place)))
     });
     (
         [
@@ -304,16 +338,33 @@ fn stream(
         .into_response()
 }
 
+/// Why a page's feeder stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The page left `QUEUE` events untaken.
+    Behind,
+    /// The page's stream is gone (its connection closed).
+    Gone,
+    /// The feed ended (the process stops).
+    Feed,
+}
+
 /// Moves each new read into one page's queue: the newest frame at once, then at each read the
-/// frame when it changed since the page's last, else the tick. Returns when the page is gone or
-/// has left `QUEUE` events untaken: a slow page is dropped, never buffered for.
+/// frame when it changed since the page's last, else the tick. Returns when the page is gone,
+/// has left `QUEUE` events untaken (a slow page is dropped, never buffered for), or the feed
+/// ended.
 async fn forward(
     frames: &mut watch::Receiver<Arc<Published>>,
     tx: &mpsc::Sender<axum::body::Bytes>,
-) {
+) -> Ended {
+    let queued = |sent: Result<(), mpsc::error::TrySendError<_>>| match sent {
+        Ok(()) => None,
+        Err(mpsc::error::TrySendError::Full(_)) => Some(Ended::Behind),
+        Err(mpsc::error::TrySendError::Closed(_)) => Some(Ended::Gone),
+    };
     let first = frames.borrow_and_update().clone();
-    if tx.try_send(first.frame.clone()).is_err() {
-        return;
+    if let Some(ended) = queued(tx.try_send(first.frame.clone())) {
+        return ended;
     }
     let mut sent = first.seq;
     while frames.changed().await.is_ok() {
@@ -324,10 +375,11 @@ async fn forward(
             sent = next.seq;
             next.frame.clone()
         };
-        if tx.try_send(event).is_err() {
-            return;
+        if let Some(ended) = queued(tx.try_send(event)) {
+            return ended;
         }
     }
+    Ended::Feed
 }
 
 #[cfg(test)]

@@ -1,11 +1,18 @@
-//! The page's palette and its stream, without a server.
+//! The page's palette and its stream: without a server, and the stream's place and its
+//! disconnection on a real listener (`telemetry::listener`) over loopback sockets.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
-use super::{CSS, Published, QUEUE, forward};
+use super::{CSS, Ended, Published, QUEUE, forward};
+use crate::telemetry::Health;
+use crate::telemetry::listener::{Gate, Hosts, Limits, Server};
 
 /// The colour variables of one block of the stylesheet (`--name: #rrggbb;`).
 fn palette(block: &str) -> HashMap<String, (f64, f64, f64)> {
@@ -121,7 +128,7 @@ async fn a_page_gets_the_newest_frame_then_each_new_one() {
         b"event: tick\ndata: at 2\n\n"
     );
     drop(tx);
-    forwarding.await.unwrap();
+    assert_eq!(forwarding.await.unwrap(), Ended::Feed);
     assert!(page.recv().await.is_none(), "the stream ends with the feed");
 }
 
@@ -139,7 +146,7 @@ async fn a_page_that_takes_nothing_is_dropped_after_its_queue_fills() {
         tokio::task::yield_now().await;
         assert!(sent < 1_000, "the forwarder never gave up");
     }
-    forwarding.await.unwrap();
+    assert_eq!(forwarding.await.unwrap(), Ended::Behind);
     let mut held = 0;
     while page.recv().await.is_some() {
         held += 1;
@@ -160,4 +167,176 @@ fn a_frame_is_one_event_whatever_its_lines() {
     assert_eq!(&p.tick[..], b"event: tick\ndata: t\n\n");
     let stale = Published::new("x".to_owned(), false, 4, "t".to_owned());
     assert_eq!(&stale.frame[..], b"event: stale\ndata: x\n\n");
+}
+
+#[test]
+fn every_line_break_in_a_frames_data_is_a_data_line_of_fleets_own() {
+    let output = "a\rb\nc\r\nd\rretry: 86400000\re\revent: frame\rf\r\r\n\n";
+    let p = Published::new(output.to_owned(), true, 1, "t".to_owned());
+    assert_eq!(
+        std::str::from_utf8(&p.frame).unwrap(),
+        "event: frame\ndata: a\ndata: b\ndata: c\ndata: d\ndata: retry: 86400000\ndata: e\n\
+         data: event: frame\ndata: f\ndata: \ndata: \ndata: \n\n"
+    );
+    // A tick's data is the read's time, fleet's own; an event's name is fleet's own.
+    assert_eq!(&p.tick[..], b"event: tick\ndata: t\n\n");
+    for (data, lines) in [
+        ("", vec![""]),
+        ("x", vec!["x"]),
+        ("\r", vec!["", ""]),
+        ("\n", vec!["", ""]),
+        ("\r\n", vec!["", ""]),
+        ("\n\r", vec!["", "", ""]),
+        ("x\r\r\ny", vec!["x", "", "y"]),
+    ] {
+        assert_eq!(
+            super::sse_lines(data).collect::<Vec<_>>(),
+            lines,
+            "{data:?}"
+        );
+    }
+}
+
+/// A listener on loopback serving the page's routes alone, with `limits`; the gate's stream
+/// gauge, and its address.
+async fn listening(
+    frames: watch::Receiver<Arc<Published>>,
+    limits: Limits,
+    stop: &CancellationToken,
+) -> (Gauge, std::net::SocketAddr) {
+    let streams = Gauge::default();
+    let gate = Gate::new(limits, Gauge::default(), streams.clone());
+    let app = super::router(
+        frames,
+        None,
+        Arc::new(Health::default()),
+        gate.clone(),
+        stop.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server {
+        listener,
+        app,
+        gate,
+        hosts: Hosts::default(),
+    };
+    tokio::spawn(server.run(stop.clone()));
+    (streams, addr)
+}
+
+/// A stream asked for on a socket that takes at most 4 kB at a time (so it stalls soon);
+/// returns it once its head and first event came, or the status it was refused with.
+async fn open_stream(addr: std::net::SocketAddr) -> Result<tokio::net::TcpStream, String> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("the stream's head in time")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen);
+        if !text.starts_with("HTTP/1.1 200") && text.contains("\r\n\r\n") {
+            return Err(text.lines().next().unwrap_or("").to_owned());
+        }
+        if text.contains("event: frame") {
+            return Ok(s);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnected() {
+    let stop = CancellationToken::new();
+    let (tx, frames) = watch::channel(published(0));
+    // 16 descriptors: 4 connections, 2 streams.
+    let limits = Limits::of(16);
+    assert_eq!(limits.streams, 2);
+    let (streams, addr) = listening(frames, limits, &stop).await;
+    let mut stalled = open_stream(addr).await.expect("the first stream");
+    let mut reading = open_stream(addr).await.expect("the second stream");
+    assert_eq!(streams.get(), 2);
+    assert_eq!(
+        open_stream(addr).await.unwrap_err(),
+        "HTTP/1.1 503 Service Unavailable",
+        "a third is refused"
+    );
+    // A tick each: the stalled page takes nothing, and keeps its place.
+    for n in 1..=3 {
+        tx.send_replace(Arc::new(Published::new(
+            "frame 0".to_owned(),
+            true,
+            0,
+            format!("at {n}"),
+        )));
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(streams.get(), 2, "a stalled stream holds its place");
+    // Large frames, which the stalled page cannot take: its socket fills, then its queue, and
+    // it is disconnected; the page that reads them keeps up and stays.
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0usize;
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_secs(5), reading.read(&mut buf)).await
+        {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        got
+    });
+    let big = "x".repeat(256 * 1024);
+    let mut seq = 1;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while streams.get() == 2 {
+            tx.send_replace(Arc::new(Published::new(
+                format!("{seq}{big}"),
+                true,
+                seq,
+                "t".to_owned(),
+            )));
+            seq += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the stalled page was never disconnected");
+    assert_eq!(streams.get(), 1, "only the stalled page lost its place");
+    // Its connection was closed with its place: what was sent before can still be read, then
+    // the end comes at once, not after the listener's head timeout (10 s) as it would if the
+    // place had been given back while the connection stayed open.
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stalled page's place was free while its connection stayed open"
+    );
+    // Its place is free again.
+    let _third = open_stream(addr)
+        .await
+        .expect("a new stream in the freed place");
+    assert_eq!(streams.get(), 2);
+    stop.cancel();
+    assert!(
+        reader.await.unwrap() > 256 * 1024,
+        "the reading page got the large frames"
+    );
 }

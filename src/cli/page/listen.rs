@@ -1,0 +1,180 @@
+//! The HTTP side of `fleet serve` (SPEC §4.8, §4.13): the token of `--ui-token-file`, read and
+//! checked at start; the listeners' caps, from the process's descriptor limit; and the servers
+//! of the metrics and of the live page, on one listener or, with `--ui-addr`, on two. The server
+//! itself (the Host check, the caps, the timeouts) is `telemetry::listener`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::telemetry::listener::{self, Gate, Hosts, Limits, Server};
+use crate::telemetry::{self, Health, Metrics};
+
+use super::super::{Ctx, Error};
+use super::{Actions, Feed, actions_min_token, router};
+
+/// Under this descriptor limit, operations and HTTP peers may run a controller out of them.
+const LOW_NOFILE: u64 = 4_096;
+
+/// The token of `--ui-token-file`: its first line, of 16 printable ASCII characters or more. A
+/// browser sends nothing else in a header, and the server reads nothing else from one, so any
+/// other token could never authenticate: it is refused at start (exit 2), naming the first
+/// character that is not, and where.
+pub fn token(path: &Path) -> Result<String, Error> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::usage(format!("reading --ui-token-file {}: {e}", path.display())))?;
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let token = line.trim_ascii();
+    let how = "make one with `openssl rand -hex 24`";
+    if let Some(what) = not_printable(token) {
+        return Err(Error::usage(format!(
+            "--ui-token-file {}: the token (its first line) must be printable ASCII, without \
+             spaces, and has {what}; {how}",
+            path.display()
+        )));
+    }
+    if token.len() < actions_min_token() {
+        return Err(Error::usage(format!(
+            "--ui-token-file {}: the token (its first line) has {} characters, fewer than {}; \
+             {how}",
+            path.display(),
+            token.len(),
+            actions_min_token()
+        )));
+    }
+    // Every byte is printable ASCII: the text is UTF-8, and nothing is replaced.
+    Ok(String::from_utf8_lossy(token).into_owned())
+}
+
+/// The first character of `token` that is not printable ASCII, and its position (from 1, in
+/// characters), in words; `None` when every one is.
+fn not_printable(token: &[u8]) -> Option<String> {
+    let text = match std::str::from_utf8(token) {
+        Ok(text) => text,
+        Err(e) => {
+            let at = e.valid_up_to();
+            let before = std::str::from_utf8(&token[..at]).map_or(at, |t| t.chars().count());
+            return Some(format!(
+                "a byte that is not UTF-8 (0x{:02x}) at position {}",
+                token[at],
+                before + 1
+            ));
+        }
+    };
+    let (at, c) = text
+        .chars()
+        .enumerate()
+        .find(|(_, c)| !c.is_ascii_graphic())?;
+    Some(format!(
+        "the character {c:?} (U+{:04X}) at position {}",
+        u32::from(c),
+        at + 1
+    ))
+}
+
+/// The listeners' caps (SPEC §4.13): the soft descriptor limit raised to the hard one, and the
+/// caps derived from it, logged.
+pub fn limits() -> Result<Limits, Error> {
+    let nofile = listener::raise_nofile().map_err(|e| Error::Runtime(e.into()))?;
+    if let Some(e) = nofile.refused {
+        warn!(
+            error = %e,
+            soft = nofile.was,
+            hard = nofile.hard,
+            "the file-descriptor limit could not be raised to its hard limit"
+        );
+    }
+    let limits = Limits::of(nofile.soft);
+    info!(
+        nofile = limits.nofile,
+        was = nofile.was,
+        connections = limits.connections,
+        streams = limits.streams,
+        "the listeners' caps, from the file-descriptor limit"
+    );
+    if limits.nofile < LOW_NOFILE {
+        warn!(
+            nofile = limits.nofile,
+            "the file-descriptor limit is low for a controller that runs operations: raise it \
+             (LimitNOFILE=65536 in the systemd unit, the container runtime's limit in a pod)"
+        );
+    }
+    Ok(limits)
+}
+
+/// What the HTTP side is built from.
+pub struct Http {
+    /// `--metrics-addr`'s listener: the metrics, the health endpoints, and the page unless it
+    /// has its own.
+    pub metrics: TcpListener,
+    /// `--ui-addr`'s listener.
+    pub ui: Option<TcpListener>,
+    pub limits: Limits,
+    /// The `--ui-host` names.
+    pub hosts: Vec<String>,
+    /// The token that turns the actions on.
+    pub token: Option<String>,
+    /// The pass interval: the page's reads, and `/readyz`'s window (five of them).
+    pub interval: Duration,
+}
+
+impl Http {
+    /// Starts the page's reader (on a connection of its own, once a pass interval) and the
+    /// servers, on `tasks`; they end at `ctx.shutdown`.
+    pub async fn start(
+        self,
+        ctx: &Ctx,
+        (metrics, health): (Arc<Metrics>, Arc<Health>),
+        tasks: &TaskTracker,
+    ) -> Result<(), Error> {
+        let gate = Gate::new(
+            self.limits,
+            metrics.http_connections.clone(),
+            metrics.page_streams.clone(),
+        );
+        let actions = self.token.map(|token| {
+            Actions::new(
+                token,
+                ctx.endpoint.clone(),
+                ctx.keys.clone(),
+                ctx.shutdown.clone(),
+            )
+        });
+        let conn = ctx.endpoint.open_lasting().await?;
+        let feed = Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
+        let (tx, rx) = feed.channel();
+        tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
+        let page = router(
+            rx,
+            actions,
+            health.clone(),
+            gate.clone(),
+            ctx.shutdown.clone(),
+        );
+        let health_routes = telemetry::routes((metrics, health), self.interval * 5);
+        let hosts = Hosts::new(self.hosts);
+        let serve = |listener, app| {
+            Server {
+                listener,
+                app,
+                gate: gate.clone(),
+                hosts: hosts.clone(),
+            }
+            .run(ctx.shutdown.clone())
+        };
+        match self.ui {
+            None => {
+                tasks.spawn(serve(self.metrics, health_routes.merge(page)));
+            }
+            Some(ui) => {
+                tasks.spawn(serve(self.metrics, health_routes));
+                tasks.spawn(serve(ui, page));
+            }
+        }
+        Ok(())
+    }
+}

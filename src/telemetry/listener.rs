@@ -1,0 +1,562 @@
+//! The HTTP listeners of `fleet serve` (SPEC §4.8, §4.13): `--metrics-addr`, and `--ui-addr`
+//! when the live page has a listener of its own. Any network peer of a listener reaches it
+//! without a token, so the server itself bounds what a peer can hold (SPEC §4.13, "The
+//! listener"):
+//!
+//! - a request whose `Host` names neither the connection's own address nor a `--ui-host` name
+//!   is refused (421) before it is routed, so a page elsewhere whose DNS name is rebound to this
+//!   address reads nothing of the fleet;
+//! - the connections open at once, and of them the page's streams, are capped below the
+//!   process's file-descriptor limit ([`Limits`]), so no number of peers takes the descriptors
+//!   the controller needs for Redis, its operations, Kubernetes and gRPC;
+//! - a connection has [`HEAD_READ`] to send each request's head, of [`HEAD_BYTES`] at most, and
+//!   is closed when its peer takes nothing of a response for [`WRITE_STALL`].
+//!
+//! It routes nothing itself: the routes are the caller's (`health::routes`, the live page's).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::Service;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, warn};
+
+/// How long a connection has to send a request's head, from the moment the server waits for
+/// one (so an idle kept-alive connection is closed after it too).
+pub const HEAD_READ: Duration = Duration::from_secs(10);
+/// The most bytes a request's head (its start line and headers) may have; more is 431.
+pub const HEAD_BYTES: usize = 8 * 1024;
+/// How long a peer may take nothing of a response before its connection is closed.
+pub const WRITE_STALL: Duration = Duration::from_secs(30);
+/// How long a stop waits for a connection's response in flight before it closes it.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// A connection's read and write buffer: a head is at most `HEAD_BYTES`, a body the page takes
+/// at most 4 kB (SPEC §4.13), so a peer cannot make the server buffer more than this.
+const BUFFER: usize = 16 * 1024;
+/// The ceilings of the caps, whatever the descriptors: past them the sockets' memory, not their
+/// descriptors, is what a crowd of peers would exhaust.
+const MAX_CONNECTIONS: usize = 2_048;
+const MAX_STREAMS: usize = 1_000;
+/// The largest soft limit asked for when the hard one is unlimited (the kernel's `nr_open`
+/// default): `RLIM_INFINITY` is no valid limit on descriptors.
+const NOFILE_CEILING: u64 = 1 << 20;
+
+/// What raising the descriptor limit can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading the process's file-descriptor limit (RLIMIT_NOFILE)")]
+    ReadLimit(#[source] nix::Error),
+}
+
+/// The listeners' caps, derived from the process's file-descriptor limit (SPEC §4.13): a quarter
+/// of the descriptors for HTTP connections (at most 2 048), an eighth for the page's streams (at
+/// most 1 000), which are connections too. The other three quarters stay for Redis, the
+/// operations' pipes, Kubernetes and gRPC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The soft RLIMIT_NOFILE the caps are derived from.
+    pub nofile: u64,
+    /// The HTTP connections open at once, over every listener.
+    pub connections: usize,
+    /// The page's streams open at once.
+    pub streams: usize,
+}
+
+impl Limits {
+    /// The caps of a process that may open `nofile` descriptors. Pure.
+    pub fn of(nofile: u64) -> Limits {
+        let share = |divisor: u64, max: usize| {
+            usize::try_from(nofile / divisor)
+                .unwrap_or(usize::MAX)
+                .clamp(1, max)
+        };
+        Limits {
+            nofile,
+            connections: share(4, MAX_CONNECTIONS),
+            streams: share(8, MAX_STREAMS),
+        }
+    }
+}
+
+/// The descriptor limit before and after [`raise_nofile`].
+#[derive(Clone, Copy, Debug)]
+pub struct Nofile {
+    /// The soft limit the process started with.
+    pub was: u64,
+    /// The soft limit now: the hard one, unless raising it was refused.
+    pub soft: u64,
+    pub hard: u64,
+    /// Why the soft limit could not be raised, if it could not.
+    pub refused: Option<nix::Error>,
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard one: the soft default (1 024 under systemd and
+/// containerd) is there for programs that use `select(2)`, which fleet does not, and the hard
+/// one is what the operator granted.
+pub fn raise_nofile() -> Result<Nofile, Error> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
+    let (was, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(Error::ReadLimit)?;
+    let want = if hard == RLIM_INFINITY {
+        NOFILE_CEILING.max(was)
+    } else {
+        hard
+    };
+    if want <= was {
+        return Ok(Nofile {
+            was,
+            soft: was,
+            hard,
+            refused: None,
+        });
+    }
+    Ok(match setrlimit(Resource::RLIMIT_NOFILE, want, hard) {
+        Ok(()) => Nofile {
+            was,
+            soft: want,
+            hard,
+            refused: None,
+        },
+        Err(e) => Nofile {
+            was,
+            soft: was,
+            hard,
+            refused: Some(e),
+        },
+    })
+}
+
+/// The places of connections and streams, shared by every listener of the process.
+#[derive(Clone)]
+pub struct Gate {
+    limits: Limits,
+    connections: Arc<Semaphore>,
+    streams: Arc<Semaphore>,
+    /// The open connections and streams, as `/metrics` shows them.
+    open_connections: Gauge,
+    open_streams: Gauge,
+}
+
+/// A place held: given back when dropped.
+pub struct Place {
+    _permit: OwnedSemaphorePermit,
+    gauge: Gauge,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+impl Gate {
+    /// Places for `limits`, counted on the two gauges.
+    pub fn new(limits: Limits, open_connections: Gauge, open_streams: Gauge) -> Gate {
+        Gate {
+            limits,
+            connections: Arc::new(Semaphore::new(limits.connections)),
+            streams: Arc::new(Semaphore::new(limits.streams)),
+            open_connections,
+            open_streams,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// A stream's place, or `None` when every one is held.
+    pub fn stream(&self) -> Option<Place> {
+        let permit = self.streams.clone().try_acquire_owned().ok()?;
+        self.open_streams.inc();
+        Some(Place {
+            _permit: permit,
+            gauge: self.open_streams.clone(),
+        })
+    }
+
+    /// A connection's place, once one is free: reserved before the accept, so a peer past the
+    /// cap waits in the kernel's backlog.
+    async fn reserve(&self) -> OwnedSemaphorePermit {
+        self.connections
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the gate's semaphore is never closed")
+    }
+
+    /// The reserved place, taken by an accepted connection: counted from now.
+    fn admit(&self, permit: OwnedSemaphorePermit) -> Place {
+        self.open_connections.inc();
+        Place {
+            _permit: permit,
+            gauge: self.open_connections.clone(),
+        }
+    }
+}
+
+/// The names a listener answers to besides its own address (`--ui-host`), lowercase.
+#[derive(Clone, Debug, Default)]
+pub struct Hosts(Arc<[String]>);
+
+impl Hosts {
+    pub fn new(names: Vec<String>) -> Hosts {
+        Hosts(names.into_iter().map(|n| n.to_ascii_lowercase()).collect())
+    }
+
+    /// Whether a request to the host `name` (without its port) on a connection whose local
+    /// address is `local` is for this listener. The port is never compared: a port-forward or
+    /// a proxy changes it, and a page elsewhere controls the name, not the port.
+    fn allow(&self, name: &str, local: IpAddr) -> bool {
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        let literal = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+        let own = match literal.unwrap_or(&name).parse::<IpAddr>() {
+            Ok(ip) => ip.to_canonical() == local.to_canonical(),
+            Err(_) => name == "localhost" && local.to_canonical().is_loopback(),
+        };
+        own || self.0.contains(&name)
+    }
+}
+
+/// A `--ui-host` value: a DNS name or an IP address, without a port. Lowercase.
+pub fn host_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let literal = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+    match literal.unwrap_or(name).parse::<IpAddr>() {
+        // A Host names an IPv6 address in brackets, so the name is kept so.
+        Ok(IpAddr::V6(v6)) => return Ok(format!("[{v6}]")),
+        Ok(IpAddr::V4(v4)) => return Ok(v4.to_string()),
+        Err(_) => {}
+    }
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.len() <= 253 && name.split('.').all(label_ok) {
+        return Ok(name.to_ascii_lowercase());
+    }
+    Err(format!(
+        "invalid host name {text:?}: a DNS name (fleet.example.com) or an IP address, without a \
+         port (any port is answered)"
+    ))
+}
+
+/// The `Host` a request names, when it is not for this listener: the request line's authority
+/// if it has one (absolute form), else the `Host` header. A request with neither is let through:
+/// a browser always sends one, so such a request cannot come from a page elsewhere. `/healthz`
+/// is let through whatever it names: it answers a constant and nothing of the fleet.
+fn misdirected<B>(request: &Request<B>, local: IpAddr, hosts: &Hosts) -> Option<String> {
+    if request.uri().path() == "/healthz" {
+        return None;
+    }
+    let named = match request.uri().authority() {
+        Some(authority) => authority.as_str().to_owned(),
+        None => {
+            let mut all = request.headers().get_all(header::HOST).iter();
+            let first = all.next()?;
+            if all.next().is_some() {
+                return Some("several Host headers".to_owned());
+            }
+            match first.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => return Some(format!("{first:?}")),
+            }
+        }
+    };
+    let allowed = named
+        .parse::<axum::http::uri::Authority>()
+        .ok()
+        .filter(well_formed)
+        .is_some_and(|a| hosts.allow(a.host(), local));
+    (!allowed).then_some(named)
+}
+
+/// Whether an authority is a host and at most a port, as a `Host` is: no user, no port that is
+/// not a number.
+fn well_formed(authority: &axum::http::uri::Authority) -> bool {
+    let text = authority.as_str();
+    let Some(rest) = text.strip_prefix(authority.host()) else {
+        return false;
+    };
+    rest.is_empty()
+        || rest
+            .strip_prefix(':')
+            .is_some_and(|port| port.parse::<u16>().is_ok())
+}
+
+/// The answer to a misdirected request: which Host, and how to allow it.
+fn misdirected_answer(named: &str, local: IpAddr) -> Response {
+    let shown: String = named.chars().take(100).collect();
+    let loopback = if local.to_canonical().is_loopback() {
+        ", localhost"
+    } else {
+        ""
+    };
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        format!(
+            "this listener answers to its own address ({local}{loopback}) and to the names of \
+             --ui-host, not to Host {shown:?}: if that name is yours, start fleet serve with \
+             --ui-host NAME (FLEET_UI_HOST)\n"
+        ),
+    )
+        .into_response()
+}
+
+/// What a request knows of its connection (a request extension).
+#[derive(Clone)]
+pub struct Connection {
+    disconnect: CancellationToken,
+}
+
+impl Connection {
+    /// Closes the connection at once, whatever it is sending (a page's stream that fell
+    /// behind: SPEC §4.13).
+    pub fn disconnect(&self) {
+        self.disconnect.cancel();
+    }
+}
+
+/// One listener serving `app` until `shutdown`.
+pub struct Server {
+    pub listener: TcpListener,
+    pub app: axum::Router,
+    pub gate: Gate,
+    pub hosts: Hosts,
+}
+
+impl Server {
+    /// Accepts connections while a place is free (past the cap, peers wait in the kernel's
+    /// backlog and cost no descriptor), until `shutdown`; then waits for the connections to
+    /// end, each within [`STOP_GRACE`]. An accept that fails is logged and tried again.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let connections = TaskTracker::new();
+        loop {
+            let reserved = tokio::select! {
+                () = shutdown.cancelled() => break,
+                reserved = self.gate.reserve() => reserved,
+            };
+            let tcp = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        drop(reserved);
+                        accept_failed(e, &shutdown).await;
+                        continue;
+                    }
+                },
+            };
+            connections.spawn(serve_connection(
+                tcp,
+                self.gate.admit(reserved),
+                self.app.clone(),
+                self.hosts.clone(),
+                shutdown.clone(),
+            ));
+        }
+        connections.close();
+        connections.wait().await;
+    }
+}
+
+/// After a failed accept: a peer that left is nothing; anything else (out of descriptors) is
+/// retried after a second, so the loop does not spin.
+async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset, Interrupted};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset | Interrupted
+    ) {
+        debug!(error = %e, "a peer left before its connection was accepted");
+        return;
+    }
+    warn!(error = %e, "accepting a connection failed; trying again in a second");
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+    }
+}
+
+/// Serves one connection with the listener's bounds, until it ends, is disconnected, or the
+/// stop's grace runs out; its place is given back when it closes.
+async fn serve_connection(
+    tcp: TcpStream,
+    place: Place,
+    app: axum::Router,
+    hosts: Hosts,
+    shutdown: CancellationToken,
+) {
+    let Ok(local) = tcp.local_addr() else {
+        return;
+    };
+    // Frames are written whole; waiting to coalesce them only delays the page.
+    let _ = tcp.set_nodelay(true);
+    let disconnect = CancellationToken::new();
+    let service = PerConnection {
+        app: TowerToHyperService::new(app),
+        hosts,
+        local: local.ip(),
+        connection: Connection {
+            disconnect: disconnect.clone(),
+        },
+    };
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEAD_READ)
+        .max_header_size(HEAD_BYTES)
+        .max_buf_size(BUFFER);
+    let io = TokioIo::new(Stalling::new(tcp, WRITE_STALL));
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        ended = conn.as_mut() => {
+            if let Err(e) = ended {
+                debug!(error = %e, "an HTTP connection ended");
+            }
+        }
+        () = disconnect.cancelled() => {}
+        () = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(STOP_GRACE, conn).await;
+        }
+    }
+    drop(place);
+}
+
+/// The per-connection service: the Host check, then the routes.
+#[derive(Clone)]
+struct PerConnection {
+    app: TowerToHyperService<axum::Router>,
+    hosts: Hosts,
+    local: IpAddr,
+    connection: Connection,
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl Service<Request<Incoming>> for PerConnection {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, mut request: Request<Incoming>) -> Answer {
+        if let Some(named) = misdirected(&request, self.local, &self.hosts) {
+            let refused = misdirected_answer(&named, self.local);
+            return Box::pin(async move { Ok(refused) });
+        }
+        request.extensions_mut().insert(self.connection.clone());
+        Box::pin(self.app.call(request))
+    }
+}
+
+/// A socket whose writes fail once its peer has taken nothing for `limit`: a peer that stops
+/// reading cannot hold a connection, and the response buffered for it, for ever.
+struct Stalling {
+    io: TcpStream,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Stalling {
+    fn new(io: TcpStream, limit: Duration) -> Stalling {
+        Stalling {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// A write's outcome, timed: the clock starts at its first `Pending` and stops at any
+    /// progress.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let limit = self.limit;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer took nothing of the response",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Stalling {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Stalling {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.timed(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.timed(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.timed(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;
