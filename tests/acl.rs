@@ -734,3 +734,109 @@ async fn every_user_may_read_a_clusters_slot_map_and_the_controller_may_wait_for
         .expect("the controller may wait for replicas");
     assert_eq!(acked, 0);
 }
+
+// SPEC §2.11, §7 S9: `fleet acl --prefix P` names its users after the prefix, so two fleets'
+// files loaded into one Redis add users rather than replacing each other's, and each fleet's users
+// reach only their own prefix's keys and channel, both ways.
+#[tokio::test]
+async fn two_fleets_on_one_redis_are_apart_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.yaml");
+    std::fs::write(&config, yaml(0)).unwrap();
+    let passwords = dir.path().join("passwords");
+    std::fs::create_dir(&passwords).unwrap();
+    let team = [
+        "team+controller",
+        "team+viewer",
+        "team+bench.bench-a",
+        "team+bench.bench-b",
+    ];
+    for user in USERS.iter().chain(&team) {
+        std::fs::write(passwords.join(user), format!("pw-{user}\n")).unwrap();
+    }
+    let file = |prefix: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(prefix)
+            .arg("acl")
+            .arg("--config")
+            .arg(&config)
+            .arg("--passwords")
+            .arg(&passwords)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let (ours, theirs) = (file(&[]), file(&["--prefix", "team"]));
+    let names = |f: &str| -> Vec<String> {
+        f.lines()
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&ours), USERS);
+    assert_eq!(names(&theirs), team);
+    let aclfile = dir.path().join("users.acl");
+    std::fs::write(&aclfile, format!("{ours}{theirs}")).unwrap();
+    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+        tcp: true,
+        args: vec!["--aclfile".into(), aclfile.display().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    let port = server.port().unwrap();
+    let url = |user: &str| format!("redis://{user}:pw-{user}@127.0.0.1:{port}/");
+    let run = |user: &str, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .arg("--redis")
+            .arg(url(user))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Each bench beats in its own fleet.
+    let o = run("bench-a", &["beat", "bench-a"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = run(
+        "team+bench.bench-a",
+        &["--prefix", "team", "beat", "bench-a"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // And in neither the other's.
+    for (user, prefix) in [
+        ("bench-a", &["--prefix", "team"][..]),
+        ("team+bench.bench-a", &[][..]),
+    ] {
+        let mut args = prefix.to_vec();
+        args.extend(["beat", "bench-a"]);
+        let o = run(user, &args);
+        assert_eq!(o.status.code(), Some(1), "{user} {args:?}");
+        assert!(
+            text(&o.stderr).contains("the user may not do this"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    // The controllers and viewers reach their own prefix alone.
+    let (fleet_keys, team_keys) = (Keys::default(), Keys::new("team").unwrap());
+    for (user, own, other) in [
+        ("fleet-controller", &fleet_keys, &team_keys),
+        ("team+controller", &team_keys, &fleet_keys),
+        ("fleet-viewer", &fleet_keys, &team_keys),
+        ("team+viewer", &team_keys, &fleet_keys),
+    ] {
+        let mut c = Endpoint::new(url(user), Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        let mine: Option<String> = redis::cmd("GET")
+            .arg(own.heartbeat(&name("bench-a")))
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{user}: {e}"));
+        assert!(mine.is_some(), "{user}");
+        nope(&mut c, &["GET", &other.heartbeat(&name("bench-a"))]).await;
+        nope(&mut c, &["SPUBLISH", &other.wake_channel(), "x"]).await;
+    }
+    let o = run("team+viewer", &["--prefix", "team", "live", "bench-a"]);
+    assert_eq!(text(&o.stdout), "bench-a\n", "{}", text(&o.stderr));
+}

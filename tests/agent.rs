@@ -521,3 +521,65 @@ fn a_blank_power_off_command_is_refused_at_start() {
         "{err}"
     );
 }
+
+// SPEC §4.10, §7 S5: an answer counts only for the request it answers. The agent watches its
+// request and answers in a transaction, so an answer to a request that was replaced (or lapsed)
+// since the beat read it does not land, and an answer that did not land is never obeyed; also
+// when the request is replaced between the answer's two round trips.
+#[tokio::test]
+async fn an_answer_to_a_request_that_no_longer_stands_does_not_land() {
+    use fleet::store::power_off::{Answer, OffAck, PowerOff};
+    let server = server();
+    let keys = Keys::default();
+    let bench = name("bench-01");
+    let controller = PowerOff::new(conn(&server).await, keys.clone());
+    let own = PowerOff::new(conn(&server).await, keys.clone());
+    let ack = |nonce: &str| OffAck {
+        nonce: nonce.to_owned(),
+        answer: Answer::Accepted,
+        why: None,
+    };
+    let first = controller
+        .ask(&bench, "na", Duration::from_secs(60))
+        .await
+        .unwrap();
+    // Replaced before the agent answers: its answer to the first does not land.
+    let second = controller
+        .ask(&bench, "nb", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(!own.acknowledge(&bench, &first, &ack("na")).await.unwrap());
+    assert_eq!(controller.answer(&bench).await.unwrap(), None);
+    // Replaced between the watch and the transaction: Redis refuses the transaction.
+    let side = conn(&server).await;
+    let meddled = Meddled::new(conn(&server).await, move |packed| {
+        let multi = String::from_utf8_lossy(packed).contains("MULTI");
+        let mut side = side.clone();
+        multi.then(|| {
+            Box::pin(async move {
+                PowerOff::new(side.clone(), Keys::default())
+                    .ask(&name("bench-01"), "nc", Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                let _: redis::Value = redis::cmd("PING").query_async(&mut side).await.unwrap();
+            }) as futures::future::BoxFuture<'static, ()>
+        })
+    });
+    let racing = PowerOff::new(meddled, keys.clone());
+    assert!(
+        !racing
+            .acknowledge(&bench, &second, &ack("nb"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(controller.answer(&bench).await.unwrap(), None);
+    // The request that stands is answered.
+    let third: String = raw(&server, &["GET", &keys.off_request(&bench)]).await;
+    let third = fleet::store::power_off::decode_request(&third).unwrap();
+    assert_eq!(third.nonce, "nc");
+    assert!(own.acknowledge(&bench, &third, &ack("nc")).await.unwrap());
+    assert_eq!(
+        controller.answer(&bench).await.unwrap(),
+        Some(Ok(ack("nc")))
+    );
+}

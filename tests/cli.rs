@@ -878,3 +878,30 @@ async fn a_foreign_key_type_costs_only_its_own_data_and_errors_name_the_key() {
         "{err}"
     );
 }
+
+// SPEC §2.1, §7 S7: a hold reason with a bidirectional control would show on the page and in a
+// terminal as another reason than the one written; it is refused, exit 2, naming the character
+// and its position, before anything reaches Redis (the URL is unreachable), as a beat's explicit
+// hold and a control character are.
+#[test]
+fn a_reason_with_a_bidi_control_is_refused_naming_it() {
+    let env = [("FLEET_REDIS_URL", "redis://127.0.0.1:1")];
+    for (args, says) in [
+        (
+            &["hold", "bench-01", "--reason", "ok \u{202E}gnp.exe"][..],
+            "character 4 is U+202E (RIGHT-TO-LEFT OVERRIDE), a bidirectional control",
+        ),
+        (
+            &["beat", "bench-01", "--hold", "\u{2067}x"],
+            "character 1 is U+2067 (RIGHT-TO-LEFT ISOLATE)",
+        ),
+        (
+            &["hold", "bench-01", "--reason", "a\u{1b}[2Jb"],
+            "character 2 is U+001B (ESCAPE), a control character",
+        ),
+    ] {
+        let o = fleet(args, &env);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}
