@@ -1,22 +1,108 @@
-//! The Redis URL forms redis-rs does not read, parsed by fleet itself (SPEC §2.7): Sentinel
-//! (`redis+sentinel://`, `rediss+sentinel://`) and Cluster (`redis+cluster://`,
-//! `rediss+cluster://`). Every other URL is handed to redis-rs as it is.
+//! Every Redis URL form fleet takes, read by fleet itself before anything connects (SPEC §2.7):
+//! one server (`redis://`, `rediss://`, `redis+unix://`), Sentinel (`redis+sentinel://`,
+//! `rediss+sentinel://`) and Cluster (`redis+cluster://`, `rediss+cluster://`). A one-server URL
+//! that passes is then handed to redis-rs as it is; a Sentinel or Cluster URL is followed by fleet
+//! (`store::sentinel`, `store::cluster`).
 //!
-//! Pure: no I/O. A reason given for a refusal never quotes the user info, so no password can
-//! reach a message through it; the caller names the URL by its redacted form.
+//! Why fleet reads the one-server forms too: redis-rs reads a URL through the `url` crate, which
+//! ends the host part at the first `/`, `?` or `#`, while fleet's redaction ends the user info at
+//! the last `@` (`store::connect::redact`). A password with an unescaped `/` thus read as another
+//! host, another port or a path, and failed late and in other words (a Sentinel URL waited the
+//! whole `--timeout` and said `TLS failed`). Here every part is checked, and a refusal names the
+//! part and the fix (issue 27).
+//!
+//! Pure: no I/O. A refusal never quotes the user info or a password parameter, so no password
+//! can reach a message through it; the caller names the URL by its redacted form.
 
 /// The default port of a Sentinel, when a host of the list names none.
 pub const SENTINEL_PORT: u16 = 26379;
 /// The default port of a Cluster node, when a host of the list names none.
 pub const CLUSTER_PORT: u16 = 6379;
+/// The longest URL fleet reads: far more than any list of hosts needs, and a bound on what a
+/// hostile environment variable can make fleet parse and print.
+pub const MAX_URL_LEN: usize = 4096;
+/// The longest piece of a URL a refusal quotes.
+const MAX_QUOTED: usize = 64;
 
 /// What a URL asks fleet to reach.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// One server (`redis://`, `rediss://`, `redis+unix://`): redis-rs reads the URL.
+    /// One server (`redis://`, `rediss://`, `redis+unix://`), checked here: redis-rs reads the
+    /// URL.
     Single,
     Sentinel(SentinelUrl),
     Cluster(ClusterUrl),
+}
+
+/// The part of a URL a refusal is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The URL as a whole (its length).
+    Whole,
+    Scheme,
+    User,
+    Password,
+    Host,
+    Port,
+    Database,
+    /// A Sentinel URL's master name: the service the sentinels monitor.
+    ServiceName,
+    /// A Cluster URL's path, which it must not have.
+    Path,
+    /// A `redis+unix://` URL's socket path.
+    SocketPath,
+    QueryParameter,
+    Fragment,
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Part::Whole => "URL",
+            Part::Scheme => "scheme",
+            Part::User => "user",
+            Part::Password => "password",
+            Part::Host => "host",
+            Part::Port => "port",
+            Part::Database => "database",
+            Part::ServiceName => "service name",
+            Part::Path => "path",
+            Part::SocketPath => "socket path",
+            Part::QueryParameter => "query parameter",
+            Part::Fragment => "fragment",
+        })
+    }
+}
+
+/// Why a URL is refused: the part that is wrong, and what is wrong with it and how to write it,
+/// in words that never quote a password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub part: Part,
+    pub why: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {}", self.why)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+fn refuse<T>(part: Part, why: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal {
+        part,
+        why: why.into(),
+    })
+}
+
+/// A piece of the URL for a message, cut to a bounded length. Never given the user info.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED) {
+        Some((at, _)) => format!("{:?}…", &text[..at]),
+        None => format!("{text:?}"),
+    }
 }
 
 /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[/db]`.
@@ -80,26 +166,104 @@ impl SentinelUrl {
     }
 }
 
-/// Reads a URL's form: a Sentinel or Cluster URL in full, any other as `Single` (redis-rs
-/// judges it). The error says what is wrong, never quoting the user info.
-pub fn parse(url: &str) -> Result<Target, String> {
+/// The forms fleet takes, for the scheme's refusal.
+const FORMS: &str = "redis://, rediss://, redis+unix://, redis+sentinel://, rediss+sentinel://, \
+                     redis+cluster:// or rediss+cluster://";
+
+/// Which reader a scheme asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `redis://`, `rediss://`.
+    Plain,
+    /// `redis+unix://`.
+    Unix,
+    Sentinel,
+    Cluster,
+}
+
+/// Reads a URL of any form fleet takes, every part of it, without connecting: a Sentinel or
+/// Cluster URL into what fleet follows, a one-server URL into `Single` once it is known to read
+/// as fleet reads it (redis-rs then builds its client). A refusal names the part and the fix,
+/// never quoting the user info or a password (SPEC §2.7).
+pub fn parse(url: &str) -> Result<Target, Refusal> {
+    if url.len() > MAX_URL_LEN {
+        return refuse(
+            Part::Whole,
+            format!(
+                "URL is {} bytes long, and fleet reads Redis URLs of up to {MAX_URL_LEN}",
+                url.len()
+            ),
+        );
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
+        return refuse(
+            Part::Scheme,
+            format!("scheme is missing: a Redis URL starts with {FORMS} (redis://127.0.0.1:6379)"),
+        );
+    };
+    let (form, tls) = match scheme.to_ascii_lowercase().as_str() {
+        "redis" => (Form::Plain, false),
+        "rediss" => (Form::Plain, true),
+        "redis+unix" => (Form::Unix, false),
+        "redis+sentinel" => (Form::Sentinel, false),
+        "rediss+sentinel" => (Form::Sentinel, true),
+        "redis+cluster" => (Form::Cluster, false),
+        "rediss+cluster" => (Form::Cluster, true),
+        _ => {
+            // A scheme is quoted only when it looks like one: text before a stray `://` could
+            // be anything.
+            let looks_like_one = scheme.len() <= 20
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+            let named = if looks_like_one {
+                format!("scheme {} is", quoted(scheme))
+            } else {
+                "scheme is".to_owned()
+            };
+            return refuse(
+                Part::Scheme,
+                format!("{named} not one fleet takes: use {FORMS}"),
+            );
+        }
+    };
+    if form == Form::Unix {
+        unix(rest)?;
         return Ok(Target::Single);
-    };
-    let (tls, sentinel) = match scheme.to_ascii_lowercase().as_str() {
-        "redis+sentinel" => (false, true),
-        "rediss+sentinel" => (true, true),
-        "redis+cluster" => (false, false),
-        "rediss+cluster" => (true, false),
-        _ => return Ok(Target::Single),
-    };
-    // The user info is everything up to the last `@`, as `connect::redact` reads it.
+    }
+    // The user info is everything up to the last `@`, as `connect::redact` reads it; that it
+    // holds none of `/`, `?`, `#` makes the `url` crate, which ends the host part at the first
+    // of them, read the same user info (`check_userinfo`).
     let (userinfo, rest) = match rest.rfind('@') {
-        Some(at) => (Some(rest[..at].to_owned()), &rest[at + 1..]),
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
         None => (None, rest),
     };
-    if rest.contains(['?', '#']) {
-        return Err("a Sentinel or Cluster URL takes no query or fragment".to_owned());
+    if let Some(info) = userinfo {
+        check_userinfo(info)?;
+    }
+    if form == Form::Plain {
+        plain(rest)?;
+        return Ok(Target::Single);
+    }
+    let sentinel = form == Form::Sentinel;
+    let kind = if sentinel { "a Sentinel" } else { "a Cluster" };
+    if rest.contains('#') {
+        return refuse(
+            Part::Fragment,
+            format!(
+                "fragment (#…) is not read: {kind} URL takes none (a `#` in a password is written %23)"
+            ),
+        );
+    }
+    if rest.contains('?') {
+        return refuse(
+            Part::QueryParameter,
+            format!(
+                "query parameters (?…) are not read: {kind} URL takes none (the database of a \
+                 Sentinel URL is the path's /N after the master name; a `?` in a password is \
+                 written %3F)"
+            ),
+        );
     }
     let (hosts, path) = match rest.split_once('/') {
         Some((hosts, path)) => (hosts, Some(path)),
@@ -111,6 +275,7 @@ pub fn parse(url: &str) -> Result<Target, String> {
         CLUSTER_PORT
     };
     let hosts = host_list(hosts, default_port)?;
+    let userinfo = userinfo.map(str::to_owned);
     if sentinel {
         let (master, db) = master_and_db(path)?;
         Ok(Target::Sentinel(SentinelUrl {
@@ -122,7 +287,10 @@ pub fn parse(url: &str) -> Result<Target, String> {
         }))
     } else {
         if path.is_some_and(|p| !p.is_empty()) {
-            return Err("a Cluster URL has no path (a cluster has one database)".to_owned());
+            return refuse(
+                Part::Path,
+                "path is not read: a Cluster URL has no path (a cluster has one database)",
+            );
         }
         Ok(Target::Cluster(ClusterUrl {
             tls,
@@ -132,44 +300,362 @@ pub fn parse(url: &str) -> Result<Target, String> {
     }
 }
 
+/// `user:password`, `:password` or `user`, as written before the last `@`. What the `url` crate
+/// would read otherwise (`/`, `?`, `#` end its host part) or could not decode is refused, and
+/// nothing of it is quoted.
+fn check_userinfo(info: &str) -> Result<(), Refusal> {
+    match info.split_once(':') {
+        Some((user, password)) => {
+            check_secret(user, Part::User)?;
+            check_secret(password, Part::Password)
+        }
+        None => check_secret(info, Part::User),
+    }
+}
+
+fn check_secret(text: &str, part: Part) -> Result<(), Refusal> {
+    for c in text.chars() {
+        let escaped = match c {
+            '/' => "%2F",
+            '?' => "%3F",
+            '#' => "%23",
+            _ => continue,
+        };
+        return refuse(
+            part,
+            format!(
+                "{part} holds an unescaped `{c}`, which would end the host part of the URL: \
+                 percent-encode it as {escaped} (and any `%` itself as %25)"
+            ),
+        );
+    }
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return refuse(
+            part,
+            format!(
+                "{part} holds a space or a control character: percent-encode it (a space is %20)"
+            ),
+        );
+    }
+    match percent_decode(text) {
+        None => refuse(
+            part,
+            format!("{part} holds a `%` that begins no escape: write a `%` itself as %25"),
+        ),
+        Some(bytes) if std::str::from_utf8(&bytes).is_err() => refuse(
+            part,
+            format!(
+                "{part}'s escapes do not decode to UTF-8 text: percent-encode its bytes as UTF-8"
+            ),
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `%XY` escapes decoded; `None` when a `%` is not followed by two hex digits.
+fn percent_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let (high, low) = (hex(bytes.get(i + 1))?, hex(bytes.get(i + 2))?);
+            out.push(u8::try_from(high * 16 + low).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// What follows the user info of a `redis://` or `rediss://` URL: `host[:port][/db][?protocol=…]`.
+fn plain(rest: &str) -> Result<(), Refusal> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, rest) = rest.split_at(end);
+    if authority.is_empty() {
+        return refuse(
+            Part::Host,
+            "host is missing: write redis://host:port (redis://127.0.0.1:6379)",
+        );
+    }
+    host(authority, CLUSTER_PORT)?;
+    if rest.contains('#') {
+        return refuse(
+            Part::Fragment,
+            "fragment (#…) is not read: fleet always checks a TLS server's certificate (give \
+             its CA with --redis-ca), and a `#` in a password is written %23",
+        );
+    }
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    let db = path.strip_prefix('/').unwrap_or(path);
+    let db = db.strip_suffix('/').unwrap_or(db);
+    if !db.is_empty() && !is_number(db) {
+        return refuse(
+            Part::Database,
+            format!(
+                "database {} is not a number from 0 up: write redis://host:port/N (0 when left out)",
+                quoted(&format!("/{db}"))
+            ),
+        );
+    }
+    match query {
+        Some(query) => query_params(query, Form::Plain),
+        None => Ok(()),
+    }
+}
+
+/// Whether `text` is a number from 0 up that fits a database index.
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && text.parse::<i64>().is_ok()
+}
+
+/// What follows `redis+unix://`: `/path/to/redis.sock[?db=N&user=U&pass=P&protocol=…]`.
+fn unix(rest: &str) -> Result<(), Refusal> {
+    if rest.contains('#') {
+        return refuse(
+            Part::Fragment,
+            "fragment (#…) is not read: a `#` in the socket path or a password is written %23",
+        );
+    }
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    // The `url` crate reads a file URL's host as `localhost` or none.
+    let path = path.strip_prefix("localhost").unwrap_or(path);
+    if !path.starts_with('/') {
+        return refuse(
+            Part::SocketPath,
+            "socket path is not absolute: write redis+unix:///path/to/redis.sock (three slashes)",
+        );
+    }
+    if path.ends_with('/') {
+        return refuse(
+            Part::SocketPath,
+            "socket path names a directory: write the socket file's path \
+             (redis+unix:///path/to/redis.sock)",
+        );
+    }
+    match query {
+        Some(query) => query_params(query, Form::Unix),
+        None => Ok(()),
+    }
+}
+
+/// The query of a one-server URL. redis-rs reads `protocol` from any, and `db`, `user` and
+/// `pass` from a unix socket's, and ignores every other name: a `db=` on a `redis://` URL, or a
+/// `password=`, would be silently dropped, so each is refused naming where it goes.
+fn query_params(query: &str, form: Form) -> Result<(), Refusal> {
+    let unix = form == Form::Unix;
+    let mut seen: Vec<String> = Vec::new();
+    // Once a password has been given, what follows may be a piece of it cut at an unescaped
+    // `&`: it is not quoted.
+    let mut after_secret = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = form_decode(name).unwrap_or_else(|| name.to_owned());
+        match (name.as_str(), unix) {
+            ("db", true) => {
+                if !is_number(value) {
+                    return refuse(
+                        Part::Database,
+                        format!("database (db={}) is not a number from 0 up", quoted(value)),
+                    );
+                }
+            }
+            ("user", true) => check_query_secret(value, Part::User, "user=")?,
+            ("pass", true) => {
+                after_secret = true;
+                check_query_secret(value, Part::Password, "pass=")?;
+            }
+            ("password", true) => {
+                return refuse(
+                    Part::Password,
+                    "password is given as password=, which redis+unix:// does not read: write \
+                     pass=",
+                );
+            }
+            ("protocol", _) => {
+                if !matches!(value, "2" | "3" | "resp2" | "resp3") {
+                    return refuse(
+                        Part::QueryParameter,
+                        "query parameter protocol= takes resp2 or resp3",
+                    );
+                }
+            }
+            ("db", false) => {
+                return refuse(
+                    Part::Database,
+                    "database is given as db=, which redis:// does not read: write it as the \
+                     path (redis://host:port/N)",
+                );
+            }
+            ("pass" | "password", false) => {
+                return refuse(
+                    Part::Password,
+                    "password is given in the query, which redis:// does not read: write it \
+                     before the host (redis://:password@host, or redis://user:password@host)",
+                );
+            }
+            ("user", false) => {
+                return refuse(
+                    Part::User,
+                    "user is given in the query, which redis:// does not read: write it before \
+                     the host (redis://user:password@host)",
+                );
+            }
+            _ if after_secret => {
+                return refuse(
+                    Part::QueryParameter,
+                    "query parameter after pass= is not one fleet reads: a `&` in the password \
+                     is written %26",
+                );
+            }
+            _ => {
+                let takes = if unix {
+                    "db, user, pass and protocol"
+                } else {
+                    "protocol"
+                };
+                return refuse(
+                    Part::QueryParameter,
+                    format!(
+                        "query parameter {} is not one fleet reads: this form takes {takes} \
+                         (names are lowercase)",
+                        quoted(&name)
+                    ),
+                );
+            }
+        }
+        if seen.contains(&name) {
+            return refuse(
+                Part::QueryParameter,
+                format!("query parameter {name}= is given twice: give it once"),
+            );
+        }
+        seen.push(name);
+    }
+    Ok(())
+}
+
+/// A query's user or password: redis-rs decodes it as a form does, so a `+` would read as a space
+/// and a stray `%` as itself. Neither is quoted.
+fn check_query_secret(value: &str, part: Part, given: &str) -> Result<(), Refusal> {
+    if value.contains('+') {
+        return refuse(
+            part,
+            format!(
+                "{part} ({given}) holds a `+`, which a query reads as a space: write a `+` as \
+                 %2B (a space as %20)"
+            ),
+        );
+    }
+    check_secret(value, part)
+}
+
+/// A query name as a form decodes it (`+` a space, `%XY` a byte); `None` if it is not UTF-8 or
+/// has a stray `%`.
+fn form_decode(text: &str) -> Option<String> {
+    let bytes = percent_decode(&text.replace('+', " "))?;
+    String::from_utf8(bytes).ok()
+}
+
 /// `host:port[,host:port…]`, a host written `[v6]` where it is an IPv6 address.
-fn host_list(text: &str, default_port: u16) -> Result<Vec<(String, u16)>, String> {
+fn host_list(text: &str, default_port: u16) -> Result<Vec<(String, u16)>, Refusal> {
     if text.is_empty() {
-        return Err("no host: name at least one host:port".to_owned());
+        return refuse(
+            Part::Host,
+            "host is missing (no host): name at least one host:port",
+        );
     }
     text.split(',').map(|h| host(h, default_port)).collect()
 }
 
-fn host(text: &str, default_port: u16) -> Result<(String, u16), String> {
-    let (host, port) = match text.strip_prefix('[') {
+/// One `host[:port]`: a name of letters, digits, `-`, `.` and `_`, an IPv4 address, or an IPv6
+/// address in brackets; never a wildcard address, which names no server (redis-rs refuses it
+/// only when it builds a client, which for a Sentinel's primary is in the middle of a search).
+fn host(text: &str, default_port: u16) -> Result<(String, u16), Refusal> {
+    let (host, port, v6) = match text.strip_prefix('[') {
         Some(v6) => match v6.split_once(']') {
-            Some((host, "")) => (host, None),
+            Some((host, "")) => (host, None, true),
             Some((host, rest)) => match rest.strip_prefix(':') {
-                Some(port) => (host, Some(port)),
-                None => return Err(format!("the host {text:?} is not host:port")),
+                Some(port) => (host, Some(port), true),
+                None => {
+                    return refuse(
+                        Part::Host,
+                        format!("host {} is not [address]:port", quoted(text)),
+                    );
+                }
             },
-            None => return Err(format!("the host {text:?} has no closing ]")),
+            None => {
+                return refuse(
+                    Part::Host,
+                    format!(
+                        "host {} has no closing ]: write an IPv6 address as [::1]:6379",
+                        quoted(text)
+                    ),
+                );
+            }
         },
         None => match text.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
+            Some((host, port)) => (host, Some(port), false),
+            None => (text, None, false),
         },
     };
-    let bad_char = |c: char| c.is_whitespace() || c.is_control() || "/@,[]".contains(c);
-    if host.is_empty() || host.chars().any(bad_char) {
-        return Err(format!(
-            "the host {text:?} is not a host name or address (an empty entry between commas, \
-             or a stray character)"
-        ));
+    let wildcard = if v6 {
+        match host.parse::<std::net::Ipv6Addr>() {
+            Ok(addr) => addr.is_unspecified(),
+            Err(_) => {
+                return refuse(
+                    Part::Host,
+                    format!("host {} is not an IPv6 address", quoted(host)),
+                );
+            }
+        }
+    } else {
+        let name = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+        if host.is_empty() || !host.chars().all(name) {
+            return refuse(
+                Part::Host,
+                format!(
+                    "host {} is not a host name or address (letters, digits, `-`, `.` and `_`, \
+                     or an IPv6 address in brackets, [::1]:6379; not an empty entry between \
+                     commas)",
+                    quoted(host)
+                ),
+            );
+        }
+        host == "0.0.0.0"
+    };
+    if wildcard {
+        return refuse(
+            Part::Host,
+            format!(
+                "host {} is a wildcard (listening) address, which names no server: name the \
+                 server's own address (127.0.0.1 on this machine)",
+                quoted(host)
+            ),
+        );
     }
     let port = match port {
         None => default_port,
         Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
             _ => {
-                return Err(format!(
-                    "the port of {text:?} is not a number from 1 to 65535"
-                ));
+                return refuse(
+                    Part::Port,
+                    format!(
+                        "port of host {} is not a number from 1 to 65535 (leave out the `:` for \
+                         {default_port})",
+                        quoted(host)
+                    ),
+                );
             }
         },
     };
@@ -177,36 +663,50 @@ fn host(text: &str, default_port: u16) -> Result<(String, u16), String> {
 }
 
 /// `/MASTER_NAME[/db]`.
-fn master_and_db(path: Option<&str>) -> Result<(String, i64), String> {
-    let missing = "no master name: the path names the primary as the sentinels monitor it \
-                   (/mymaster)";
-    let path = path.ok_or_else(|| missing.to_owned())?;
+fn master_and_db(path: Option<&str>) -> Result<(String, i64), Refusal> {
+    let missing = || {
+        refuse(
+            Part::ServiceName,
+            "service name is missing (no master name): the path names the primary as the \
+             sentinels monitor it (redis+sentinel://host:26379/mymaster)",
+        )
+    };
+    let Some(path) = path else {
+        return missing();
+    };
     let (master, db) = match path.split_once('/') {
         Some((master, "")) => (master, None),
         Some((master, db)) => (master, Some(db)),
         None => (path, None),
     };
     if master.is_empty() {
-        return Err(missing.to_owned());
+        return missing();
     }
     if master
         .chars()
         .any(|c| c.is_whitespace() || c.is_control() || c == '%')
     {
-        return Err(format!(
-            "the master name {master:?} has a space, a control character or an escape"
-        ));
+        return refuse(
+            Part::ServiceName,
+            format!(
+                "service name (the master name) {} has a space, a control character or an \
+                 escape: write it as the sentinels' configuration does",
+                quoted(master)
+            ),
+        );
     }
     let db = match db {
         None => 0,
-        Some(text) => match text.parse::<i64>() {
-            Ok(n) if n >= 0 => n,
-            _ => {
-                return Err(format!(
-                    "the database {text:?} after the master name is not a number from 0 up"
-                ));
-            }
-        },
+        Some(text) if is_number(text) => text.parse::<i64>().unwrap_or_default(),
+        Some(text) => {
+            return refuse(
+                Part::Database,
+                format!(
+                    "database {} after the master name is not a number from 0 up",
+                    quoted(text)
+                ),
+            );
+        }
     };
     Ok((master.to_owned(), db))
 }
@@ -224,9 +724,9 @@ mod tests {
 
     #[test]
     fn a_sentinel_url_names_its_sentinels_its_master_and_its_database() {
-        let s = sentinel("redis+sentinel://u:p/w@h1:1,h2,[::1]:3/mymaster/2");
+        let s = sentinel("redis+sentinel://u:p%2Fw@h1:1,h2,[::1]:3/mymaster/2");
         assert!(!s.tls);
-        assert_eq!(s.userinfo.as_deref(), Some("u:p/w"));
+        assert_eq!(s.userinfo.as_deref(), Some("u:p%2Fw"));
         assert_eq!(
             s.sentinels,
             vec![
@@ -236,7 +736,7 @@ mod tests {
             ]
         );
         assert_eq!((s.master.as_str(), s.db), ("mymaster", 2));
-        assert_eq!(s.server_url("::1", 7, true, 2), "redis://u:p/w@[::1]:7/2");
+        assert_eq!(s.server_url("::1", 7, true, 2), "redis://u:p%2Fw@[::1]:7/2");
         assert_eq!(s.server_url("h", 7, false, 0), "redis://h:7/0");
         let s = sentinel("rediss+sentinel://h:26379/m/");
         assert!(s.tls);
@@ -259,38 +759,185 @@ mod tests {
     }
 
     #[test]
-    fn other_urls_are_left_to_redis_rs() {
+    fn a_good_one_server_url_is_left_to_redis_rs() {
         for url in [
             "redis://h:1",
+            "redis://h",
+            "REDIS://h:1/",
             "rediss://h",
+            "redis://u:p@h:1/0",
+            "redis://:p@h:1/15/",
+            "redis://u@h",
+            "redis://@h",
+            "redis://u:p@ss:w%2Frd@h:1",
+            "redis://u:%F0%9F%94%91@h",
+            "redis://u:p%25@h",
+            "redis://[::1]:6379/2",
+            "redis://my_host.example-1.org:6380",
+            "redis://h:1/0?protocol=resp3",
             "redis+unix:///s",
-            "nonsense",
-            "http://h",
+            "redis+unix:///tmp/r@1.sock",
+            "redis+unix://localhost/tmp/r.sock",
+            "redis+unix:///tmp/r.sock?db=1&user=u&pass=p%2Bw&protocol=2",
+            "redis+unix:///tmp/r.sock?pass=a%26b&db=2",
         ] {
             assert_eq!(parse(url), Ok(Target::Single), "{url}");
         }
     }
 
+    /// Every URL form fleet takes, with each part wrong in each way it can be: the refusal
+    /// names that part, says the fix where there is one, and never quotes the password
+    /// (`hunter2`), whole or in pieces.
     #[test]
-    fn a_bad_sentinel_url_says_what_is_wrong_and_never_the_password() {
-        for (url, said) in [
-            ("redis+sentinel://h:1", "no master name"),
-            ("redis+sentinel://h:1/", "no master name"),
-            ("redis+sentinel:///m", "no host"),
-            ("redis+sentinel://h:1,,h:2/m", "not a host name"),
-            ("redis+sentinel://h:x/m", "port"),
-            ("redis+sentinel://h:0/m", "port"),
-            ("redis+sentinel://h:70000/m", "port"),
-            ("redis+sentinel://[::1/m", "closing ]"),
-            ("redis+sentinel://h/m/x", "database"),
-            ("redis+sentinel://h/m/-1", "database"),
-            ("redis+sentinel://h/m?db=1", "query"),
-            ("redis+sentinel://u:hunter2@h/my master", "master name"),
-            ("redis+cluster://h/0", "no path"),
-        ] {
-            let err = parse(url).expect_err(url);
-            assert!(err.contains(said), "{url}: {err}");
-            assert!(!err.contains("hunter2"), "{url}: {err}");
+    fn a_bad_url_of_any_form_names_the_part_and_never_the_password() {
+        use Part::*;
+        let long = format!("redis://h:1/0?protocol={}", "3".repeat(MAX_URL_LEN));
+        let table: &[(&str, Part, &str)] = &[
+            ("127.0.0.1:6379", Scheme, "a Redis URL starts with redis://"),
+            ("u:hunter2@nowhere", Scheme, "missing"),
+            ("http://h:1", Scheme, "\"http\" is not one fleet takes"),
+            ("unix:///tmp/r.sock", Scheme, "redis+unix://"),
+            ("u:hunter2://h", Scheme, "not one fleet takes"),
+            (&long, Whole, "fleet reads Redis URLs of up to 4096"),
+            // The user info, in every network form.
+            ("redis://u:hun/ter2@h:1", Password, "%2F"),
+            ("rediss://u:hun?ter2@h:1", Password, "%3F"),
+            ("redis://u:hun#ter2@h:1", Password, "%23"),
+            ("redis://u:hun ter2@h:1", Password, "%20"),
+            ("redis://u:hunter2%@h:1", Password, "%25"),
+            ("redis://u:hunter2%zz@h:1", Password, "%25"),
+            ("redis://u:hunter2%ff@h:1", Password, "UTF-8"),
+            ("redis://us/er:hunter2@h:1", User, "%2F"),
+            ("redis://hun/ter2@h:1", User, "%2F"),
+            (
+                "redis+sentinel://:hun/ter2@h:26379/mymaster",
+                Password,
+                "%2F",
+            ),
+            ("rediss+sentinel://u:hun?ter2@h/mymaster", Password, "%3F"),
+            ("redis+cluster://u:hun/ter2@a:7000,b:7001", Password, "%2F"),
+            ("rediss+cluster://u:hunter2%@a", Password, "%25"),
+            // Hosts and ports.
+            ("redis://", Host, "missing"),
+            ("redis://u:hunter2@", Host, "missing"),
+            ("redis://u:hunter2@:6379", Host, "not a host name"),
+            ("redis://h^x:1", Host, "not a host name"),
+            ("redis://0.0.0.0:6379", Host, "wildcard"),
+            ("redis://[::]:6379", Host, "wildcard"),
+            ("redis://[::1:6379", Host, "closing ]"),
+            ("redis://[nope]:1", Host, "not an IPv6 address"),
+            ("redis://[::1]x", Host, "[address]:port"),
+            ("redis://u:hunter2@h:notaport", Port, "from 1 to 65535"),
+            ("redis://h:0", Port, "from 1 to 65535"),
+            ("redis://h:70000", Port, "from 1 to 65535"),
+            ("redis://h:+1", Port, "from 1 to 65535"),
+            ("redis://h:", Port, "leave out the `:`"),
+            ("redis+sentinel:///m", Host, "no host"),
+            ("redis+sentinel://u:hunter2@/m", Host, "no host"),
+            ("redis+sentinel://h:1,,h:2/m", Host, "not a host name"),
+            ("redis+sentinel://0.0.0.0/m", Host, "wildcard"),
+            ("redis+sentinel://h:x/m", Port, "port"),
+            ("redis+sentinel://h:0/m", Port, "port"),
+            ("redis+sentinel://h:70000/m", Port, "port"),
+            ("redis+sentinel://[::1/m", Host, "closing ]"),
+            ("rediss+cluster://u:hunter2@h:x", Port, "port"),
+            ("redis+cluster://a,b c", Host, "not a host name"),
+            // Databases, service names, paths.
+            ("redis://h:1/x", Database, "redis://host:port/N"),
+            ("redis://h:1/-1", Database, "from 0 up"),
+            ("redis://h:1/0/1", Database, "from 0 up"),
+            ("redis+sentinel://h/m/x", Database, "database"),
+            ("redis+sentinel://h/m/-1", Database, "database"),
+            ("redis+sentinel://h:1", ServiceName, "no master name"),
+            (
+                "redis+sentinel://u:hunter2@h:1/",
+                ServiceName,
+                "no master name",
+            ),
+            (
+                "redis+sentinel://u:hunter2@h/my master",
+                ServiceName,
+                "master name",
+            ),
+            ("redis+sentinel://h/my%20master", ServiceName, "escape"),
+            ("redis+cluster://h/0", Path, "no path"),
+            ("redis+unix://tmp/r.sock", SocketPath, "three slashes"),
+            ("redis+unix://", SocketPath, "not absolute"),
+            ("redis+unix:///tmp/", SocketPath, "directory"),
+            // Query parameters and fragments.
+            ("redis+sentinel://h/m?db=1", QueryParameter, "query"),
+            ("redis+cluster://h?x=1", QueryParameter, "takes none"),
+            ("redis+sentinel://h/m#x", Fragment, "%23"),
+            ("redis://h:1/0?db=3", Database, "path (redis://host:port/N)"),
+            (
+                "redis://h:1?password=hunter2",
+                Password,
+                "redis://:password@host",
+            ),
+            (
+                "redis://h:1?pass=hunter2",
+                Password,
+                "redis://:password@host",
+            ),
+            ("redis://h:1?user=u", User, "redis://user:password@host"),
+            (
+                "redis://h:1?timeout=3",
+                QueryParameter,
+                "\"timeout\" is not one fleet reads",
+            ),
+            (
+                "redis://h:1?protocol=resp9",
+                QueryParameter,
+                "resp2 or resp3",
+            ),
+            ("redis://h:1?protocol=3&protocol=2", QueryParameter, "twice"),
+            ("rediss://h:1#insecure", Fragment, "--redis-ca"),
+            ("redis://h:1#x", Fragment, "%23"),
+            ("redis+unix:///s?db=x", Database, "from 0 up"),
+            ("redis+unix:///s?db=-1", Database, "from 0 up"),
+            ("redis+unix:///s?password=hunter2", Password, "pass="),
+            ("redis+unix:///s?pass=hun+ter2", Password, "%2B"),
+            ("redis+unix:///s?pass=hunter2%", Password, "%25"),
+            ("redis+unix:///s?user=u+v", User, "%2B"),
+            ("redis+unix:///s?pass=hun&ter2=x", QueryParameter, "%26"),
+            ("redis+unix:///s?pass=hun&ter2", QueryParameter, "%26"),
+            ("redis+unix:///s?DB=1", QueryParameter, "lowercase"),
+            ("redis+unix:///s?db=1&db=2", QueryParameter, "twice"),
+            ("redis+unix:///s?pass=hunter2#x", Fragment, "%23"),
+        ];
+        for (url, part, said) in table {
+            let refusal = parse(url).expect_err(url);
+            let text = refusal.to_string();
+            assert_eq!(refusal.part, *part, "{url}: {text}");
+            assert!(text.contains(said), "{url}: {text}");
+            assert!(
+                text.contains(&part.to_string()),
+                "{url}: the message names its part, {part}: {text}"
+            );
+            for secret in ["hunter2", "hun/ter2", "hun", "ter2"] {
+                assert!(!text.contains(secret), "{url}: {text}");
+            }
+            assert!(text.len() < 400, "{url}: a bounded message: {text}");
         }
+    }
+
+    // Hostile input: a URL of megabytes, or of thousands of hosts, is refused or read at once,
+    // and what a refusal quotes of it stays short.
+    #[test]
+    fn a_hostile_url_is_refused_in_bounded_time_and_words() {
+        let started = std::time::Instant::now();
+        let huge = format!("redis://u:{}@h:1", "p".repeat(1 << 20));
+        let refusal = parse(&huge).expect_err("a megabyte");
+        assert_eq!(refusal.part, Part::Whole);
+        assert!(refusal.to_string().len() < 200, "{refusal}");
+        let hosts = vec!["h"; 3000].join(",");
+        let many = format!("redis+cluster://{hosts}");
+        assert!(matches!(parse(&many), Err(r) if r.part == Part::Whole));
+        let within = format!("redis+cluster://{}", vec!["h:1"; 1000].join(","));
+        assert!(matches!(parse(&within), Ok(Target::Cluster(c)) if c.nodes.len() == 1000));
+        let long_host = format!("redis://{}^:1", "h".repeat(4000));
+        let refusal = parse(&long_host).expect_err("a bad long host");
+        assert!(refusal.to_string().len() < 400, "{refusal}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }
