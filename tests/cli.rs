@@ -905,3 +905,98 @@ fn a_reason_with_a_bidi_control_is_refused_naming_it() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
+
+// Issue 27: a Sentinel URL whose password held an unescaped `/` waited the whole `--timeout`,
+// said `TLS failed` and exited 1, while the same password in a `redis://` URL was exit 2 at once
+// in words that named no part. Every form is now read whole before anything connects: exit 2
+// at once, naming the part and the fix, never the password (SPEC §2.7).
+#[test]
+fn a_url_that_cannot_be_read_is_exit_2_at_once_naming_the_part() {
+    for (url, part, fix) in [
+        (
+            "redis+sentinel://:pa/ss@127.0.0.1:26379/mymaster",
+            "the password holds an unescaped `/`",
+            "%2F",
+        ),
+        (
+            "rediss+sentinel://u:pa?ss@127.0.0.1/mymaster",
+            "the password holds an unescaped `?`",
+            "%3F",
+        ),
+        (
+            "redis+cluster://u:pa/ss@127.0.0.1:7000,127.0.0.1:7001",
+            "the password",
+            "%2F",
+        ),
+        ("redis://:pa/ss@127.0.0.1:6379", "the password", "%2F"),
+        ("rediss://u:pa#ss@127.0.0.1:6379/0", "the password", "%23"),
+        (
+            "redis://127.0.0.1:6379/0?db=3",
+            "the database",
+            "redis://host:port/N",
+        ),
+        (
+            "redis+unix:///tmp/r.sock?password=pa/ss",
+            "the password is given as password=",
+            "pass=",
+        ),
+        (
+            "redis+sentinel://127.0.0.1:26379",
+            "the service name",
+            "/mymaster",
+        ),
+        (
+            "redis+sentinel://127.0.0.1:99999/m",
+            "the port",
+            "1 to 65535",
+        ),
+        ("redis+sentinel://0.0.0.0/mymaster", "the host", "127.0.0.1"),
+    ] {
+        for verb in [
+            &["state"][..],
+            &["beat", "bench-01"],
+            &["agent", "bench-01"],
+        ] {
+            let mut args = vec!["--redis", url, "--timeout", "5s"];
+            args.extend_from_slice(verb);
+            let started = Instant::now();
+            let o = fleet(&args, &[]);
+            let took = started.elapsed();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{url} {verb:?}: {err}");
+            assert!(
+                took < Duration::from_secs(1),
+                "{url} {verb:?}: refused after {took:?}, not at once"
+            );
+            assert!(err.contains(part), "{url} {verb:?}: {err}");
+            assert!(err.contains(fix), "{url} {verb:?}: {err}");
+            if url.contains("pa") {
+                assert!(
+                    err.contains("***"),
+                    "{url} {verb:?}: the URL redacted: {err}"
+                );
+            }
+            assert!(
+                !err.contains("pa/ss") && !err.contains("pa?ss") && !err.contains("pa#ss"),
+                "{url} {verb:?}: {err}"
+            );
+        }
+    }
+    // The same from the environment, as a deployment gives it.
+    let started = Instant::now();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--timeout", "5s", "live"])
+        .env(
+            "FLEET_REDIS_URL",
+            "redis+sentinel://:pa/ss@127.0.0.1:26379/mymaster",
+        )
+        .output()
+        .expect("running fleet");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(
+        stderr(&o).contains("percent-encode it as %2F"),
+        "{}",
+        stderr(&o)
+    );
+}

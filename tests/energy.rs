@@ -661,3 +661,71 @@ async fn a_groups_steps_go_by_hash_after_the_first_and_whole_again_where_evalsha
         assert_eq!(stored.ledger.mark().map(|m| m.at), Some(t), "{slot}");
     }
 }
+
+// Issue 27 (SPEC §4.12): one forward step of Redis's clock deleted up to 400 days of buckets,
+// the days being trimmed by the clock's day. A ledger of 400 days, written step by step through
+// the store as the leader writes it, then the server's time (the `now` every step is taken at)
+// a year ahead: the step writes no day and deletes none; the hour of steps on that clock adds
+// its own day and deletes none; a successor that reads the ledger back on a clock put right
+// again accounts from there, at once, and the 400 days are still whole.
+#[tokio::test]
+async fn a_year_forward_step_of_the_servers_clock_keeps_every_day_of_history() {
+    let server = server();
+    let mut a = leader(&server, "1").await;
+    let first = at(12, 0, 0);
+    for d in 0..400 {
+        let power = if d % 3 == 0 { Power::Off } else { Power::On };
+        let now = first + Duration::days(d);
+        assert_eq!(a.observe(Some(power), now).await, Accounted::Written);
+    }
+    let history = stored_day(&server).await;
+    assert_eq!(history.days().len(), 400);
+    let last = first + Duration::days(399);
+
+    let leap = last + Duration::days(365);
+    assert_eq!(a.observe(Some(Power::On), leap).await, Accounted::Written);
+    let stepped = stored_day(&server).await;
+    let changed = (history.days().iter())
+        .filter(|(d, b)| stepped.days().get(d) != Some(b))
+        .count();
+    assert_eq!(
+        (changed, stepped.days().len()),
+        (0, 400),
+        "the step changed days of the history, or wrote new ones"
+    );
+    assert_eq!(stepped.mark().map(|m| m.at), Some(leap));
+    for minute in 1..=60 {
+        let now = leap + Duration::minutes(minute);
+        assert_eq!(a.observe(Some(Power::On), now).await, Accounted::Written);
+    }
+    let after = stored_day(&server).await;
+    assert_eq!(after.days().len(), 401);
+    let kept = (history.days().iter())
+        .filter(|(d, b)| after.days().get(d) == Some(b))
+        .count();
+    assert_eq!(kept, 400, "every day of the history kept");
+    assert_eq!(after.days()[&day_of(leap)].on_ms, 3_600_000);
+    let fields: i64 = raw(&server, &["HLEN", "{fleet:rack}:energy:n1"]).await;
+    assert_eq!(fields, 402, "401 days and the mark");
+
+    // The clock put right, read by a successor: it accounts from the new time at once.
+    let mut b = leader(&server, "2").await;
+    let right = last + Duration::hours(1);
+    assert_eq!(b.observe(Some(Power::Off), right).await, Accounted::Written);
+    assert_eq!(
+        b.observe(Some(Power::Off), right + Duration::hours(2))
+            .await,
+        Accounted::Written
+    );
+    let mended = stored_day(&server).await;
+    assert_eq!(mended.days().len(), 401);
+    let day = day_of(last);
+    assert_eq!(
+        mended.days()[&day].off_ms,
+        history.days()[&day].off_ms + 2 * 3_600_000
+    );
+    let kept = (history.days().iter())
+        .filter(|(d, b)| **d == day || mended.days().get(d) == Some(b))
+        .count();
+    assert_eq!(kept, 400, "every other day of the history kept");
+}

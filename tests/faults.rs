@@ -596,3 +596,229 @@ async fn a_store_rolled_back_under_its_leader_is_blind_then_adopts() {
     assert!(w.fired("shutdown").is_empty(), "no machine was powered off");
     assert_eq!(w.fired("startup").len(), 4, "nothing started twice");
 }
+
+/// `yaml` with the group named `group`, and a shutdown that powers the bench off only once the
+/// test creates `<log>.release`: a power-off the test holds in flight for as long as it needs.
+fn held_shutdown_yaml(server: &RedisServer, log: &Path, group: &str) -> String {
+    let release = format!("{}.release", log.display());
+    yaml(server, log)
+        .replace(
+            r#"echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; "#,
+            r#"echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; while [ ! -e \"$RELEASE\" ]; do sleep 0.02; done; "#,
+        )
+        .replace("LOG: ", &format!("RELEASE: {release:?}, LOG: "))
+        .replace("pool-a", group)
+}
+
+/// A controller over `rx`, as `World::controller` builds one, so the test can rename a group.
+async fn controller_over(
+    w: &World,
+    rx: watch::Receiver<Arc<Config>>,
+    holder: &str,
+    grace: Duration,
+) -> Ctl {
+    let mut endpoint = w.server.endpoint();
+    endpoint.timeout = Duration::from_secs(2);
+    let manager = endpoint.manager().await.unwrap();
+    let lease = Lease::new(
+        manager.clone(),
+        Keys::default(),
+        holder.to_owned(),
+        Duration::from_millis(800),
+    );
+    Controller::new(
+        rx,
+        Presence::new(manager.clone(), Keys::default()),
+        ClaimStore::new(manager, Keys::default()),
+        Arc::new(exec(&w.server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+    .with_lease(lease)
+    .with_faults(Faults {
+        blind_grace: grace,
+        ..Faults::default()
+    })
+}
+
+/// The claims of `group`, by slot.
+async fn claims_of(w: &World, group: &str) -> Vec<(String, Phase, Option<Reason>)> {
+    let g = GroupName::parse(group).unwrap();
+    let read = w.store().await.read_groups(&[g]).await.unwrap();
+    read[0]
+        .claims
+        .iter()
+        .map(|c| (c.slot.to_string(), c.phase, c.reason))
+        .collect()
+}
+
+/// A first start on an empty store inside its adoption window (SPEC §5.3): the four machines are
+/// on and adopted by pool-a, then bench-01's claim is cancelled and its shutdown fired and held
+/// in flight. Returns the controller and the sender of its configuration.
+async fn adopted_then_bench_01_shutting_down(
+    w: &World,
+    grace: Duration,
+) -> (Ctl, watch::Sender<Arc<Config>>) {
+    let log = w.dir.path().join("ops");
+    let cfg = config::parse(
+        &held_shutdown_yaml(&w.server, &log, "pool-a"),
+        Path::new("t.yaml"),
+    )
+    .unwrap();
+    let (tx, rx) = watch::channel(Arc::new(cfg));
+    let mut ctl = controller_over(w, rx, "a", grace).await;
+    assert!(ctl.lead().await);
+    assert!(ctl.pass().await.unwrap().blind, "a first start is blind");
+    let p = presence(&w.server).await;
+    for slot in SLOTS {
+        p.beat(&beat(slot, Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    wait(grace + Duration::from_millis(50)).await;
+    settle(&mut ctl).await;
+    let adopted = claims_of(w, "pool-a").await;
+    assert_eq!(adopted.len(), 4, "{adopted:?}");
+    assert!(
+        adopted.iter().all(|(_, _, r)| *r == Some(Reason::Adopted)),
+        "{adopted:?}"
+    );
+    let store = w.store().await;
+    let c = w
+        .claims()
+        .await
+        .into_iter()
+        .find(|c| c.slot.as_str() == "bench-01")
+        .unwrap();
+    let now = store.now().await.unwrap();
+    fleet::requests::cancel(
+        &store,
+        &c,
+        Reason::DeletedByHand,
+        now,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    let report = bounded("a pass", ctl.pass()).await.unwrap();
+    assert_eq!(report.stopped, [name("bench-01")], "{report:?}");
+    bounded("the shutdown to begin", async {
+        while w.fired("shutdown") != ["bench-01"] {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    (ctl, tx)
+}
+
+/// Passes of the renamed configuration while bench-01's shutdown is held: pool-b adopts the
+/// three machines nobody powers off, never bench-01, and nothing is started or shut down.
+async fn renamed_passes_never_adopt_bench_01(w: &World, ctl: &mut Ctl) {
+    for _ in 0..5 {
+        let report = bounded("a pass", ctl.pass()).await.unwrap();
+        assert!(
+            report.started.is_empty() && report.stopped.is_empty(),
+            "{report:?}"
+        );
+        let claims = claims_of(w, "pool-b").await;
+        assert!(
+            claims.iter().all(|(slot, _, _)| slot != "bench-01"),
+            "a machine its old group's shutdown is darkening was adopted: {claims:?}"
+        );
+        assert_eq!(w.state("bench-01").await, State::Up, "the shutdown is held");
+    }
+    let claims = claims_of(w, "pool-b").await;
+    assert_eq!(
+        claims,
+        ["bench-02", "bench-03", "bench-04"].map(|s| (
+            s.to_owned(),
+            Phase::Ready,
+            Some(Reason::Adopted)
+        )),
+        "the machines no shutdown darkens are adopted by the new name"
+    );
+    assert_eq!(
+        w.fired("shutdown"),
+        ["bench-01"],
+        "one shutdown, never a second"
+    );
+}
+
+// Issue 27 (SPEC §4.1, §5.3): a group renamed inside the wipe-adoption window adopted a machine
+// whose old group's shutdown was still running. The new name's pass reads only its own
+// operation records, and adoption did not ask what ran here. Now no claim is adopted for that
+// slot while the shutdown runs, nor once it ended with the machine off; the other machines are
+// adopted as before.
+#[tokio::test]
+async fn a_group_renamed_while_its_shutdown_runs_never_adopts_that_machine() {
+    let w = World::new(false);
+    let grace = Duration::from_millis(300);
+    let (mut ctl, tx) = adopted_then_bench_01_shutting_down(&w, grace).await;
+    let renamed = held_shutdown_yaml(&w.server, &w.dir.path().join("ops"), "pool-b");
+    tx.send(Arc::new(
+        config::parse(&renamed, Path::new("t.yaml")).unwrap(),
+    ))
+    .unwrap();
+    renamed_passes_never_adopt_bench_01(&w, &mut ctl).await;
+    assert!(
+        claims_of(&w, "pool-a")
+            .await
+            .iter()
+            .all(|(_, phase, reason)| *phase == Phase::Failed
+                && *reason == Some(Reason::SlotDeleted)),
+        "the old name's claims ended"
+    );
+    // The shutdown ends, and the machine goes off: still nothing adopts or starts it.
+    std::fs::write(w.dir.path().join("ops.release"), "").unwrap();
+    assert_eq!(
+        bounded("the shutdown to end", ctl.operation_ended()).await,
+        Some(name("bench-01"))
+    );
+    assert_eq!(w.state("bench-01").await, State::Down);
+    for _ in 0..3 {
+        let report = bounded("a pass", ctl.pass()).await.unwrap();
+        assert!(report.started.is_empty() && report.stopped.is_empty());
+    }
+    let claims = claims_of(&w, "pool-b").await;
+    assert!(
+        claims.iter().all(|(slot, _, _)| slot != "bench-01"),
+        "{claims:?}"
+    );
+    assert!(w.fired("startup").is_empty(), "nothing was started");
+}
+
+// The same rename read by a successor that never ran the shutdown (SPEC §5.4): it knows of it
+// only from the old group's operation record in the store, and adopts the machine no sooner.
+#[tokio::test]
+async fn a_successor_reading_a_renamed_group_never_adopts_a_machine_its_old_shutdown_darkens() {
+    let w = World::new(false);
+    let grace = Duration::from_millis(300);
+    let (a, _tx) = adopted_then_bench_01_shutting_down(&w, grace).await;
+    drop(a); // a dies; its shutdown's wrapper runs on, in its own process group
+    let renamed = held_shutdown_yaml(&w.server, &w.dir.path().join("ops"), "pool-b");
+    let (_tx_b, rx) = watch::channel(Arc::new(
+        config::parse(&renamed, Path::new("t.yaml")).unwrap(),
+    ));
+    let mut b = controller_over(&w, rx, "b", Duration::ZERO).await;
+    lead_soon(&mut b, "b to lead").await;
+    renamed_passes_never_adopt_bench_01(&w, &mut b).await;
+    // The shutdown ends (its wrapper reports to the old group's record) and the machine goes
+    // off: nothing adopts or starts it.
+    std::fs::write(w.dir.path().join("ops.release"), "").unwrap();
+    bounded("the machine to go off", async {
+        while w.state("bench-01").await != State::Down {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    for _ in 0..3 {
+        let report = bounded("a pass", b.pass()).await.unwrap();
+        assert!(report.started.is_empty() && report.stopped.is_empty());
+    }
+    let claims = claims_of(&w, "pool-b").await;
+    assert!(
+        claims.iter().all(|(slot, _, _)| slot != "bench-01"),
+        "{claims:?}"
+    );
+    assert!(w.fired("startup").is_empty(), "nothing was started");
+}

@@ -67,6 +67,7 @@ fn startup() -> Request {
         job: Some(template()),
         fence: Some("17".into()),
         driver: None,
+        secret_env: Vec::new(),
     }
 }
 

@@ -471,6 +471,7 @@ async fn two_runners_firing_one_startup_make_one_job_and_the_second_adopts_it() 
         job: Some(template),
         fence: Some("7".into()),
         driver: None,
+        secret_env: Vec::new(),
     };
     api.hold_job_creates(true);
     let both = tokio::spawn({

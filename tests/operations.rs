@@ -33,6 +33,7 @@ fn request(script: &str, timeout: Duration) -> Request {
         job: None,
         fence: None,
         driver: None,
+        secret_env: Vec::new(),
     }
 }
 
@@ -464,4 +465,136 @@ async fn an_off_no_agent_answers_times_out_at_the_timeout_saying_what_to_look_at
         "{:?}",
         started.elapsed()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What an operation inherits (SPEC §4.2, issue 27).
+
+/// Every value of every key of `server`, as text: what a search for a secret must cover (the
+/// timelines, the operation records, the slot reports, the ledgers).
+async fn everything_stored(server: &fleet::testing::RedisServer) -> String {
+    let keys: Vec<String> = raw(server, &["KEYS", "*"]).await;
+    let mut all = String::new();
+    for key in keys {
+        let kind: String = raw(server, &["TYPE", &key]).await;
+        let value: redis::Value = match kind.as_str() {
+            "string" => raw(server, &["GET", &key]).await,
+            "hash" => raw(server, &["HGETALL", &key]).await,
+            "list" => raw(server, &["LRANGE", &key, "0", "-1"]).await,
+            "set" => raw(server, &["SMEMBERS", &key]).await,
+            "zset" => raw(server, &["ZRANGE", &key, "0", "-1", "WITHSCORES"]).await,
+            "stream" => raw(server, &["XRANGE", &key, "-", "+"]).await,
+            other => panic!("{key} is a {other}"),
+        };
+        all.push_str(&format!("{key} {value:?}\n"));
+    }
+    all
+}
+
+// Issue 27: a BMC's `password_env` secret was inherited by every command operation, so a script
+// that printed its environment put it in the timeline and on the page. A real `fleet serve`, with
+// that secret and a Redis URL with a password in its environment, runs a startup whose command
+// prints its environment: neither value is anywhere in what is recorded (the claim's timeline,
+// the slot's operation record, any key, the log), the variables an operation is promised are
+// there (fleet's own, the group's env, the rest of the controller's environment), and the slot
+// whose driver reads the secret still gets it in its own wrapper.
+#[tokio::test]
+async fn an_operation_gets_none_of_the_secrets_fleet_read_and_all_it_is_promised() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    // The secret's value is written split in two, so that the configuration (which the command
+    // line is part of) never holds it whole.
+    let script = r#"env | grep -e '^FLEET_' -e '^GROUP_VAR=' -e '^VISIBLE_VAR=' -e '^BMC_PASS=' | sort; echo "secrets=$(env | grep -c -e s3cr""et-bmc -e s3cr""et-url)"; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // A BMC that refuses every connection: the driver's operation fails there (within its 2 s),
+    // after it read its password.
+    let bmc = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    drop(listener);
+    let text = format!(
+        r#"groups:
+  - name: pool-a
+    max_size: 1
+    readiness_taints: []
+    startup: {{ command: ["sh", "-c", {script:?}], env: {{ GROUP_VAR: given, BIN: {bin:?}, REDIS: {redis:?} }} }}
+    shutdown: {{ command: ["true"] }}
+  - name: bmc
+    max_size: 1
+    readiness_taints: []
+    driver: {{ type: redfish, endpoint: {bmc:?}, username: admin, password_env: BMC_PASS, insecure: true }}
+    timings: {{ job_timeout: 2s }}
+slots:
+  - {{ name: bench-01, group: pool-a }}
+  - {{ name: bench-02, group: bmc }}
+"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url(),
+    );
+    let parsed = fleet::config::parse(&text, std::path::Path::new("fleet.yaml")).unwrap();
+    assert_eq!(parsed.secret_env(), ["BMC_PASS"]);
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--blind-grace",
+        "0s",
+        "--lease",
+        "1s",
+    ];
+    let env = [
+        ("BMC_PASS", "s3cret-bmc-pw"),
+        ("VISIBLE_VAR", "inherited"),
+        // Not the URL it runs with (`--redis` is): a password in the variable all the same.
+        (
+            "FLEET_REDIS_URL",
+            "redis://admin:s3cret-url-pw@10.0.0.1:6379",
+        ),
+    ];
+    let mut serve = Serve::start_with_env("serve", &server.url(), &path, &args, &env);
+    serve.log(&["became the leader"]).await;
+    request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
+    serve
+        .log(&["claim moved", "slot=bench-01", "to=ready"])
+        .await;
+
+    let described = fleet_ok(&server, &["describe", "bench-01"]);
+    for promised in [
+        "FLEET_SLOT=bench-01",
+        "FLEET_GROUP=pool-a",
+        "FLEET_CLAIM=bench-01-1",
+        "FLEET_ATTEMPT=",
+        "FLEET_PROVIDER_ID=fleet://bench-01",
+        "FLEET_OPERATION=startup",
+        "FLEET_CONTROLLER=",
+        "GROUP_VAR=given",
+        "VISIBLE_VAR=inherited",
+        "secrets=0",
+    ] {
+        assert!(described.contains(promised), "{promised}:\n{described}");
+    }
+    for withheld in ["BMC_PASS", "FLEET_REDIS_URL", "s3cret"] {
+        assert!(!described.contains(withheld), "{withheld}:\n{described}");
+    }
+
+    // The driver's own wrapper still reads the secret: its startup fails at the BMC, not for a
+    // password it could not find.
+    request_claim(&server, "bmc", "bench-02", "bench-02-1").await;
+    serve
+        .log(&["operation ended", "slot=bench-02", "startup"])
+        .await;
+    let driven = fleet_ok(&server, &["describe", "bench-02"]);
+    assert!(driven.contains(&bmc), "{driven}");
+    assert!(!driven.contains("is not set"), "{driven}");
+    assert!(!driven.contains("s3cret"), "{driven}");
+
+    let stored = everything_stored(&server).await;
+    assert!(
+        stored.contains("VISIBLE_VAR=inherited"),
+        "the output is stored"
+    );
+    assert!(!stored.contains("s3cret"), "{stored}");
+    let lines = serve.stop().await;
+    assert!(!lines.iter().any(|l| l.contains("s3cret")), "{lines:#?}");
 }

@@ -17,7 +17,7 @@ use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::Taint;
 use crate::units::Quantity;
 
-use super::driver::Driver;
+use super::driver::{Driver, SecretSource};
 
 /// The readiness taint a group gets when it names none: the node is not usable until Cilium's
 /// agent is up on it.
@@ -276,6 +276,19 @@ impl Config {
             }
         }
         found
+    }
+
+    /// The environment variables fleet reads a secret from: every slot driver's `password_env`
+    /// (SPEC §4.2). An operation's command never gets them, and an operation's wrapper only the
+    /// one its own driver reads. Sorted, each once.
+    pub fn secret_env(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<&str> = (self.slots.values())
+            .filter_map(|slot| match slot.driver.as_ref()?.password()? {
+                SecretSource::Env(name) => Some(name.as_str()),
+                SecretSource::File(_) => None,
+            })
+            .collect();
+        names.into_iter().map(str::to_owned).collect()
     }
 
     /// What in this valid configuration is likely a mistake, one sentence each, said at start

@@ -7,8 +7,11 @@
 //! accrues nothing and does not end an interval: off, blind, on is one activation, and on,
 //! blind, on is none. The time is kept in whole milliseconds, so splitting the same history at
 //! any points (a restart, a failover, the controller's once-a-minute re-accounting) gives the
-//! same totals exactly. Daily buckets older than [`RETENTION_DAYS`] are dropped, so the ledger
-//! is bounded. Pure: no I/O, no clock.
+//! same totals exactly. The ledger keeps the newest [`KEPT_DAYS`] daily buckets: an older day is
+//! dropped only when a newer day's bucket takes its place, never because the clock says the day
+//! is old, so a clock that steps forward deletes no history (issue 27). A step longer than
+//! [`MAX_STEP_MS`], forward or back, is taken as a clock step: it accrues nothing and moves the
+//! mark to the new time. Pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +19,19 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::power::Power;
 
-/// Days of buckets kept before the current one. The issue asks for at least 400.
+/// Days of buckets kept before the newest one. The issue asks for at least 400.
 pub const RETENTION_DAYS: i64 = 400;
+
+/// The most daily buckets a ledger keeps: the newest day and the [`RETENTION_DAYS`] before it
+/// that have a bucket (SPEC §4.12).
+pub const KEPT_DAYS: usize = RETENTION_DAYS as usize + 1;
+
+/// The longest interval one step accounts, forward or back (SPEC §4.12): a week, far more than
+/// the controller's once-a-minute steps leave between them while it runs, and more than an
+/// outage of the controller is expected to last. A longer interval is a clock that stepped (or
+/// an absence too long to know what the machine did): it accrues nothing, and the mark moves to
+/// the new time.
+pub const MAX_STEP_MS: i64 = 7 * DAY_MS;
 
 /// How often an unchanged power is accounted again, so the stored ledger is never more than
 /// this behind and a successor loses at most this much to a crash.
@@ -196,6 +210,13 @@ impl Ledger {
     /// counts as the state it last saw, and the first observation after it ends the interval.
     /// An observation earlier than the mark (a clock that stepped back) accrues nothing and
     /// keeps the mark's time, so no interval is counted twice.
+    ///
+    /// A step more than [`MAX_STEP_MS`] from the mark, forward or back, is a clock step (SPEC
+    /// §4.12): it accrues nothing (no time, no activation), drops no day, and moves the mark to
+    /// `now`, so a clock a year ahead credits no year and a clock put right again does not leave
+    /// the ledger waiting a year for its mark. The days kept are the newest [`KEPT_DAYS`]: a day
+    /// goes only when a newer day's bucket takes its place (issue 27: with the days trimmed by
+    /// the clock, one forward step of Redis's clock deleted up to 400 days of history).
     pub fn observe(&mut self, power: Option<Power>, now: DateTime<Utc>) -> Advance {
         let mut advance = Advance::default();
         let Some(mark) = self.mark else {
@@ -206,12 +227,20 @@ impl Ledger {
             });
             return advance;
         };
-        let oldest = day_of(now.max(mark.at)) - RETENTION_DAYS;
+        let step_ms = (now - mark.at).num_milliseconds().unsigned_abs();
+        if step_ms > MAX_STEP_MS.unsigned_abs() {
+            self.mark = Some(Mark {
+                power,
+                known: power.or(mark.known),
+                at: now,
+            });
+            return advance;
+        }
         if now > mark.at {
-            credit(&mut advance.increments, mark.power, mark.at, now, oldest);
+            credit(&mut advance.increments, mark.power, mark.at, now);
         }
         let at = now.max(mark.at);
-        if mark.known == Some(Power::Off) && power == Some(Power::On) && day_of(at) >= oldest {
+        if mark.known == Some(Power::Off) && power == Some(Power::On) {
             advance
                 .increments
                 .entry(day_of(at))
@@ -221,7 +250,8 @@ impl Ledger {
         for (day, inc) in &advance.increments {
             self.days.entry(*day).or_default().add(*inc);
         }
-        advance.trimmed = self.days.range(..oldest).map(|(d, _)| *d).collect();
+        let excess = self.days.len().saturating_sub(KEPT_DAYS);
+        advance.trimmed = self.days.keys().take(excess).copied().collect();
         for day in &advance.trimmed {
             self.days.remove(day);
         }
@@ -243,14 +273,13 @@ impl Ledger {
     }
 }
 
-/// Credits `[from, to)` to `power`'s column, split at UTC midnights; days before `oldest` are
-/// outside the retention window and get nothing.
+/// Credits `[from, to)` to `power`'s column, split at UTC midnights. The interval is at most
+/// [`MAX_STEP_MS`] long, so it spans at most eight days.
 fn credit(
     into: &mut BTreeMap<Day, Bucket>,
     power: Option<Power>,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    oldest: Day,
 ) {
     let Some(power) = power else {
         // Blind: nothing accrues (SPEC §4.12).
@@ -262,12 +291,10 @@ fn credit(
         let next = (day + 1).saturating_mul(DAY_MS).min(end);
         // The span is positive and at most one day, so it fits in u64.
         let span = u64::try_from(next - t).unwrap_or(0);
-        if day >= oldest {
-            let bucket = into.entry(day).or_default();
-            match power {
-                Power::On => bucket.on_ms += span,
-                Power::Off => bucket.off_ms += span,
-            }
+        let bucket = into.entry(day).or_default();
+        match power {
+            Power::On => bucket.on_ms += span,
+            Power::Off => bucket.off_ms += span,
         }
         t = next;
     }
@@ -451,17 +478,95 @@ mod tests {
         );
     }
 
-    #[test]
-    fn buckets_older_than_the_retention_are_trimmed() {
+    /// A ledger observed on every day at noon from `first` for `days` days: a bucket a day.
+    fn daily(first: DateTime<Utc>, days: i64) -> Ledger {
         let mut l = Ledger::default();
-        l.observe(Some(Power::On), at(0, 0, 0));
-        l.observe(Some(Power::On), at(12, 0, 0));
-        let later = at(12, 0, 0) + chrono::Duration::days(RETENTION_DAYS + 1);
-        let adv = l.observe(Some(Power::Off), later);
-        let today = day_of(later);
-        assert_eq!(adv.trimmed, vec![day_of(at(0, 0, 0))]);
-        assert_eq!(l.days().keys().next(), Some(&(today - RETENTION_DAYS)));
-        assert_eq!(l.days().len() as i64, RETENTION_DAYS + 1);
+        for d in 0..days {
+            l.observe(Some(Power::On), first + chrono::Duration::days(d));
+        }
+        l
+    }
+
+    #[test]
+    fn the_newest_days_are_kept_and_an_older_one_goes_only_when_a_newer_one_comes() {
+        let first = at(12, 0, 0);
+        // 401 observations a day apart, at noon: a bucket on each of their 401 days.
+        let mut l = daily(first, KEPT_DAYS as i64);
+        assert_eq!(l.days().len(), KEPT_DAYS);
+        assert_eq!(l.days().keys().next(), Some(&day_of(first)));
+        // A step within the newest day adds no day: nothing goes.
+        let noon = first + chrono::Duration::days(KEPT_DAYS as i64 - 1);
+        let adv = l.observe(Some(Power::On), noon + chrono::Duration::hours(1));
+        assert_eq!(adv.trimmed, Vec::<Day>::new());
+        // The next day's bucket takes the oldest's place, and only that one.
+        let adv = l.observe(Some(Power::On), noon + chrono::Duration::days(1));
+        assert_eq!(adv.trimmed, vec![day_of(first)]);
+        assert_eq!(l.days().len(), KEPT_DAYS);
+        assert_eq!(l.days().keys().next(), Some(&(day_of(first) + 1)));
+        assert_eq!(
+            l.days().keys().last(),
+            Some(&(day_of(first) + KEPT_DAYS as i64))
+        );
+    }
+
+    // Issue 27: one forward step of Redis's clock could delete up to 400 days of buckets (the
+    // days were trimmed by the clock's day). Over steps just past the bound, a month, a year and
+    // a century, forward and back, on a ledger of 400 days: the step accrues nothing and drops
+    // nothing, and the mark moves to the new time; the steps after it, on the stepped clock,
+    // drop a day only when a newer day's bucket takes its place.
+    #[test]
+    fn a_clock_step_of_any_size_deletes_no_history_and_accrues_nothing() {
+        let first = at(12, 0, 0);
+        let history = daily(first, RETENTION_DAYS);
+        let held = history.days().clone();
+        let mark = history.mark().expect("a mark");
+        let ms = chrono::Duration::milliseconds;
+        for (row, step) in [
+            ("just past the bound", ms(MAX_STEP_MS + 1)),
+            ("a month", chrono::Duration::days(31)),
+            ("a year", chrono::Duration::days(365)),
+            ("a century", chrono::Duration::days(36_525)),
+            ("back, just past the bound", ms(-MAX_STEP_MS - 1)),
+            ("back a year", chrono::Duration::days(-365)),
+        ] {
+            for power in [Some(Power::On), Some(Power::Off), None] {
+                let mut l = history.clone();
+                let now = mark.at + step;
+                let adv = l.observe(power, now);
+                assert_eq!(adv, Advance::default(), "{row}, {power:?}");
+                assert_eq!(l.days(), &held, "{row}, {power:?}: every day kept");
+                let m = l.mark().expect("a mark");
+                assert_eq!((m.at, m.power), (now, power), "{row}, {power:?}");
+                assert_eq!(m.known, power.or(mark.known), "{row}, {power:?}");
+                // On the stepped clock, a minute, then six hours later (the same UTC day): a
+                // day's bucket comes, and the ledger holds 401 days, the 400 it had and the new
+                // one.
+                l.observe(power, now + chrono::Duration::minutes(1));
+                let adv = l.observe(power, now + chrono::Duration::hours(6));
+                assert_eq!(adv.trimmed, Vec::<Day>::new(), "{row}, {power:?}");
+                // Every day kept (a clock put back credits its hours to days the ledger
+                // already holds: added to, never taken from).
+                for (day, bucket) in &held {
+                    let kept = l.days().get(day);
+                    assert!(
+                        kept.is_some_and(|k| k.on_ms >= bucket.on_ms && k.off_ms >= bucket.off_ms),
+                        "{row}: day {day} kept: {kept:?}"
+                    );
+                }
+                let sum = |b: Bucket| b.on_ms + b.off_ms;
+                let credited = sum(l.totals(0)) - sum(history.totals(0));
+                let expected = if power.is_some() { 6 * 3_600_000 } else { 0 };
+                assert_eq!(credited, expected, "{row}, {power:?}: only the hours since");
+            }
+        }
+        // At the bound itself the interval is the controller's absence, accounted as the power
+        // last observed.
+        let mut l = history.clone();
+        l.observe(Some(Power::Off), mark.at + ms(MAX_STEP_MS));
+        assert_eq!(
+            l.totals(day_of(mark.at)).on_ms,
+            held[&day_of(mark.at)].on_ms + MAX_STEP_MS as u64
+        );
     }
 
     #[test]
@@ -578,6 +683,115 @@ mod tests {
             let total = whole.totals(0);
             let span = u64::try_from(t - start).unwrap();
             prop_assert!(total.on_ms + total.off_ms <= span);
+        }
+    }
+
+    fn ledger_of_days() -> impl Strategy<Value = Ledger> {
+        // Up to 450 days with a bucket (a foreign or older ledger may hold more than the 401
+        // kept), and a mark at noon of a day near the newest.
+        (
+            proptest::collection::btree_set(0i64..900, 0..450),
+            0i64..1_000,
+            power(),
+            power(),
+        )
+            .prop_map(|(days, mark_day, p, k)| {
+                let base = day_of(at(0, 0, 0));
+                let days = days
+                    .into_iter()
+                    .map(|d| {
+                        let b = Bucket {
+                            on_ms: 1,
+                            off_ms: 2,
+                            activations: 0,
+                        };
+                        (base + d, b)
+                    })
+                    .collect();
+                let mark = Mark {
+                    power: p,
+                    known: k.or(p),
+                    at: at(12, 0, 0) + chrono::Duration::days(mark_day),
+                };
+                Ledger::from_parts(days, Some(mark))
+            })
+    }
+
+    proptest! {
+        /// Over ledgers of any size and steps of any length, forward or back (a millisecond to
+        /// a century), and any power: a step never drops a day it did not replace with a newer
+        /// one (a ledger of at most 401 days stays at most 401 and drops at most as many days as
+        /// the step added), what it drops is older than everything kept, a step longer than the
+        /// bound changes no day and accrues nothing, and one within it credits at most its own
+        /// length.
+        #[test]
+        fn no_step_deletes_a_day_it_did_not_replace(
+            ledger in ledger_of_days(),
+            step in prop_oneof![
+                -MAX_STEP_MS * 2..MAX_STEP_MS * 2,
+                -3_155_760_000_000i64..3_155_760_000_000,
+            ],
+            power in power(),
+        ) {
+            let mut l = ledger.clone();
+            let mark = l.mark().expect("a mark");
+            let before = l.days().clone();
+            let adv = l.observe(power, mark.at + chrono::Duration::milliseconds(step));
+            let added = l.days().keys().filter(|d| !before.contains_key(d)).count()
+                + adv.trimmed.iter().filter(|d| !before.contains_key(d)).count();
+            if step.unsigned_abs() > MAX_STEP_MS.unsigned_abs() {
+                prop_assert_eq!(l.days(), &before);
+                prop_assert_eq!(&adv, &Advance::default());
+            } else {
+                let credited = adv.total().on_ms + adv.total().off_ms;
+                prop_assert!(credited <= step.max(0).unsigned_abs());
+            }
+            if before.len() <= KEPT_DAYS {
+                prop_assert!(adv.trimmed.len() <= added);
+                prop_assert!(l.days().len() <= KEPT_DAYS);
+            }
+            prop_assert!(l.days().len() <= before.len().max(KEPT_DAYS));
+            if let (Some(dropped), Some(kept)) = (adv.trimmed.last(), l.days().keys().next()) {
+                prop_assert!(dropped < kept);
+            }
+            for day in &adv.trimmed {
+                prop_assert!(!l.days().contains_key(day));
+            }
+        }
+
+        /// Splitting a history long enough to be trimmed (steps of up to the bound, up to 840
+        /// days) anywhere gives the same days: which days are kept depends on the days
+        /// accounted, not on where the steps fell.
+        #[test]
+        fn splitting_a_long_history_anywhere_keeps_the_same_days(
+            steps in proptest::collection::vec((power(), 1i64..=MAX_STEP_MS), 60..120),
+            cuts in proptest::collection::vec((any::<prop::sample::Index>(), 1i64..MAX_STEP_MS), 0..30),
+        ) {
+            let mut t = at(0, 0, 0).timestamp_millis();
+            let events: Vec<_> = steps.iter().map(|(p, dt)| {
+                t += dt;
+                (*p, DateTime::from_timestamp_millis(t).unwrap())
+            }).collect();
+            let whole = run(&events);
+            let mut cut_at: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+            for (i, dt) in &cuts {
+                cut_at.entry(i.index(events.len() - 1)).or_default().push(*dt);
+            }
+            let mut split = Ledger::default();
+            for (n, (p, when)) in events.iter().enumerate() {
+                split.observe(*p, *when);
+                let next = events.get(n + 1).map_or(i64::MAX, |e| e.1.timestamp_millis());
+                let mut offsets = cut_at.get(&n).cloned().unwrap_or_default();
+                offsets.sort();
+                for dt in offsets {
+                    let mid = when.timestamp_millis() + dt;
+                    if mid >= next { continue; }
+                    split.observe(*p, DateTime::from_timestamp_millis(mid).unwrap());
+                    split = reread(&split);
+                }
+            }
+            prop_assert_eq!(split.days(), whole.days());
+            prop_assert!(whole.days().len() <= KEPT_DAYS);
         }
     }
 

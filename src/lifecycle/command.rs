@@ -103,9 +103,11 @@ pub async fn run(request: &Request) -> Report {
 fn command(request: &Request, program: &str, args: &[String]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
     // The command gets fleet's own variables and the group's, never the ones the controller runs
-    // with: FLEET_REDIS_URL may hold a password (SPEC §2.7).
+    // with (FLEET_REDIS_URL may hold a password, SPEC §2.7), nor any variable fleet reads a
+    // secret from (a BMC's `password_env`, SPEC §4.2): a script that prints its environment
+    // would put it in the timeline and on the page.
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("FLEET_") {
+        if request.kept_from_command(&name.to_string_lossy()) {
             cmd.env_remove(name);
         }
     }
@@ -213,6 +215,7 @@ mod tests {
             job: None,
             fence: None,
             driver: None,
+            secret_env: Vec::new(),
         }
     }
 
@@ -228,6 +231,24 @@ mod tests {
             r.tail,
             "bench-01 pool-a bench-01-1 2 fleet://bench-01 startup 10.0.0.9"
         );
+    }
+
+    // Issue 27 (SPEC §4.2): a variable fleet reads a secret from (a BMC's `password_env`) is
+    // not in the command's environment, even though the wrapper's own holds it. Played with a
+    // variable the test process surely has (cargo sets it for every test run).
+    #[tokio::test]
+    async fn a_variable_fleet_reads_a_secret_from_never_reaches_the_command() {
+        let secret = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it for tests");
+        assert!(!secret.is_empty());
+        let print = "echo \"[$CARGO_MANIFEST_DIR]\" \"$BMC\" \"$FLEET_SLOT\"";
+        let mut r = request(&["sh", "-c", print], Duration::from_secs(10));
+        r.secret_env = vec!["CARGO_MANIFEST_DIR".into()];
+        let withheld = run(&r).await;
+        assert_eq!(withheld.outcome, OperationOutcome::Completed);
+        assert_eq!(withheld.tail, "[] 10.0.0.9 bench-01");
+        // The control: without the name, the command inherits it.
+        r.secret_env.clear();
+        assert_eq!(run(&r).await.tail, format!("[{secret}] 10.0.0.9 bench-01"));
     }
 
     #[tokio::test]

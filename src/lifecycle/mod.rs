@@ -69,9 +69,37 @@ pub struct Request {
     /// password, which the wrapper reads when it runs. Absent from an older fleet's request.
     #[serde(default)]
     pub driver: Option<Driver>,
+    /// The names of the environment variables fleet reads a secret from (every `password_env`
+    /// of the configuration, `Config::secret_env`), never their values: the command never gets
+    /// them, and the wrapper only the one its own driver reads (SPEC §4.2). Absent from an older
+    /// fleet's request.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
 }
 
 impl Request {
+    /// Whether the controller's variable `name` is kept from the operation's wrapper (SPEC
+    /// §4.2): fleet's own `FLEET_` variables (`FLEET_REDIS_URL` may hold a password; the job
+    /// brings the wrapper what it needs), but the log settings; and every variable fleet reads
+    /// a secret from, but the one this operation's own driver reads.
+    pub fn kept_from_wrapper(&self, name: &str) -> bool {
+        let own = self.driver.as_ref().and_then(Driver::password);
+        let fleets = name.starts_with(crate::config::RESERVED_ENV_PREFIX)
+            && name != "FLEET_LOG"
+            && name != "FLEET_LOG_FORMAT";
+        let secret = self.secret_env.iter().any(|s| s == name)
+            && !matches!(own, Some(crate::config::SecretSource::Env(n)) if n == name);
+        fleets || secret
+    }
+
+    /// Whether the wrapper's variable `name` is kept from the operation's command (SPEC §4.2):
+    /// every `FLEET_` variable but those fleet sets for it, and every variable fleet reads a
+    /// secret from, its own driver's too (the command is the user's, not the driver).
+    pub fn kept_from_command(&self, name: &str) -> bool {
+        name.starts_with(crate::config::RESERVED_ENV_PREFIX)
+            || self.secret_env.iter().any(|s| s == name)
+    }
+
     /// The environment fleet gives every operation.
     pub fn fleet_env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -211,6 +239,7 @@ impl Runner for Exec {
             );
         }
         let bound = request.timeout + REPORT_SLACK;
+        let mut wrapper = self.wrapper(&request);
         let job = Job {
             request,
             report_to: self.report_to.clone(),
@@ -219,7 +248,7 @@ impl Runner for Exec {
             Ok(b) => b,
             Err(e) => return Self::failed(format!("encoding the operation: {e}"), start.elapsed()),
         };
-        let mut child = match self.wrapper().spawn() {
+        let mut child = match wrapper.spawn() {
             Ok(c) => c,
             Err(e) => {
                 return Self::failed(
@@ -267,14 +296,15 @@ impl Runner for Exec {
 }
 
 impl Exec {
-    /// The wrapper, ready to spawn: its own process group, and no kill on drop, so the operation
-    /// outlives the controller. It keeps the log settings and none of the controller's other
-    /// variables (FLEET_REDIS_URL may hold a password: the job brings the wrapper what it needs).
-    fn wrapper(&self) -> tokio::process::Command {
+    /// The wrapper of `request`, ready to spawn: its own process group, and no kill on drop, so
+    /// the operation outlives the controller. It keeps the log settings and none of the
+    /// controller's other `FLEET_` variables (FLEET_REDIS_URL may hold a password: the job
+    /// brings the wrapper what it needs), and none of the variables fleet reads a secret from
+    /// but its own driver's (`Request::kept_from_wrapper`, SPEC §4.2).
+    fn wrapper(&self, request: &Request) -> tokio::process::Command {
         let mut wrapper = tokio::process::Command::new(&self.program);
         for (name, _) in std::env::vars_os() {
-            let text = name.to_string_lossy();
-            if text.starts_with("FLEET_") && text != "FLEET_LOG" && text != "FLEET_LOG_FORMAT" {
+            if request.kept_from_wrapper(&name.to_string_lossy()) {
                 wrapper.env_remove(name);
             }
         }
@@ -341,6 +371,7 @@ mod tests {
             job,
             fence: None,
             driver: None,
+            secret_env: Vec::new(),
         }
     }
 
@@ -436,6 +467,80 @@ mod tests {
             .await;
         assert_eq!(r.outcome, OperationOutcome::Failed);
         assert!(r.tail.contains("run it with --kubernetes"), "{}", r.tail);
+    }
+
+    // Issue 27 (SPEC §4.2): every variable fleet reads a secret from is kept from the command,
+    // and from the wrapper but for the one its own driver reads; fleet's own variables are kept
+    // from both, the wrapper's log settings excepted; anything else passes.
+    #[test]
+    fn the_secrets_fleet_read_reach_no_command_and_only_their_own_drivers_wrapper() {
+        let ipmi = |password| crate::config::Driver {
+            kind: crate::config::DriverKind::Ipmi(crate::config::IpmiDriver {
+                host: "10.0.0.9".into(),
+                port: 623,
+                username: "admin".into(),
+                password,
+                cipher_suite: None,
+            }),
+            off: crate::config::OffBy::Driver,
+        };
+        let command = Request {
+            secret_env: vec!["BMC_A".into(), "BMC_B".into()],
+            ..request(None)
+        };
+        let driven = Request {
+            driver: Some(ipmi(crate::config::SecretSource::Env("BMC_A".into()))),
+            command: Vec::new(),
+            ..command.clone()
+        };
+        let from_file = Request {
+            driver: Some(ipmi(crate::config::SecretSource::File(
+                "/etc/fleet/bmc".into(),
+            ))),
+            ..driven.clone()
+        };
+        // (variable, kept from a command's wrapper, from the BMC_A driver's wrapper, from a
+        // file-password driver's wrapper, from the command)
+        for (name, wrapper, own, file, cmd) in [
+            ("BMC_A", true, false, true, true),
+            ("BMC_B", true, true, true, true),
+            ("FLEET_REDIS_URL", true, true, true, true),
+            ("FLEET_SENTINEL_PASSWORD_FILE", true, true, true, true),
+            ("FLEET_UI_TOKEN_FILE", true, true, true, true),
+            ("FLEET_LOG", false, false, false, true),
+            ("FLEET_LOG_FORMAT", false, false, false, true),
+            ("PATH", false, false, false, false),
+            ("HOME", false, false, false, false),
+            ("BMC_A_OTHER", false, false, false, false),
+        ] {
+            assert_eq!(
+                command.kept_from_wrapper(name),
+                wrapper,
+                "{name}: command's wrapper"
+            );
+            assert_eq!(
+                driven.kept_from_wrapper(name),
+                own,
+                "{name}: driver's wrapper"
+            );
+            assert_eq!(
+                from_file.kept_from_wrapper(name),
+                file,
+                "{name}: file driver"
+            );
+            for r in [&command, &driven, &from_file] {
+                assert_eq!(r.kept_from_command(name), cmd, "{name}: command");
+            }
+        }
+        // The names travel to the wrapper with the job, and a request without them (an older
+        // fleet's) reads as one that withholds none.
+        let back: Request =
+            serde_json::from_str(&serde_json::to_string(&command).unwrap()).unwrap();
+        assert_eq!(back.secret_env, ["BMC_A", "BMC_B"]);
+        let mut old = serde_json::to_value(&command).unwrap();
+        old.as_object_mut().unwrap().remove("secret_env");
+        let back: Request = serde_json::from_value(old).unwrap();
+        assert!(back.secret_env.is_empty());
     }
 
     // A request an older fleet wrote (no job, no fence, no driver) still reads, as a command.

@@ -36,6 +36,8 @@ pub(super) struct Seen<'a> {
     pub unreadable: bool,
     /// The slot's operation record as the store holds it.
     pub op: Option<SlotOp>,
+    /// The slot's last operation recorded under a group it is no longer in (SPEC §4.1, §5.3).
+    pub elsewhere: Option<SlotOp>,
     /// The power-on budget lets its claim start this pass.
     pub may_start: bool,
 }
@@ -102,6 +104,7 @@ where
             claims,
             stored_op: seen.op,
             remembered_op: self.memory.ops.get(&key).cloned(),
+            elsewhere_op: seen.elsewhere,
             here: Here {
                 running: self.flight.running.get(&slot.name).copied(),
                 finished: self.flight.finished.get(&slot.name).cloned(),

@@ -11,7 +11,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Group, Run, Slot};
+use std::sync::Arc;
+
+use crate::config::{Config, Group, Run, Slot};
 use crate::domain::claim::{Claim, OperationKind};
 use crate::domain::name::BenchName;
 use crate::domain::slot::Done;
@@ -27,6 +29,9 @@ pub(super) struct Flight {
     pub done_tx: mpsc::UnboundedSender<(BenchName, Done)>,
     pub done_rx: mpsc::UnboundedReceiver<(BenchName, Done)>,
     pub tasks: TaskTracker,
+    /// The configuration the secret variables were read from, and their names (SPEC §4.2):
+    /// read again only when the configuration changes, not for every operation.
+    secrets: Option<(Arc<Config>, Vec<String>)>,
 }
 
 impl Flight {
@@ -38,6 +43,19 @@ impl Flight {
             done_tx,
             done_rx,
             tasks: TaskTracker::new(),
+            secrets: None,
+        }
+    }
+
+    /// The variables `config` reads a secret from, every operation's request carries them.
+    fn secret_env(&mut self, config: &Arc<Config>) -> Vec<String> {
+        match &self.secrets {
+            Some((read, names)) if Arc::ptr_eq(read, config) => names.clone(),
+            _ => {
+                let names = config.secret_env();
+                self.secrets = Some((config.clone(), names.clone()));
+                names
+            }
         }
     }
 }
@@ -85,6 +103,7 @@ where
             job,
             fence: self.leading.token.clone(),
             driver: slot.driver.clone(),
+            secret_env: self.flight.secret_env(&self.config.borrow()),
         };
         self.flight.running.insert(slot.name.clone(), kind);
         let (runner, done, slot_name) = (

@@ -15,6 +15,7 @@ use crate::config::{Config, Group, Slot};
 use crate::domain::claim::{self, Claim, Phase};
 use crate::domain::law;
 use crate::domain::name::{BenchName, GroupName};
+use crate::domain::operation::SlotOp;
 use crate::domain::sight::NodeSight;
 use crate::domain::slot::{self, Step};
 use crate::domain::state::Bench;
@@ -41,6 +42,15 @@ pub(super) struct Observed {
 
 /// The statuses a pass writes, by group.
 type Reports = BTreeMap<GroupName, Vec<(BenchName, SlotStatus)>>;
+
+/// What a pass sees across groups, for each group's slots: presence, whether it is blind, the
+/// power-on grants, and the slots' operations recorded under groups they left (taken as used).
+type PassSees<'a> = (
+    Option<&'a Snapshot>,
+    bool,
+    Option<&'a BTreeSet<BenchName>>,
+    &'a mut Map<BenchName, SlotOp>,
+);
 
 impl<C, R, N> Controller<C, R, N>
 where
@@ -80,11 +90,12 @@ where
         for slot in config.slots.values() {
             slots_of.entry(&slot.group).or_default().push(slot);
         }
+        let mut elsewhere = self.elsewhere(&config, &read);
         for group_claims in read {
             let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
             match config.groups.get(&group_claims.group) {
                 Some(group) => {
-                    let seen = (snapshot.as_ref(), blind, grants.as_ref());
+                    let seen = (snapshot.as_ref(), blind, grants.as_ref(), &mut elsewhere);
                     let slots = slots_of.get(&group.name).map_or(&[][..], Vec::as_slice);
                     self.group_pass(
                         &config,
@@ -207,6 +218,41 @@ where
         named
     }
 
+    /// Each slot's last operation recorded under a group it is no longer in (renamed or
+    /// removed, or the slot moved to another: SPEC §4.1), from the store's records of every group
+    /// read and from this controller's own memory (which outlives a store that lost them, SPEC
+    /// §5.3); the newest where there are several. The slot's group reads only its own records,
+    /// so without these a rename inside the adoption window adopted a machine whose old group's
+    /// shutdown was still darkening it (issue 27). Only a record that may still run or be going
+    /// down is kept: the planner judges it, and every other is cheaper left unlooked-up.
+    fn elsewhere(&self, config: &Config, read: &[GroupClaims]) -> Map<BenchName, SlotOp> {
+        let may_matter = |op: &SlotOp| {
+            op.running() || (op.kind == claim::OperationKind::Shutdown && op.off_at.is_none())
+        };
+        let stored = read.iter().flat_map(|g| {
+            g.operations
+                .by_slot
+                .iter()
+                .map(move |(s, op)| (&g.group, s, op))
+        });
+        let remembered = self.memory.ops.iter().map(|((g, s), op)| (g, s, op));
+        let mut found: Map<BenchName, SlotOp> = Map::default();
+        for (group, slot, op) in stored.chain(remembered) {
+            if !may_matter(op) || config.slots.get(slot).is_some_and(|s| s.group == *group) {
+                continue;
+            }
+            // The newest operation; of two copies of one, the one that knows more of it.
+            let rank = |o: &SlotOp| (o.started_at, o.end.is_some(), o.off_at.is_some());
+            match found.get(slot) {
+                Some(known) if rank(known) >= rank(op) => {}
+                _ => {
+                    found.insert(slot.clone(), op.clone());
+                }
+            }
+        }
+        found
+    }
+
     /// A read that failed: sight is lost, and the grace follows when it returns.
     fn lost(&mut self, e: ClaimStoreError) -> PassError {
         self.seeing.sight = Sight::Lost;
@@ -252,7 +298,7 @@ where
         config: &Config,
         (group, slots): (&Group, &[&Slot]),
         read: GroupClaims,
-        (snapshot, blind, grants): (Option<&Snapshot>, bool, Option<&BTreeSet<BenchName>>),
+        (snapshot, blind, grants, elsewhere): PassSees<'_>,
         now: DateTime<Utc>,
         report: &mut PassReport,
         reports: &mut Reports,
@@ -287,6 +333,7 @@ where
                 blind,
                 unreadable: unknown_unreadable || unreadable.contains(slot.name.as_str()),
                 op: ops.remove(&slot.name),
+                elsewhere: elsewhere.remove(&slot.name),
                 may_start: grants.is_none_or(|g| g.contains(&slot.name)),
             };
             let claims = by_slot.remove(&slot.name).unwrap_or_default();

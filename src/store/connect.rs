@@ -82,9 +82,10 @@ pub enum ConnectError {
         #[source]
         source: redis::RedisError,
     },
-    /// A Sentinel or Cluster URL that fleet's own reader refuses (`store::url`).
+    /// A URL of any form that fleet's own reader refuses (`store::url`), before anything
+    /// connects: the refusal names the part and the fix, never the password.
     #[error("invalid Redis URL {url}: {why}; {VALID_URLS}")]
-    Malformed { url: String, why: String },
+    Malformed { url: String, why: url::Refusal },
     /// A Sentinel or Cluster URL given to code that makes one plain connection (`connect`,
     /// `manager`).
     #[error(
@@ -161,7 +162,9 @@ impl Endpoint {
         redact(&self.url)
     }
 
-    /// What the URL asks to reach. The sentinels' own credentials go with a Sentinel URL only.
+    /// What the URL asks to reach, every part of it read and checked first (SPEC §2.7): a URL
+    /// fleet cannot read is refused here, before any connection. The sentinels' own credentials
+    /// go with a Sentinel URL only.
     pub fn target(&self) -> Result<Target, ConnectError> {
         match url::parse(&self.url) {
             Ok(Target::Sentinel(s)) => Ok(Target::Sentinel(s)),

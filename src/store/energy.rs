@@ -6,8 +6,9 @@
 //! the mark, fenced by the group's token (`account`, one script): a step that finds another
 //! mark (a successor, a predecessor that wrote after the read) is refused and the writer reads
 //! again, so no interval is counted twice. The accounting itself is `domain::energy`; this
-//! module only reads and writes its stored form. The hash is bounded: one field per day, days
-//! older than the retention deleted in the same step. Every call is one round trip; the
+//! module only reads and writes its stored form. The hash is bounded: one field per day, the
+//! newest 401 kept, a day deleted in the step whose newer day takes its place (never by the
+//! clock's day: a clock that steps forward deletes nothing, SPEC §4.12). Every call is one round trip; the
 //! decoding is pure and never panics on a foreign write (a field it cannot read is skipped,
 //! with the reason).
 

@@ -133,6 +133,11 @@ pub struct View<'a> {
     /// The slot's operation record as the store holds it, and as this controller remembers it.
     pub stored_op: Option<SlotOp>,
     pub remembered_op: Option<SlotOp>,
+    /// The slot's last operation recorded under a group it is no longer in (a group renamed or
+    /// removed, or the slot moved: SPEC §4.1), as the store holds it there or this controller
+    /// remembers it: a shutdown the old group fired may still be darkening the machine, and no
+    /// group of the slot may take the machine as it is meanwhile (SPEC §5.3).
+    pub elsewhere_op: Option<SlotOp>,
     pub here: Here,
     /// How long past an operation's timeout its wrapper has to report it (SPEC §4.2).
     pub report_slack: Duration,

@@ -157,7 +157,40 @@ impl<'a> Planner<'a> {
     /// An operation of the slot is in flight: here, or recorded. (An outcome that came back here
     /// is taken first in the pass, so by now it is the record's end.)
     pub(super) fn in_flight(&self) -> bool {
-        self.v.here.running.is_some() || self.op.as_ref().is_some_and(SlotOp::running)
+        self.v.here.running.is_some()
+            || self.op.as_ref().is_some_and(SlotOp::running)
+            || self.running_elsewhere()
+    }
+
+    /// The slot's last operation, recorded under a group it left (SPEC §4.1), still runs: its
+    /// wrapper has not reported it, and still may (it is not past its timeout and the report
+    /// slack, where its wrapper has killed it). Nobody else ends such a record, so one whose
+    /// wrapper died blocks the slot no longer than that.
+    pub(super) fn running_elsewhere(&self) -> bool {
+        self.elsewhere()
+            .is_some_and(|o| o.running() && !o.report_overdue(self.now, self.v.report_slack))
+    }
+
+    /// The slot's operation recorded under a group it left, unless one of its own was fired
+    /// since: that one is the slot's last, and what the old group did is over.
+    fn elsewhere(&self) -> Option<&SlotOp> {
+        self.v.elsewhere_op.as_ref().filter(|o| {
+            self.op
+                .as_ref()
+                .is_none_or(|own| own.started_at < o.started_at)
+        })
+    }
+
+    /// A shutdown recorded under a group the slot left may still be darkening its machine: it
+    /// runs, or it is going down as the slot's own shutdown would be (SPEC §4.5), and this pass
+    /// has not seen the machine off. (Nobody writes that record's observed-off time: the group
+    /// it is in has no pass over the slot, so this pass's own observation stands for it.)
+    pub(super) fn darkening_elsewhere(&self) -> bool {
+        self.elsewhere().is_some_and(|o| {
+            o.kind == OperationKind::Shutdown
+                && (self.running_elsewhere()
+                    || (o.going_down(self.now, self.settle()) && self.power != Some(Power::Off)))
+        })
     }
 
     /// Fleet's cordon: a claim that wants the machine lifts it, wherever a crash left it (not
@@ -187,6 +220,7 @@ impl<'a> Planner<'a> {
     /// since the last one: a machine on its way off is not capacity, whatever it reports.
     pub(super) fn shutting_down(&self) -> bool {
         self.going_down()
+            || self.darkening_elsewhere()
             || self.v.here.running == Some(OperationKind::Shutdown)
             || self.claims.iter().any(|c| {
                 c.running_operation()
@@ -253,11 +287,17 @@ impl<'a> Planner<'a> {
     /// Adoption (SPEC §5.3): after the store came back without its claims, a machine found on
     /// with no claim is taken under a ready claim instead of being powered off. An adoption that
     /// is not written stops the slot, so it never falls through to the law.
+    ///
+    /// Never while an operation of the slot is in flight, or a shutdown may still be darkening
+    /// the machine: the slot's own, or one its old group fired before a rename (issue 27: a
+    /// group renamed inside the adoption window adopted a machine whose old group's shutdown was
+    /// still running, whose record the new group's pass does not read as its own).
     pub(super) fn adoption(&mut self) {
         if !self.v.adopting
             || self.v.blind
             || self.v.unreadable
-            || self.going_down()
+            || self.shutting_down()
+            || self.in_flight()
             || self.power != Some(Power::On)
             || !self.claims.is_empty()
         {

@@ -16,7 +16,9 @@ impl<'a> Planner<'a> {
         let decision = law::decide(input);
         let in_flight =
             self.in_flight() || self.claims.iter().any(|c| c.running_operation().is_some());
-        if in_flight || self.v.unreadable {
+        // A shutdown the slot's old group fired may still be darkening the machine (SPEC §4.1):
+        // no other shutdown of it meanwhile, as for the slot's own going down.
+        if in_flight || self.v.unreadable || self.darkening_elsewhere() {
             return;
         }
         match decision.fires {

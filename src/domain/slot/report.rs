@@ -50,7 +50,7 @@ impl<'a> Planner<'a> {
 
     /// Why a slot's live claim that wants its machine waits (SPEC §4.7).
     pub(super) fn waiting(&self, c: &Claim, held: Option<&str>) -> Option<SlotWaiting> {
-        if self.going_down() {
+        if self.going_down() || self.darkening_elsewhere() {
             return Some(SlotWaiting::PoweringOff);
         }
         if let Some(reason) = held {

@@ -80,6 +80,8 @@ struct Case {
     unreadable: bool,
     adopting: bool,
     stored_op: Option<SlotOp>,
+    /// The slot's last operation, recorded under a group it left.
+    elsewhere_op: Option<SlotOp>,
     here: Here,
     status: SlotStatus,
 }
@@ -102,6 +104,7 @@ impl Case {
             unreadable: false,
             adopting: false,
             stored_op: operation::merge(ops.iter()),
+            elsewhere_op: None,
             here: Here::default(),
             status: SlotStatus::default(),
         }
@@ -133,6 +136,7 @@ impl Case {
                 claims: self.claims.clone(),
                 stored_op: self.stored_op.clone(),
                 remembered_op: None,
+                elsewhere_op: self.elsewhere_op.clone(),
                 here: self.here.clone(),
                 report_slack: Duration::from_secs(30),
                 holder: "me",
@@ -428,6 +432,229 @@ fn a_machine_found_on_after_a_wipe_is_adopted_never_powered_off() {
         fired(&case.plan(t(10))),
         vec![(OperationKind::Shutdown, false)]
     );
+}
+
+/// A shutdown recorded under the group the slot left: started at `t(0)` with a 120 s timeout,
+/// ended (`Some`) or still running (`None`).
+fn shutdown_elsewhere(end: Option<(OperationOutcome, i64)>) -> SlotOp {
+    SlotOp {
+        kind: OperationKind::Shutdown,
+        claim: Some(ClaimName::parse("bench-01-adopted1").unwrap()),
+        attempt: 1,
+        started_at: t(0),
+        timeout: Duration::from_secs(120),
+        controller: "me".to_owned(),
+        streak: 0,
+        end: end.map(|(outcome, at)| OpEnd {
+            outcome,
+            finished_at: t(at),
+            duration_ms: 1000,
+            tail: String::new(),
+        }),
+        off_at: None,
+    }
+}
+
+// Issue 27: a group renamed inside the adoption window (SPEC §5.3) adopted a machine whose old
+// group's shutdown was still running: the new group's pass reads only its own operation
+// records. Over what the old group's record can say, the machine seen on or off, and the time
+// since: while that shutdown runs, or may still be darkening the machine, nothing adopts it and
+// no other power action is taken; once it failed, timed out unreported, or left the machine on
+// past its timeout and settle, or the slot's own newer operation replaced it, the machine is
+// adopted as any other.
+#[test]
+fn a_machine_its_old_groups_shutdown_is_darkening_is_never_adopted() {
+    use OperationOutcome::{Completed, Failed};
+    // (row, the old group's shutdown, the slot's own record, an operation running here, seen,
+    // now, adopted, fired)
+    let own_failed_shutdown = SlotOp {
+        started_at: t(20),
+        claim: None,
+        end: Some(OpEnd {
+            outcome: Failed,
+            finished_at: t(21),
+            duration_ms: 1000,
+            tail: String::new(),
+        }),
+        ..shutdown_elsewhere(None)
+    };
+    let startup_elsewhere = SlotOp {
+        kind: OperationKind::Startup,
+        ..shutdown_elsewhere(None)
+    };
+    type Row = (
+        &'static str,
+        Option<SlotOp>,
+        Option<SlotOp>,
+        Option<OperationKind>,
+        Seen,
+        i64,
+        bool,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "running, on",
+            Some(shutdown_elsewhere(None)),
+            None,
+            None,
+            Seen::Up,
+            10,
+            false,
+        ),
+        (
+            "running, held",
+            Some(shutdown_elsewhere(None)),
+            None,
+            None,
+            Seen::Held,
+            10,
+            false,
+        ),
+        (
+            "running, off",
+            Some(shutdown_elsewhere(None)),
+            None,
+            None,
+            Seen::Down,
+            10,
+            false,
+        ),
+        (
+            "running, on, to its last second of slack",
+            Some(shutdown_elsewhere(None)),
+            None,
+            None,
+            Seen::Up,
+            149,
+            false,
+        ),
+        (
+            "completed, still on",
+            Some(shutdown_elsewhere(Some((Completed, 5)))),
+            None,
+            None,
+            Seen::Up,
+            10,
+            false,
+        ),
+        (
+            "completed, on to its last second of settle",
+            Some(shutdown_elsewhere(Some((Completed, 5)))),
+            None,
+            None,
+            Seen::Up,
+            149,
+            false,
+        ),
+        (
+            "completed, off",
+            Some(shutdown_elsewhere(Some((Completed, 5)))),
+            None,
+            None,
+            Seen::Down,
+            10,
+            false,
+        ),
+        (
+            "its command failed: it powered nothing off",
+            Some(shutdown_elsewhere(Some((Failed, 5)))),
+            None,
+            None,
+            Seen::Up,
+            10,
+            true,
+        ),
+        (
+            "unreported past its timeout and slack",
+            Some(shutdown_elsewhere(None)),
+            None,
+            None,
+            Seen::Up,
+            151,
+            true,
+        ),
+        (
+            "completed, and the machine stayed on past its timeout and settle",
+            Some(shutdown_elsewhere(Some((Completed, 5)))),
+            None,
+            None,
+            Seen::Up,
+            151,
+            true,
+        ),
+        (
+            "the slot's own operation since replaced it",
+            Some(shutdown_elsewhere(None)),
+            Some(own_failed_shutdown),
+            None,
+            Seen::Up,
+            30,
+            true,
+        ),
+        (
+            "a startup of the old group runs",
+            Some(startup_elsewhere),
+            None,
+            None,
+            Seen::Up,
+            10,
+            false,
+        ),
+        (
+            "a shutdown runs here, its record lost with the store",
+            None,
+            None,
+            Some(OperationKind::Shutdown),
+            Seen::Up,
+            10,
+            false,
+        ),
+        ("nothing elsewhere", None, None, None, Seen::Up, 10, true),
+    ];
+    for (row, elsewhere, own, running, seen, now, adopted) in rows {
+        let mut case = Case::new(seen, vec![]);
+        case.adopting = true;
+        case.elsewhere_op = elsewhere;
+        case.stored_op = own;
+        case.here.running = running;
+        let p = case.plan(t(now));
+        let adopts = p.steps.iter().any(|s| matches!(s, Step::Adopt(_)));
+        assert_eq!(
+            adopts,
+            adopted && seen != Seen::Down,
+            "{row}: {:#?}",
+            p.steps
+        );
+        assert_eq!(fired(&p), vec![], "{row}: no power action: {:#?}", p.steps);
+    }
+}
+
+// With a claim of the new group on the slot: while the old group's shutdown may still darken the
+// machine, the claim is not made ready on it (it is not capacity) and waits for it to go off;
+// once the machine is off and that shutdown ended, the claim starts it.
+#[test]
+fn a_claim_of_the_new_group_waits_for_the_old_groups_shutdown_to_end() {
+    let mut case = Case::new(Seen::Up, claims_of("pending"));
+    case.elsewhere_op = Some(shutdown_elsewhere(None));
+    let p = case.plan(t(10));
+    assert_eq!((fired(&p), writes(&p)), (vec![], vec![]), "{:#?}", p.steps);
+    assert_eq!(
+        p.status.and_then(|s| s.waiting),
+        Some(SlotWaiting::PoweringOff)
+    );
+    // Off, and the shutdown still running: nothing is started under it.
+    case.bench = bench(Seen::Down, None);
+    assert_eq!(fired(&case.plan(t(11))), vec![]);
+    // Ended: the claim starts the machine.
+    case.elsewhere_op = Some(shutdown_elsewhere(Some((OperationOutcome::Completed, 12))));
+    assert_eq!(
+        fired(&case.plan(t(13))),
+        vec![(OperationKind::Startup, true)]
+    );
+    // Completed, and the machine still on: still not capacity, and not shut down again.
+    case.bench = bench(Seen::Up, None);
+    let p = case.plan(t(13));
+    assert_eq!((fired(&p), writes(&p)), (vec![], vec![]), "{:#?}", p.steps);
 }
 
 #[test]

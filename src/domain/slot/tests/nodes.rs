@@ -179,6 +179,7 @@ fn plan_with_readiness(case: &mut Case, readiness: &[Taint], now: DateTime<Utc>)
             claims: case.claims.clone(),
             stored_op: case.stored_op.clone(),
             remembered_op: None,
+            elsewhere_op: case.elsewhere_op.clone(),
             here: case.here.clone(),
             report_slack: Duration::from_secs(30),
             holder: "me",

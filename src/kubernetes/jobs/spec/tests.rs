@@ -55,6 +55,9 @@ fn request(kind: OperationKind, claim: Option<&str>) -> Request {
         job: Some(template()),
         fence: Some("1712345678901234".into()),
         driver: None,
+        // A Job's container gets only the group's env and fleet's own variables: the names of
+        // the controller's secrets go nowhere in it (the whole body is compared below).
+        secret_env: vec!["BMC_PASS".into()],
     }
 }
 
