@@ -899,10 +899,28 @@ fn a_reason_with_a_bidi_control_is_refused_naming_it() {
             &["hold", "bench-01", "--reason", "a\u{1b}[2Jb"],
             "character 2 is U+001B (ESCAPE), a control character",
         ),
+        (
+            &[
+                "serve",
+                "--config",
+                "/nonexistent.yaml",
+                "--holder",
+                "leader\u{202E}",
+            ],
+            "invalid holder \"leader\\u{202e}\": character 7 is U+202E",
+        ),
     ] {
         let o = fleet(args, &env);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        // The value refused is echoed as text, never as the character itself.
+        assert!(
+            !stderr(&o)
+                .chars()
+                .any(|c| c != '\n' && fleet::domain::text::is_unsafe(c)),
+            "{args:?}: {:?}",
+            stderr(&o)
+        );
     }
 }
 

@@ -425,6 +425,16 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "provider_id is empty: leave it out for the default fleet://<name>",
         ),
         (
+            "a provider id with a bidi control (SPEC §7 S7)",
+            edit(
+                SLOT1,
+                r#"{ name: bench-01, group: pool-a, provider_id: "fleet://\u202Ebench" }"#,
+            ),
+            "slots[0] (bench-01).provider_id".into(),
+            "has a character a person cannot read as text: character 9 is U+202E (RIGHT-TO-LEFT \
+             OVERRIDE)",
+        ),
+        (
             "a slot whose group is not declared",
             edit(SLOT2, "{ name: bench-02, group: pool-z }"),
             "slots[1] (bench-02).group".into(),

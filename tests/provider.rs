@@ -1260,3 +1260,39 @@ async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() 
         .into_inner();
     assert_eq!(max(groups.node_groups), 2);
 }
+
+// SPEC §7.1: a peer of the provider cannot make it read a request past `MAX_REQUEST` (4 MiB): a
+// larger message is refused before it is decoded, and the provider answers the next call.
+#[tokio::test]
+async fn a_request_past_the_size_bound_is_refused_and_the_provider_goes_on() {
+    let server = server();
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    let provider = Arc::new(Provider::new(config_rx(), store));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        provider,
+        None,
+        stop.clone(),
+    ));
+    let mut c = CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .max_encoding_message_size(64 << 20);
+    let huge = c
+        .node_group_target_size(NodeGroupTargetSizeRequest {
+            id: "x".repeat(fleet::provider::server::MAX_REQUEST + 1),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(huge.code(), Code::OutOfRange, "{huge}");
+    assert_eq!(target(&mut c).await, 0);
+    stop.cancel();
+    bounded("the provider to stop", serving)
+        .await
+        .unwrap()
+        .unwrap();
+}

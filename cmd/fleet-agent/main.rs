@@ -7,10 +7,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = fleet::cli::agent::Standalone::parse();
+    let cli: fleet::cli::agent::Standalone = fleet::cli::parse_or_exit();
     fleet::cli::init_telemetry(cli.global.log_format);
     // One thread: the agent does one thing at a time (a beat, then a wait).
     let runtime = match tokio::runtime::Builder::new_current_thread()

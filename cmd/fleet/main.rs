@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 // mimalloc, not glibc's malloc: a 100 000-slot pass frees and allocates some hundred thousand
 // strings of a few hundred bytes (claims, keys, replies), and glibc spent about a seventh of the
 // pass consolidating and unlinking its free chunks (perf, SPEC §5.7). `fleet-agent`, which beats
@@ -12,7 +10,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = fleet::cli::Cli::parse();
+    let cli: fleet::cli::Cli = fleet::cli::parse_or_exit();
     fleet::cli::init_telemetry(cli.global.log_format);
     // The agent runs on every machine of the fleet and does one thing at a time (a beat, then a
     // wait), so it runs on this thread alone: no worker threads, their stacks and their

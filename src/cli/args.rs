@@ -78,6 +78,26 @@ pub fn lease(text: &str) -> Result<Duration, String> {
     within(text, Duration::from_millis(100), 10 * MINUTE)
 }
 
+/// This process's name in the leader lease (`--holder`): shown by every view and on the page, so
+/// one printable word of 1 to 253 characters, with no control or bidirectional control (SPEC
+/// §2.1, §7 S7) and no space.
+pub fn holder(text: &str) -> Result<String, String> {
+    if let Some(found) = crate::domain::text::first_unsafe(text) {
+        return Err(format!(
+            "invalid holder \"{}\": {found}; a holder is one printable word, like the host name",
+            crate::domain::text::escaped(text)
+        ));
+    }
+    let len = text.chars().count();
+    if len == 0 || len > 253 || text.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "invalid holder {text:?}: a holder is one word of 1 to 253 characters without \
+             spaces, like the host name"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
 /// A grace (the stop's wait, the blind grace): 0 to 1h.
 pub fn grace(text: &str) -> Result<Duration, String> {
     within(text, Duration::ZERO, HOUR)

@@ -144,8 +144,10 @@ async fn write_last_output(
     let tail = super::views::last_output(store, &c.group, &c.name).await;
     if !tail.is_empty() {
         writeln!(out, "output of its last operation:")?;
+        // An operation's output is the script's, not fleet's: shown as text, never as what a
+        // terminal would make of an escape or a bidi control in it (SPEC §7 S7).
         for line in tail.lines() {
-            writeln!(out, "  {line}")?;
+            writeln!(out, "  {}", crate::domain::text::escaped(line))?;
         }
     }
     Ok(())

@@ -346,8 +346,9 @@ fn write_timeline(
             e.operation.map_or("operation", |op| op.as_str()),
             relative(e.at, now)
         )?;
+        // The script's words, shown as text (SPEC §7 S7).
         for line in e.detail.as_deref().unwrap_or_default().lines() {
-            writeln!(out, "  {line}")?;
+            writeln!(out, "  {}", crate::domain::text::escaped(line))?;
         }
     }
     Ok(())
@@ -367,7 +368,9 @@ impl From<&Entry> for TimelineLine {
             detail: e
                 .detail
                 .as_deref()
-                .map(|d| d.lines().last().unwrap_or_default().to_owned())
+                .map(|d| {
+                    crate::domain::text::escaped(d.lines().last().unwrap_or_default()).into_owned()
+                })
                 .unwrap_or_default(),
         }
     }
@@ -426,4 +429,41 @@ fn bmc_line(bmc: Option<&super::views::BmcRow>, now: DateTime<Utc>) -> String {
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or("-".to_owned(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::claim::{OperationKind, Phase};
+    use crate::domain::timeline::Event;
+
+    // SPEC §7 S7: an operation's output is the script's words, shown as text: an escape or a bidi
+    // control in it reaches the terminal as its `\u{…}` form, in the timeline and in the output.
+    #[test]
+    fn an_operations_output_reaches_the_terminal_as_text() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let entry = Entry {
+            at: now,
+            event: Event::Failed,
+            phase: Phase::Failed,
+            attempt: 1,
+            reason: None,
+            operation: Some(OperationKind::Startup),
+            deadline_at: None,
+            duration_ms: None,
+            detail: Some("booting\n\u{1b}[2Jthe fleet is fine \u{202E}gnp".into()),
+        };
+        let mut out = Vec::new();
+        write_timeline(&mut out, None, &[entry], now).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{202E}'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("  \\u{1b}[2Jthe fleet is fine \\u{202e}gnp"),
+            "{text}"
+        );
+        assert!(text.contains("  booting"), "{text}");
+    }
 }

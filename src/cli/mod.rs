@@ -341,6 +341,28 @@ impl Command {
 }
 
 /// Runs a parsed command line to its exit code: the binary's whole body after parsing.
+/// The command line parsed, or the process ended as clap ends it (exit 2 for a usage error, 0 for
+/// `--help`), with one difference: a usage error echoes the value it refused, which may hold a
+/// control or bidirectional character (a reason refused for one, say), so the error is shown
+/// with every such character written as `\u{…}`, never as what the terminal would make of it
+/// (SPEC §7 S7).
+pub fn parse_or_exit<P: clap::Parser>() -> P {
+    match P::try_parse() {
+        Ok(parsed) => parsed,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let shown: String = text
+                .split('\n')
+                .map(|line| crate::domain::text::escaped(line).into_owned())
+                .collect::<Vec<_>>()
+                .join("\n");
+            eprint!("{shown}");
+            std::process::exit(e.exit_code());
+        }
+    }
+}
+
 pub async fn main(cli: Cli) -> u8 {
     let Cli { global, command } = cli;
     run_verb(&global, async |ctx, out| command.run(ctx, out).await).await

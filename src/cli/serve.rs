@@ -73,7 +73,7 @@ pub struct Args {
     #[arg(long, env = "FLEET_LEASE", default_value = "5s", value_parser = args::lease, allow_hyphen_values = true)]
     pub lease: Duration,
     /// This process's name in the lease (default: host name and process id).
-    #[arg(long, env = "FLEET_HOLDER")]
+    #[arg(long, env = "FLEET_HOLDER", value_parser = args::holder)]
     pub holder: Option<String>,
     /// How long the controller stays blind after sight returns (one bench TTL plus one beat
     /// interval).

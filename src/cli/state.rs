@@ -65,8 +65,9 @@ impl Args {
     ) -> Result<(), Error> {
         let snapshot = presence.read(&self.names).await?;
         for member in &snapshot.foreign {
+            let member = crate::domain::text::escaped(member);
             tracing::warn!(
-                member,
+                member = %member,
                 "registry member is not a bench name; remove it with SREM"
             );
         }

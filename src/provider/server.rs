@@ -90,6 +90,11 @@ async fn leadership_lost(leadership: Option<tokio::sync::watch::Receiver<Option<
     let _ = leadership.wait_for(Option::is_none).await;
 }
 
+/// The largest request the provider reads (SPEC §7.1): tonic's own default, said here so it is
+/// fleet's rule. cluster-autoscaler's largest request, DeleteNodes of every node of a group, is a
+/// few hundred bytes a node; a peer's larger message is refused before it is decoded.
+pub const MAX_REQUEST: usize = 4 << 20;
+
 /// Serves `provider` on `listener` until `shutdown`. When this process stops leading, every
 /// connection is closed (HTTP/2 GOAWAY, after the calls in flight), so cluster-autoscaler, which
 /// keeps one connection and does not retry a refused change, dials again and reaches the new
@@ -120,7 +125,10 @@ pub async fn serve<C: ConnectionLike + Clone + Send + Sync + 'static>(
         let leadership_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ended = leadership_ended.clone();
         server
-            .add_service(CloudProviderServer::from_arc(provider.clone()))
+            .add_service(
+                CloudProviderServer::from_arc(provider.clone())
+                    .max_decoding_message_size(MAX_REQUEST),
+            )
             .serve_with_incoming_shutdown(incoming(round), async move {
                 tokio::select! {
                     _ = stop.cancelled() => {}

@@ -375,7 +375,21 @@ fn provider_id(
             );
             None
         }
-        (Some(id), _) => Some(id.clone()),
+        (Some(id), _) => match crate::domain::text::first_unsafe(id) {
+            // Shown by the views and the page, and sent to cluster-autoscaler, which logs it.
+            Some(found) => {
+                problems.push(
+                    format!("{place}.provider_id"),
+                    format!(
+                        "provider_id {:?} has a character a person cannot read as text: \
+                         {found}; a provider id is printable text, like fleet://<name>",
+                        crate::domain::text::escaped(id)
+                    ),
+                );
+                None
+            }
+            None => Some(id.clone()),
+        },
         (None, Some(name)) => Some(default_provider_id(name)),
         (None, None) => None,
     };
