@@ -76,28 +76,7 @@ impl World {
     /// after the server restarts.
     async fn controller(&self, holder: &str, grace: Duration) -> Ctl {
         let (_, rx) = watch::channel(self.cfg.clone());
-        let mut endpoint = self.server.endpoint();
-        endpoint.timeout = Duration::from_secs(2);
-        let manager = endpoint.manager().await.unwrap();
-        let lease = Lease::new(
-            manager.clone(),
-            Keys::default(),
-            holder.to_owned(),
-            Duration::from_millis(800),
-        );
-        Controller::new(
-            rx,
-            Presence::new(manager.clone(), Keys::default()),
-            ClaimStore::new(manager, Keys::default()),
-            Arc::new(exec(&self.server)),
-            Arc::new(Metrics::default()),
-            Arc::new(Health::default()),
-        )
-        .with_lease(lease)
-        .with_faults(Faults {
-            blind_grace: grace,
-            ..Faults::default()
-        })
+        controller_over(self, rx, holder, grace).await
     }
 
     fn fired(&self, kind: &str) -> Vec<String> {
@@ -610,7 +589,8 @@ fn held_shutdown_yaml(server: &RedisServer, log: &Path, group: &str) -> String {
         .replace("pool-a", group)
 }
 
-/// A controller over `rx`, as `World::controller` builds one, so the test can rename a group.
+/// A controller as `fleet serve` builds one, over `rx` (a test renames a group through it): over a
+/// connection manager, which reconnects after the server restarts.
 async fn controller_over(
     w: &World,
     rx: watch::Receiver<Arc<Config>>,

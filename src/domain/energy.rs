@@ -661,23 +661,7 @@ mod tests {
             let whole = run(&events);
             // Every observation is re-accounted at points inside the interval that follows it,
             // with the same power, and the ledger is read back from its stored form there.
-            let mut split = Ledger::default();
-            let mut cut_at: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-            for (i, dt) in &cuts {
-                cut_at.entry(i.index(events.len() - 1)).or_default().push(*dt);
-            }
-            for (n, (p, when)) in events.iter().enumerate() {
-                split.observe(*p, *when);
-                let next = events.get(n + 1).map_or(i64::MAX, |e| e.1.timestamp_millis());
-                let mut offsets = cut_at.get(&n).cloned().unwrap_or_default();
-                offsets.sort();
-                for dt in offsets {
-                    let mid = when.timestamp_millis() + dt;
-                    if mid >= next { continue; }
-                    split.observe(*p, DateTime::from_timestamp_millis(mid).unwrap());
-                    split = reread(&split);
-                }
-            }
+            let split = run_split(&events, &cuts);
             prop_assert_eq!(split.totals(0), whole.totals(0));
             prop_assert_eq!(split.days(), whole.days());
             let total = whole.totals(0);
@@ -773,26 +757,44 @@ mod tests {
                 (*p, DateTime::from_timestamp_millis(t).unwrap())
             }).collect();
             let whole = run(&events);
-            let mut cut_at: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-            for (i, dt) in &cuts {
-                cut_at.entry(i.index(events.len() - 1)).or_default().push(*dt);
-            }
-            let mut split = Ledger::default();
-            for (n, (p, when)) in events.iter().enumerate() {
-                split.observe(*p, *when);
-                let next = events.get(n + 1).map_or(i64::MAX, |e| e.1.timestamp_millis());
-                let mut offsets = cut_at.get(&n).cloned().unwrap_or_default();
-                offsets.sort();
-                for dt in offsets {
-                    let mid = when.timestamp_millis() + dt;
-                    if mid >= next { continue; }
-                    split.observe(*p, DateTime::from_timestamp_millis(mid).unwrap());
-                    split = reread(&split);
-                }
-            }
+            let split = run_split(&events, &cuts);
             prop_assert_eq!(split.days(), whole.days());
             prop_assert!(whole.days().len() <= KEPT_DAYS);
         }
+    }
+
+    /// `events` observed one by one, and each re-observed at the points `cuts` name inside the
+    /// interval that follows it (its index among the events, and how far into the interval),
+    /// with the same power, the ledger read back from its stored form at each.
+    fn run_split(
+        events: &[(Option<Power>, DateTime<Utc>)],
+        cuts: &[(prop::sample::Index, i64)],
+    ) -> Ledger {
+        let mut cut_at: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+        for (i, dt) in cuts {
+            cut_at
+                .entry(i.index(events.len() - 1))
+                .or_default()
+                .push(*dt);
+        }
+        let mut split = Ledger::default();
+        for (n, (p, when)) in events.iter().enumerate() {
+            split.observe(*p, *when);
+            let next = events
+                .get(n + 1)
+                .map_or(i64::MAX, |e| e.1.timestamp_millis());
+            let mut offsets = cut_at.get(&n).cloned().unwrap_or_default();
+            offsets.sort();
+            for dt in offsets {
+                let mid = when.timestamp_millis() + dt;
+                if mid >= next {
+                    continue;
+                }
+                split.observe(*p, DateTime::from_timestamp_millis(mid).unwrap());
+                split = reread(&split);
+            }
+        }
+        split
     }
 
     /// The ledger through its stored form, as a successor reads it.

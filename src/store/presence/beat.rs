@@ -242,6 +242,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         };
         let mut register = !may_not_register;
         let mut again = true;
+        // A change of state a beat made and did not announce, owed until one does.
+        let mut owed = false;
         loop {
             let plan = plan(beat, &clock, &known.request, before.as_deref(), register);
             let reply = self.send(beat, &plan).await.map_err(failed)?;
@@ -257,7 +259,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 }
             }
             let after = plan.written.as_ref().map(|w| (&w.hold, w.deadline_ms));
-            let changed = changes(reply.before.as_deref(), after, reply.time_ms);
+            owed =
+                !plan.announce && (owed || changes(reply.before.as_deref(), after, reply.time_ms));
             let carried = match &beat.hold {
                 Some(h) => Some(h.as_str().to_owned()),
                 None => reply.request.hold_at(reply.time_ms),
@@ -276,7 +279,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                 before = plan.written.map(|w| w.value);
                 continue;
             }
-            if changed && !plan.announce {
+            if owed {
                 self.announce(&beat.name).await;
             }
             return Ok(self.receipt(beat, &plan, reply));
