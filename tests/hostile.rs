@@ -246,6 +246,14 @@ async fn ghost_names_are_refused_and_a_flooded_legacy_join_set_costs_the_control
         err.contains("{fleet}:joined holds 200000 names") && err.contains("fleet acl"),
         "{err}"
     );
+    let o = f.acl.fleet("fleet-viewer", &["live"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).lines().collect::<Vec<_>>(), SLOTS);
+    assert!(
+        text(&o.stderr).contains("{fleet}:joined holds 200000 names"),
+        "{}",
+        text(&o.stderr)
+    );
     f.unharmed(None).await;
 }
 

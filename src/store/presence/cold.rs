@@ -180,6 +180,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         // A member that is not UTF-8 has no name to build a key from: with one in the registry
         // nothing is kept, and every read is cold, so it is still reported.
         let keep = current && utf8;
+        // Its names may have changed since the read (candidates left out, join keys to watch):
+        // the next read builds its pipeline again.
+        registry.pipeline = std::sync::OnceLock::new();
         *self.registry.lock().expect("registry lock") = keep.then(|| Arc::new(registry));
         Ok((current, snapshot))
     }
@@ -221,6 +224,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             names,
             foreign,
             problems: listing.problems,
+            pipeline: std::sync::OnceLock::new(),
         };
         Named {
             registry,

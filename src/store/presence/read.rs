@@ -42,6 +42,10 @@ pub(super) struct Registry {
     pub(super) foreign: Vec<String>,
     /// What the listing could not use, said with every snapshot (a join set over its bound).
     pub(super) problems: Vec<String>,
+    /// The read's pipeline over this registry, built at its first read and sent again by every
+    /// read after: a copy is read over and over (the controller's slots every pass), and building
+    /// a command a bench was most of a read's own time.
+    pub(super) pipeline: std::sync::OnceLock<redis::Pipeline>,
 }
 
 /// The join set's size, as a copy of the registry is judged by: exact while the join set is read,
@@ -146,8 +150,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         let n = registry.keys.len();
         let proving = registry.unproven.chunks(BATCH).len();
         let mut conn = self.conn.clone();
-        let mut replies: Vec<redis::RedisResult<Value>> = self
-            .pipeline(registry)
+        let mut replies: Vec<redis::RedisResult<Value>> = registry
+            .pipeline
+            .get_or_init(|| self.pipeline(registry))
             .query_async(&mut conn)
             .await
             .map_err(|source| PresenceError::Read { source })?;
