@@ -64,7 +64,8 @@ pub const OUTLIVED_GRACE: Duration = Duration::from_secs(1);
 /// One bench's heartbeat key as one read found it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Key {
-    /// The server's time when the beat was written (the beat script reads `TIME`).
+    /// The server's time when the beat was written (SPEC §2.4: a `TIME` of the server, never
+    /// later than the write).
     pub written_at: DateTime<Utc>,
     /// How long this one write promised to count, and the `PX` it was written with. The bench
     /// chooses it per beat.

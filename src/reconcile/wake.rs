@@ -3,7 +3,8 @@
 //!
 //! Two sources:
 //! - **Announced beats.** A beat that changes its bench's state publishes the bench's name on the
-//!   wake channel (`beat.lua`, `SPUBLISH`, a sharded channel under the presence keys' hash tag).
+//!   wake channel (`SPUBLISH` in the beat's pipeline, a sharded channel under the presence keys' hash
+//!   tag).
 //!   A listener task holds a RESP3 connection of its own, subscribed with `SSUBSCRIBE` (redis-rs's
 //!   `aio::PubSub` has none), and every message it hears asks for a pass. It subscribes again
 //!   whenever the subscription ends: an unsubscribe the server sends (a slot that moved, in a

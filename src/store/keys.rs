@@ -1,7 +1,7 @@
 //! Every Redis key fleet reads or writes is named here, and only here (SPEC §2.3).
 //!
 //! All keys live under one prefix (`--prefix`, default `fleet`). The presence keys share the hash
-//! tag `{<prefix>}`, so the one-round-trip fleet read and the beat script stay inside one Redis
+//! tag `{<prefix>}`, so the one-round-trip fleet read and the beat's pipeline stay inside one Redis
 //! Cluster hash slot, and the same code runs on a single Redis and on a cluster.
 
 use crate::domain::name::{BenchName, ClaimName, GroupName};
@@ -43,7 +43,7 @@ impl Keys {
     }
 
     /// The heartbeat key of one bench: the bench's own word that it is there. It has a TTL,
-    /// always; the beat script is its only writer.
+    /// always; the bench's beat is its only writer (and `fleet forget`, which deletes it).
     pub fn heartbeat(&self, name: &BenchName) -> String {
         // By hand, not with format!: a fleet read builds one per bench, 100 000 at a time.
         let mut key = String::with_capacity(self.tag.len() + HEARTBEAT.len() + name.as_str().len());
@@ -53,8 +53,8 @@ impl Keys {
         key
     }
 
-    /// The part of every heartbeat key before the bench name, for the fleet read script, which
-    /// builds the keys of the registry's members on the server.
+    /// The part of every heartbeat key before the bench name, for a member of the join set that
+    /// is no bench name, whose keys the cold read asks about.
     pub fn heartbeat_prefix(&self) -> String {
         format!("{}{HEARTBEAT}", self.tag)
     }
@@ -106,8 +106,8 @@ impl Keys {
         format!("{}{}", self.joined_key_prefix(), name)
     }
 
-    /// The part of every join key before the bench name, for the read script, which builds the
-    /// join keys of the join set's members on the server.
+    /// The part of every join key before the bench name, for a member of the join set that is no
+    /// bench name, whose keys the cold read asks about.
     pub fn joined_key_prefix(&self) -> String {
         format!("{}:joined:", self.tag)
     }
@@ -129,7 +129,7 @@ impl Keys {
     }
 
     /// The wake channel (SPEC §4.5): a sharded pub/sub channel, not a key, under the presence
-    /// keys' hash tag so the beat script may `SPUBLISH` to it from their slot. A beat that changes
+    /// keys' hash tag so the beat's pipeline may `SPUBLISH` to it from their slot. A beat that changes
     /// its bench's state (a new key, a hold put on or taken off, a deadline brought forward, the
     /// key deleted) publishes the bench's name there; steady beats publish nothing. The
     /// controller subscribes to it and passes at once. Nothing is stored.

@@ -4,7 +4,7 @@
 //! The wrapper writes the request with a fresh nonce (`ask`, one script that stamps the server's
 //! time and expires the request when the wrapper stops waiting), then reads the acknowledgement
 //! (`answer`, one `GET`) until it names that nonce. The bench's beat reads both in its own round
-//! trip (`beat.lua`), and `pending` says which request the bench has not answered yet; the agent
+//! trip (`presence::beat`), and `pending` says which request the bench has not answered yet; the agent
 //! answers (`acknowledge`, one `SET`) before it runs its power-off command, so a nonce is
 //! answered, and obeyed, once. Every call is one round trip; the decoding is pure.
 

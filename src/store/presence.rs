@@ -1,22 +1,24 @@
 //! The presence store: beats, the fleet read, hold requests and the registry (SPEC §2.3 to §2.5).
 //!
-//! Every method is one round trip: a script, or one pipeline; the fleet read of a reader that
-//! holds no registry yet is the one exception, two. The store never decides a state; it turns
-//! what Redis holds into `domain::state` readings, judged later on the server's clock that the
-//! round trip of the keys read.
+//! Every method is one round trip: a script (the controller's verbs: hold, forget, register), or
+//! one pipeline; the fleet read of a reader that holds no registry yet, and the first beat of a
+//! bench in a process, are the exceptions, two. The store never decides a state; it turns what
+//! Redis holds into `domain::state` readings, judged later on the server's clock that the round
+//! trip of the keys read.
 //!
-//! The fleet read has two plans (SPEC §2.5). A reader that holds a current copy of the registry
-//! sends one pipeline: the registry's version and sizes, `TIME`, `MGET` of every heartbeat key,
-//! `EXISTS` of those the last read found none in, and `HGETALL` of the hold requests. A reader
-//! without one, or whose copy the version shows out of date, lists the registry first and then
-//! sends that pipeline over it: one round trip more, where the read script that resolves the
-//! registry on the server in one would hold Redis's thread ten times as long while every beat
-//! waits. The script remains for a registry that keeps changing under the listing.
+//! No bench's or viewer's call runs a script (SPEC §7 S1): the beat (`beat`) is plain commands on
+//! the bench's own keys, and the reads are pipelines that read every value a bench wrote to a
+//! bound (`GETRANGE`, S3). The fleet read has two plans (SPEC §2.5). A reader that holds a current
+//! copy of the registry, or names its benches, sends one pipeline: the registry's version and
+//! sizes, `HGETALL` of the hold requests, a bounded `GETRANGE` of every heartbeat key, `TIME`. A
+//! reader without one, or whose copy the version shows out of date, lists the registry first and
+//! then sends that pipeline over it.
 //!
-//! The registry is two sets (SPEC §2.3): the registry proper, which only fleet's own users write,
-//! and the join set, which every bench's beat adds its name to; a name in the join set counts only
-//! while one of the bench's own keys exists (its join key or its heartbeat). So a bench's Redis user, confined to its own keys by
-//! `fleet acl` (SPEC §2.11), can neither register nor remove another bench.
+//! The registry (SPEC §2.3) is written by fleet's own users only; the join set, which the
+//! previous release's beats added their names to, is read up to a bound, and a name in it counts
+//! only while one of the bench's own keys exists (its join key or its heartbeat). So a bench's
+//! Redis user, confined to its own keys by `fleet acl` (SPEC §2.11), can neither register nor
+//! remove a bench, nor make a read longer.
 //!
 //! The warm read plan is in `read`, the cold one in `cold`; what the replies hold is decoded in
 //! `decode`, pure. This file makes the writes and the small reads.

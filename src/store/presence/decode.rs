@@ -17,7 +17,8 @@ use crate::store::script::server_time;
 
 use super::{MAX_TTL, PresenceError, Snapshot};
 
-/// The heartbeat value as it lies in Redis (SPEC §2.3). The beat script writes it with cjson.
+/// The heartbeat value as it lies in Redis (SPEC §2.3): this release's beat writes it with
+/// serde_json, the previous release's script with cjson.
 #[derive(Debug, Deserialize)]
 struct Wire<'a> {
     v: u32,
@@ -214,16 +215,16 @@ pub(super) fn decode_beat(bytes: &[u8]) -> (Reading, Option<f64>, Option<u32>) {
     (Reading::Beat(key), load, wire.cores)
 }
 
-/// The largest lapse time a hold request may name, in ms either side of the epoch; the beat
-/// script holds requests to the same bound.
+/// The largest lapse time a hold request may name, in ms either side of the epoch (the previous
+/// release's beat script held requests to the same bound).
 const MAX_UNTIL_MS: i64 = 8_000_000_000_000_000;
 
 /// Decodes one hold request; one that is not a valid request (a foreign write) is no request:
 /// it is an operator's ask, never the bench's word, and trusting garbage would hold a bench. The
-/// beat script (`lua/beat.lua`) carries a request by the same rule, so a bench never carries a
-/// hold that would make its own beat unreadable.
+/// beat carries a request by this very rule (`beat::Request`), so a bench never carries a hold
+/// that would make its own beat unreadable.
 ///
-/// Read as the script's JSON decoder reads it: a repeated field takes its last value, and a lapse
+/// Read as the previous release's script's JSON decoder read it: a repeated field takes its last value, and a lapse
 /// is any JSON number that is a whole number of ms within the bound (`9e12` and `9000000000000.0`
 /// alike).
 pub fn decode_request(bytes: &[u8]) -> Option<HoldRequest> {
