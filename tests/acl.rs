@@ -186,16 +186,7 @@ async fn the_agent_beats_and_stops_through_a_url_with_its_benchs_user_and_passwo
 /// Starts `fleet serve` as the controller user, with a claim on bench-a driven to ready by its
 /// startup operation (which beats as bench-a); returns the process and the provider's address.
 async fn serving(acl: &Acl) -> (Serve, String) {
-    let args = [
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--interval",
-        "100ms",
-        "--blind-grace",
-        "0s",
-        "--lease",
-        "1s",
-    ];
+    let args = QUICK_SERVE;
     let mut serve = Serve::start_at("serve", &acl.url("fleet-controller"), &acl.config(), &args);
     let started = serve.log(&["fleet serve started"]).await;
     let grpc = started

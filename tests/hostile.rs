@@ -38,18 +38,12 @@ struct Fleet {
 impl Fleet {
     async fn start() -> Fleet {
         let acl = Acl::with(&SLOTS, config);
-        let args = [
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--interval",
-            "100ms",
-            "--blind-grace",
-            "0s",
-            "--lease",
-            "1s",
-        ];
-        let mut serve =
-            Serve::start_at("serve", &acl.url("fleet-controller"), &acl.config(), &args);
+        let mut serve = Serve::start_at(
+            "serve",
+            &acl.url("fleet-controller"),
+            &acl.config(),
+            &QUICK_SERVE,
+        );
         let started = serve.log(&["fleet serve started"]).await;
         let metrics = support::remote::metrics_addr(&started);
         serve.log(&["became the leader"]).await;

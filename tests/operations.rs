@@ -533,16 +533,7 @@ slots:
     assert_eq!(parsed.secret_env(), ["BMC_PASS"]);
     let path = dir.path().join("fleet.yaml");
     std::fs::write(&path, &text).unwrap();
-    let args = [
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--interval",
-        "100ms",
-        "--blind-grace",
-        "0s",
-        "--lease",
-        "1s",
-    ];
+    let args = QUICK_SERVE;
     let env = [
         ("BMC_PASS", "s3cret-bmc-pw"),
         ("VISIBLE_VAR", "inherited"),

@@ -80,6 +80,19 @@ pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
+/// The flags of a quick `fleet serve` in a test: metrics on a free port, a pass every 100 ms, no
+/// blind grace, a lease of a second.
+pub const QUICK_SERVE: [&str; 8] = [
+    "--metrics-addr",
+    "127.0.0.1:0",
+    "--interval",
+    "100ms",
+    "--blind-grace",
+    "0s",
+    "--lease",
+    "1s",
+];
+
 /// A `fleet serve` process, its log lines read as they come.
 pub struct Serve {
     pub name: &'static str,
