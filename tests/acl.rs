@@ -579,7 +579,7 @@ async fn a_bench_reads_its_own_power_off_request_and_answers_it_and_no_other_ben
 // SPEC §2.11, README's upgrade order (fleet, then the agents, then the ACL file): the beat of this
 // release is made of commands the previous release's file already granted a bench, so an agent
 // of this release beats under it (one round trip; its registration refused once, then not sent),
-// and answers a power-off as that release did, since that file lets it watch nothing. An agent of
+// and answers a power-off with the commands that file grants (SET, GET). An agent of
 // the previous release beats under its own file and is read by this release; under this
 // release's file its script is refused, which is why the file comes last.
 #[tokio::test]
@@ -616,8 +616,7 @@ async fn agents_of_either_release_beat_under_the_previous_acl_file() {
         refused,
         "a registration refused once is not sent again"
     );
-    // Its power-off answer, under a file that grants no WATCH: written as the previous release
-    // wrote it.
+    // Its power-off answer, under that file: written, and the request read back.
     let controller = PowerOff::new(acl.conn("fleet-controller").await, keys.clone());
     let request = controller
         .ask(&name("bench-a"), "na", Duration::from_secs(60))

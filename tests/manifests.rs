@@ -1621,6 +1621,11 @@ fn redis_runs_with_its_configuration_users_and_probes_as_deployed() {
         ("appendfsync", "everysec"),
         ("maxmemory-policy", "noeviction"),
         ("save", ""),
+        // SPEC §7 S8: what Redis itself bounds of a bench whose credentials are an attacker's.
+        ("proto-max-bulk-len", "16777216"),
+        ("client-query-buffer-limit", "33554432"),
+        ("maxclients", "10000"),
+        ("databases", "1"),
     ] {
         let got: Vec<String> = redis::cmd("CONFIG")
             .arg("GET")
@@ -1628,6 +1633,14 @@ fn redis_runs_with_its_configuration_users_and_probes_as_deployed() {
             .query(&mut conn)
             .unwrap();
         assert_eq!(got[1], want, "{setting}");
+    }
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("client-output-buffer-limit")
+        .query(&mut conn)
+        .unwrap();
+    for class in ["normal 268435456 67108864 60", "pubsub 1048576 262144 10"] {
+        assert!(got[1].contains(class), "{class} in {}", got[1]);
     }
     assert!(
         redis.dir.path().join("appendonlydir").is_dir(),

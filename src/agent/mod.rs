@@ -199,9 +199,9 @@ impl Agent {
     }
 
     /// Answers a power-off request (SPEC §4.10): the answer first, so fleet learns of it before
-    /// the machine goes; then, accepted, the command, once per nonce. An answer that does not
-    /// land is given again on the next beat, which still sees the request; the command is not
-    /// run until one has landed.
+    /// the machine goes; then, accepted, the command, once per nonce, and only when the request
+    /// still stood as the answer was written. An answer that could not be written is given again
+    /// on the next beat, which still sees the request; the command is not run until one has.
     async fn answer_off(&self, store: &PowerOff<Conn>, request: OffRequest, said: &mut Said) {
         let name = &self.config.name;
         let nonce = request.nonce.clone();
@@ -219,10 +219,11 @@ impl Agent {
         };
         match store.acknowledge(name, &request, &ack).await {
             Ok(true) => {}
-            // The request lapsed or was replaced since the beat read it: an answer to it would
-            // be an answer to nothing, and its command is not run (SPEC §4.10).
+            // The request lapsed or was replaced since the beat read it: the answer written names
+            // its nonce, which no wrapper waits for any more, and its command is not run (SPEC
+            // §4.10).
             Ok(false) => {
-                info!(bench = %name, nonce, "the power-off request no longer stands; not answered, not obeyed");
+                info!(bench = %name, nonce, "the power-off request no longer stands; its answer answers nothing, and it is not obeyed");
                 return;
             }
             Err(e) => {

@@ -151,66 +151,40 @@ impl<C: ConnectionLike + Clone + Send> PowerOff<C> {
         Ok(Some(decode_ack(&String::from_utf8_lossy(&raw))))
     }
 
-    /// The bench's answer to `request`, kept `ACK_OUTLIVES` past the request's lapse, written
-    /// only while that very request still stands (SPEC §4.10): the request is watched and read,
-    /// and the answer goes in a transaction that Redis refuses when the request changed, lapsed
-    /// or was replaced in between. Returns whether it landed; one that did not answers nothing,
-    /// and the caller must not obey it. Two round trips, with the bench's own user: it may write
-    /// this key and no other bench's, and watch and read its own request.
+    /// The bench's answer to `request`, kept `ACK_OUTLIVES` past the request's lapse, and
+    /// whether the request it answers still stands once it is written (SPEC §4.10, §7 S5): one
+    /// round trip, `SET` of the answer then `GET` of the request. An answer names its nonce, so
+    /// one written after its request was replaced or lapsed answers nothing (the wrapper counts
+    /// only its own nonce); `false` tells the caller the request is gone, and it must not obey.
+    /// No transaction: a bench's user may run none, since a transaction of a million queued
+    /// commands holds Redis for everyone while it runs (§7 S1).
     pub async fn acknowledge(
         &self,
         name: &BenchName,
         request: &OffRequest,
         ack: &OffAck,
     ) -> Result<bool, PowerOffError> {
-        let failed = |source| PowerOffError::Acknowledge {
-            name: name.clone(),
-            source,
-        };
         let text = serde_json::to_string(&Versioned { v: 1, ack }).unwrap_or_default();
         let keep = i64::try_from(ACK_OUTLIVES.as_millis()).unwrap_or(i64::MAX);
-        let requested = self.keys.off_request(name);
-        let answer = redis::cmd("SET")
+        let mut conn = self.conn.clone();
+        // The request is fleet's (the controller's user wrote it), so it is read whole.
+        let ((), standing): ((), Option<String>) = redis::pipe()
+            .cmd("SET")
             .arg(self.keys.off_ack(name))
             .arg(text)
             .arg("PXAT")
             .arg(request.until.saturating_add(keep).max(1))
-            .clone();
-        // WATCH holds for the connection it was sent on: the agent sends nothing else on it
-        // between the two round trips (it answers between its beats, not beside them).
-        let mut conn = self.conn.clone();
-        let watched: redis::RedisResult<((), Option<String>)> = redis::pipe()
-            .cmd("WATCH")
-            .arg(&requested)
-            .get(&requested)
-            .query_async(&mut conn)
-            .await;
-        let standing = match watched {
-            Ok((_, standing)) => standing,
-            // A user of an ACL file older than this release may not watch: the answer is
-            // written as that release wrote it, whatever became of the request (README, the
-            // upgrade order).
-            Err(e) if e.code() == Some("NOPERM") => {
-                answer.query_async::<()>(&mut conn).await.map_err(failed)?;
-                return Ok(true);
-            }
-            Err(e) => return Err(failed(e)),
-        };
-        let stands = standing
-            .as_deref()
-            .and_then(|raw| decode_request(raw).ok())
-            .is_some_and(|r| r.nonce == request.nonce);
-        if !stands {
-            let _: redis::RedisResult<()> = redis::cmd("UNWATCH").query_async(&mut conn).await;
-            return Ok(false);
-        }
-        let done: Option<((),)> = redis::pipe()
-            .atomic()
-            .add_command(answer)
+            .get(self.keys.off_request(name))
             .query_async(&mut conn)
             .await
-            .map_err(failed)?;
-        Ok(done.is_some())
+            .map_err(|source| PowerOffError::Acknowledge {
+                name: name.clone(),
+                source,
+            })?;
+        Ok(standing
+            .as_deref()
+            .and_then(|raw| decode_request(raw).ok())
+            .is_some_and(|r| r.nonce == request.nonce))
     }
 }
 
