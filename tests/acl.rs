@@ -660,6 +660,41 @@ async fn agents_of_either_release_beat_under_the_previous_acl_file() {
     assert_eq!(err.code(), Some("NOPERM"), "{err}");
 }
 
+// README's upgrade order, step 1: this release reads a heartbeat with GETRANGE, which the
+// previous file's controller and viewer lack. Under that file alone every reader is blind, saying
+// what to do, and reads no bench DOWN (a refused read says nothing of a bench); once the two
+// users are given the command (`ACL SETUSER … +getrange`), fleet and the views read the fleet.
+#[tokio::test]
+async fn this_release_under_the_previous_fleet_users_is_blind_until_they_may_getrange() {
+    use fleet::store::presence::{Presence, PresenceError};
+    let acl = Acl::start();
+    let keys = Keys::default();
+    set_rules(&acl, "fleet-controller", &previous_fleet_rules(&keys, true)).await;
+    set_rules(&acl, "fleet-viewer", &previous_fleet_rules(&keys, false)).await;
+    Presence::new(acl.conn("bench-a").await, keys.clone())
+        .beat(&beat("bench-a", Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let controller = Presence::new(acl.conn("fleet-controller").await, keys.clone());
+    let err = controller.read(&[name("bench-a")]).await.unwrap_err();
+    assert!(matches!(err, PresenceError::Outdated(_)), "{err:?}");
+    let o = acl.fleet("fleet-viewer", &["state"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("ACL file is older than this fleet"), "{err}");
+    assert!(err.contains("Upgrading"), "{err}");
+    assert!(!text(&o.stdout).contains("DOWN"), "{}", text(&o.stdout));
+    for user in ["fleet-controller", "fleet-viewer"] {
+        let () = raw(&acl.server, &["ACL", "SETUSER", user, "+getrange"]).await;
+    }
+    let snap = controller.read(&[name("bench-a")]).await.unwrap();
+    assert_eq!(
+        snap.benches[0].row(snap.now).state,
+        fleet::domain::state::State::Up
+    );
+    assert_eq!(acl.ok("fleet-viewer", &["live"]), "bench-a\n");
+}
+
 // A bench user from an ACL file written before the power-off keys (SPEC §4.10) still beats: the
 // beat reads the request, is refused it, says what to repair, and lands.
 #[tokio::test]

@@ -73,6 +73,15 @@ pub enum PresenceError {
     },
     #[error("the fleet read returned an unexpected reply: {0}")]
     ReadReply(String),
+    /// The user may not read a heartbeat key as this release does (`GETRANGE`, SPEC §7 S3): its
+    /// ACL file is older than this fleet (README, the upgrade order).
+    #[error(
+        "this Redis user may not read the heartbeat keys with GETRANGE, as this release of fleet \
+         does: its ACL file is older than this fleet. Load the file `fleet acl` prints, or, while \
+         agents of the previous release still beat, add the command to the previous file's users \
+         (README, \"Upgrading\")"
+    )]
+    Outdated(#[source] redis::RedisError),
     #[error("requesting a hold of {name}")]
     RequestHold {
         name: BenchName,

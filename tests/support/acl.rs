@@ -240,6 +240,26 @@ pub fn previous_rules(keys: &Keys, bench: &str) -> String {
     )
 }
 
+/// The controller's and the viewer's rules as the release before issue 27's `fleet acl` wrote
+/// them (default prefix): neither has `GETRANGE`, which this release's read sends.
+pub fn previous_fleet_rules(keys: &Keys, controller: bool) -> String {
+    let (p, q) = (keys.prefix(), keys.prefix());
+    if controller {
+        format!(
+            "~{{{p}}}:* ~{{{q}:*}}:* &{{{p}}}:wake -@all +cluster|slots +del +eval +eval_ro \
+             +evalsha +exists +get +hdel +hexists +hget +hgetall +hmget +hset +incr +lrange \
+             +ltrim +mget +pexpire +ping +role +rpush +sadd +scard +select +set +sismember \
+             +smembers +spublish +srem +ssubscribe +time +type +wait +zadd +zcard +zrange +zrem"
+        )
+    } else {
+        format!(
+            "%R~{{{p}}}:* %R~{{{q}:*}}:* -@all +cluster|slots +eval_ro +exists +get +hget \
+             +hgetall +hmget +lrange +mget +ping +role +scard +select +sismember +smembers +time \
+             +type +zcard +zrange"
+        )
+    }
+}
+
 pub async fn set_rules(acl: &Acl, user: &str, rules: &str) {
     let password = format!(">pw-{user}");
     let mut args = vec!["ACL", "SETUSER", user, "reset", "on", &password];

@@ -67,17 +67,21 @@ pub(super) enum Got {
 }
 
 impl Got {
-    /// One `GETRANGE` reply of a pipeline that keeps errors per command.
-    pub(super) fn of(reply: redis::RedisResult<redis::Value>) -> Got {
-        match reply {
+    /// One `GETRANGE` reply of a pipeline that keeps errors per command. Only a key of another
+    /// type says something of that key; any other error (a refused command, a node that cannot
+    /// answer) says nothing of the bench, and fails the read: a reader that cannot see a bench
+    /// is blind, and never reads it DOWN (SPEC §2.5).
+    pub(super) fn of(reply: redis::RedisResult<redis::Value>) -> Result<Got, PresenceError> {
+        Ok(match reply {
             Ok(redis::Value::BulkString(b)) if b.is_empty() => Got::Missing,
             Ok(redis::Value::BulkString(b)) if b.len() > MAX_VALUE => Got::TooLarge,
             Ok(redis::Value::BulkString(b)) => Got::Value(b),
             Ok(redis::Value::Nil) => Got::Missing,
             Ok(_) => Got::OtherType(Some("reply of another kind".to_owned())),
             Err(e) if e.code() == Some("WRONGTYPE") => Got::OtherType(None),
-            Err(e) => Got::OtherType(Some(format!("key that cannot be read ({e})"))),
-        }
+            Err(e) if e.code() == Some("NOPERM") => return Err(PresenceError::Outdated(e)),
+            Err(source) => return Err(PresenceError::Read { source }),
+        })
     }
 
     /// The reading it is, with the load facts of a heartbeat.

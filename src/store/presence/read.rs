@@ -180,7 +180,10 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             size: (registered, Joined::of(joined, registered)),
             proved: sum(proved)?,
         };
-        let mut got: Vec<Got> = values.into_iter().map(Got::of).collect();
+        let mut got = values
+            .into_iter()
+            .map(Got::of)
+            .collect::<Result<Vec<Got>, _>>()?;
         self.name_other_types(&registry.keys, &mut got).await?;
         let mut snapshot = assemble(time, &registry.names, got, holds, registry.foreign.clone())?;
         snapshot.problems = problems;
