@@ -456,16 +456,30 @@ impl Limited {
     }
 }
 
-/// A stream on a new connection, once its head and first frame came: `Ok` with the socket,
-/// or `Err` with the head of a refusal.
-fn open_stream(addr: &str) -> Result<TcpStream, String> {
-    let mut s = TcpStream::connect(addr).unwrap();
+/// A connection to `addr` from the loopback address 127.0.0.`host`: the listener counts
+/// connections by peer address (SPEC §4.13 L4), and the whole of 127/8 is this machine.
+fn connect_from(addr: &str, host: u8) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let to: std::net::SocketAddr = addr.parse().unwrap();
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, host], 0)).into())
+        .unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// A stream on a new connection from 127.0.0.`host`, once its head and first frame came: `Ok`
+/// with the socket, or `Err` with the head of a refusal.
+fn open_stream(addr: &str, host: u8) -> Result<TcpStream, String> {
+    let mut s = connect_from(addr, host);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        let n = s.read(&mut buf).expect("the stream's head in time");
+        let n = s
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("the stream's head in time, from 127.0.0.{host}: {e}"));
         assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
         let text = String::from_utf8_lossy(&got);
@@ -508,12 +522,35 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
     for field in ["nofile=256", "connections=64", "streams=32"] {
         assert!(caps.contains(field), "{field}: {caps}");
     }
+    assert!(caps.contains("per_peer=8"), "{caps}");
+    // One peer address holds at most its eighth of the connections: its ninth is closed at once,
+    // and the others are served beside it.
+    let share: Vec<TcpStream> = (0..8).map(|_| connect_from(&addr, 20)).collect();
+    until(
+        "the peer's eight held",
+        Duration::from_secs(10),
+        async || sample(&addr, "fleet_http_connections") == 9,
+    )
+    .await;
+    let ninth = closed_within(connect_from(&addr, 20), Duration::from_secs(5));
+    assert!(
+        ninth.is_some(),
+        "a peer's ninth connection was kept (the head's timeout is 10 s)"
+    );
+    drop(share);
+    until(
+        "the peer's places given back",
+        Duration::from_secs(10),
+        async || sample(&addr, "fleet_http_connections") == 1,
+    )
+    .await;
     let addr_ = addr.clone();
     let passes = move || sample(&addr_, "fleet_pass_seconds_count");
+    // From four peers (127.0.0.2 to .5), eight streams each.
     let mut stalled: Vec<TcpStream> = (0..32)
-        .map(|i| open_stream(&addr).unwrap_or_else(|e| panic!("stream {i}: {e}")))
+        .map(|i| open_stream(&addr, 2 + i / 8).unwrap_or_else(|e| panic!("stream {i}: {e}")))
         .collect();
-    let refused = open_stream(&addr).unwrap_err();
+    let refused = open_stream(&addr, 6).unwrap_err();
     assert!(refused.starts_with("HTTP/1.1 503"), "stream 33: {refused}");
     // The streams take nothing more, for several reads of the page's feed: they keep their
     // places, and the 33rd is still refused.
@@ -523,7 +560,11 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
     })
     .await;
     assert_eq!(sample(&addr, "fleet_page_streams"), 32);
-    assert!(open_stream(&addr).unwrap_err().starts_with("HTTP/1.1 503"));
+    assert!(
+        open_stream(&addr, 6)
+            .unwrap_err()
+            .starts_with("HTTP/1.1 503")
+    );
     // One closes: its place is free once the server sees it.
     drop(stalled.pop());
     let freed = Instant::now();
@@ -532,7 +573,7 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
         "a stream in the freed place",
         Duration::from_secs(10),
         async || {
-            again = open_stream(&addr).ok();
+            again = open_stream(&addr, 11).ok();
             again.is_some()
         },
     )
@@ -543,13 +584,12 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
         freed.elapsed()
     );
     // The connections: 32 streams, 31 peers that send nothing, and this request are 64.
-    let mut idle: Vec<TcpStream> = (0..31)
-        .map(|_| TcpStream::connect(&addr).unwrap())
-        .collect();
+    // The idle peers from 127.0.0.6 to .9, eight each (seven from the last).
+    let mut idle: Vec<TcpStream> = (0..31).map(|i| connect_from(&addr, 6 + i / 8)).collect();
     let opened = Instant::now();
     assert_eq!(sample(&addr, "fleet_http_connections"), 64);
     // The 64th place goes to a peer that sends its head a byte at a time.
-    let mut slow = TcpStream::connect(&addr).unwrap();
+    let mut slow = connect_from(&addr, 9);
     let dripping = std::thread::spawn(move || {
         let start = Instant::now();
         let mut bytes = b"GET / HTTP/1.1\r\nX-Slow: "
@@ -564,7 +604,7 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
         start.elapsed()
     });
     // Every place is held: a 65th peer is not served until one is free.
-    let mut waiting = TcpStream::connect(&addr).unwrap();
+    let mut waiting = connect_from(&addr, 10);
     write!(
         waiting,
         "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"

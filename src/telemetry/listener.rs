@@ -8,18 +8,21 @@
 //!   address reads nothing of the fleet;
 //! - the connections open at once, and of them the page's streams, are capped below the
 //!   process's file-descriptor limit ([`Limits`]), so no number of peers takes the descriptors
-//!   the controller needs for Redis, its operations, Kubernetes and gRPC;
+//!   the controller needs for Redis, its operations, Kubernetes and gRPC; and one peer address
+//!   holds at most an eighth of them, so no one peer takes the places of the kubelet's probes
+//!   and Prometheus;
 //! - a connection has [`HEAD_READ`] to send each request's head, of [`HEAD_BYTES`] at most, and
 //!   is closed when its peer takes nothing of a response for [`WRITE_STALL`].
 //!
 //! It routes nothing itself: the routes are the caller's (`health::routes`, the live page's).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -54,6 +57,9 @@ const BUFFER: usize = 16 * 1024;
 /// descriptors, is what a crowd of peers would exhaust.
 const MAX_CONNECTIONS: usize = 2_048;
 const MAX_STREAMS: usize = 1_000;
+/// The fewest places one peer address may hold, whatever the caps: a browser opens six
+/// connections to a host, and a page is one stream among them.
+const MIN_PER_PEER: usize = 8;
 /// The largest soft limit asked for when the hard one is unlimited (the kernel's `nr_open`
 /// default): `RLIM_INFINITY` is no valid limit on descriptors.
 const NOFILE_CEILING: u64 = 1 << 20;
@@ -67,8 +73,9 @@ pub enum Error {
 
 /// The listeners' caps, derived from the process's file-descriptor limit (SPEC §4.13): a quarter
 /// of the descriptors for HTTP connections (at most 2 048), an eighth for the page's streams (at
-/// most 1 000), which are connections too. The other three quarters stay for Redis, the
-/// operations' pipes, Kubernetes and gRPC.
+/// most 1 000), which are connections too, and an eighth of the connections (at least 8) for one
+/// peer address. The other three quarters stay for Redis, the operations' pipes, Kubernetes and
+/// gRPC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// The soft RLIMIT_NOFILE the caps are derived from.
@@ -77,6 +84,9 @@ pub struct Limits {
     pub connections: usize,
     /// The page's streams open at once.
     pub streams: usize,
+    /// The connections one peer address may hold at once (an IPv6 peer's /64, which one host
+    /// is given whole).
+    pub per_peer: usize,
 }
 
 impl Limits {
@@ -87,10 +97,12 @@ impl Limits {
                 .unwrap_or(usize::MAX)
                 .clamp(1, max)
         };
+        let connections = share(4, MAX_CONNECTIONS);
         Limits {
             nofile,
-            connections: share(4, MAX_CONNECTIONS),
+            connections,
             streams: share(8, MAX_STREAMS),
+            per_peer: (connections / 8).max(MIN_PER_PEER).min(connections),
         }
     }
 }
@@ -148,6 +160,8 @@ pub struct Gate {
     limits: Limits,
     connections: Arc<Semaphore>,
     streams: Arc<Semaphore>,
+    /// The connections each peer holds, by [`peer_of`]; a peer with none has no entry.
+    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
     /// The open connections and streams, as `/metrics` shows them.
     open_connections: Gauge,
     open_streams: Gauge,
@@ -157,11 +171,34 @@ pub struct Gate {
 pub struct Place {
     _permit: OwnedSemaphorePermit,
     gauge: Gauge,
+    /// The peer's count, for a connection's place (a stream's is counted as its connection).
+    peer: Option<(IpAddr, Arc<Mutex<HashMap<IpAddr, usize>>>)>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
         self.gauge.dec();
+        if let Some((peer, peers)) = &self.peer {
+            let mut peers = peers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(held) = peers.get_mut(peer) {
+                *held -= 1;
+                if *held == 0 {
+                    peers.remove(peer);
+                }
+            }
+        }
+    }
+}
+
+/// The address a peer's connections are counted under: an IPv4 address (also one mapped into
+/// IPv6) as it is, an IPv6 address by its /64, the block one host is given and may spread its
+/// connections over.
+pub fn peer_of(addr: IpAddr) -> IpAddr {
+    match addr.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
     }
 }
 
@@ -172,6 +209,7 @@ impl Gate {
             limits,
             connections: Arc::new(Semaphore::new(limits.connections)),
             streams: Arc::new(Semaphore::new(limits.streams)),
+            peers: Arc::default(),
             open_connections,
             open_streams,
         }
@@ -188,6 +226,7 @@ impl Gate {
         Some(Place {
             _permit: permit,
             gauge: self.open_streams.clone(),
+            peer: None,
         })
     }
 
@@ -201,13 +240,27 @@ impl Gate {
             .expect("the gate's semaphore is never closed")
     }
 
-    /// The reserved place, taken by an accepted connection: counted from now.
-    fn admit(&self, permit: OwnedSemaphorePermit) -> Place {
+    /// The reserved place, taken by a connection accepted from `from`: counted from now; or
+    /// `None` when that peer already holds its share, and the place stays free.
+    fn admit(&self, permit: OwnedSemaphorePermit, from: IpAddr) -> Option<Place> {
+        let peer = peer_of(from);
+        {
+            let mut peers = self
+                .peers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let held = peers.entry(peer).or_insert(0);
+            if *held >= self.limits.per_peer {
+                return None;
+            }
+            *held += 1;
+        }
         self.open_connections.inc();
-        Place {
+        Some(Place {
             _permit: permit,
             gauge: self.open_connections.clone(),
-        }
+            peer: Some((peer, self.peers.clone())),
+        })
     }
 }
 
@@ -356,10 +409,10 @@ impl Server {
                 () = shutdown.cancelled() => break,
                 reserved = self.gate.reserve() => reserved,
             };
-            let tcp = tokio::select! {
+            let (tcp, from) = tokio::select! {
                 () = shutdown.cancelled() => break,
                 accepted = self.listener.accept() => match accepted {
-                    Ok((tcp, _)) => tcp,
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         drop(reserved);
                         accept_failed(e, &shutdown).await;
@@ -367,9 +420,15 @@ impl Server {
                     }
                 },
             };
+            // A peer past its share is closed at once: its place goes to the next peer.
+            let Some(place) = self.gate.admit(reserved, from.ip()) else {
+                debug!(peer = %from.ip(), "a peer holds its share of the connections; closed");
+                drop(tcp);
+                continue;
+            };
             connections.spawn(serve_connection(
                 tcp,
-                self.gate.admit(reserved),
+                place,
                 self.app.clone(),
                 self.hosts.clone(),
                 shutdown.clone(),

@@ -94,6 +94,7 @@ pub fn limits() -> Result<Limits, Error> {
         was = nofile.was,
         connections = limits.connections,
         streams = limits.streams,
+        per_peer = limits.per_peer,
         "the listeners' caps, from the file-descriptor limit"
     );
     if limits.nofile < LOW_NOFILE {

@@ -4,27 +4,29 @@ use std::net::IpAddr;
 
 use axum::http::Request;
 
-use super::{Hosts, Limits, host_name, misdirected};
+use super::{Hosts, Limits, host_name, misdirected, peer_of};
 
 #[test]
 fn the_caps_are_a_quarter_and_an_eighth_of_the_descriptors_under_their_ceilings() {
     let rows = [
-        // nofile, connections, streams
-        (256, 64, 32),
-        (1_024, 256, 128),
-        (4_096, 1_024, 512),
-        (8_192, 2_048, 1_000),
-        (65_536, 2_048, 1_000),
-        (524_288, 2_048, 1_000),
-        (4, 1, 1),
+        // nofile, connections, streams, per peer
+        (256, 64, 32, 8),
+        (1_024, 256, 128, 32),
+        (4_096, 1_024, 512, 128),
+        (8_192, 2_048, 1_000, 256),
+        (65_536, 2_048, 1_000, 256),
+        (524_288, 2_048, 1_000, 256),
+        (16, 4, 2, 4),
+        (4, 1, 1, 1),
     ];
-    for (nofile, connections, streams) in rows {
+    for (nofile, connections, streams, per_peer) in rows {
         assert_eq!(
             Limits::of(nofile),
             Limits {
                 nofile,
                 connections,
-                streams
+                streams,
+                per_peer
             },
             "nofile {nofile}"
         );
@@ -131,5 +133,21 @@ fn a_ui_host_is_a_name_or_an_address_without_a_port() {
     ] {
         let e = host_name(bad).unwrap_err();
         assert!(e.contains("without a port"), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn a_peer_is_its_ipv4_address_or_its_ipv6_64() {
+    let rows = [
+        ("10.0.0.5", "10.0.0.5"),
+        ("::ffff:10.0.0.5", "10.0.0.5"),
+        ("127.0.0.2", "127.0.0.2"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::"),
+        ("2001:db8:1:3::1", "2001:db8:1:3::"),
+        ("::1", "::"),
+    ];
+    for (addr, peer) in rows {
+        assert_eq!(peer_of(ip(addr)), ip(peer), "{addr}");
     }
 }
