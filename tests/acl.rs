@@ -779,7 +779,7 @@ async fn two_fleets_on_one_redis_are_apart_both_ways() {
     for user in USERS.iter().chain(&team) {
         std::fs::write(passwords.join(user), format!("pw-{user}\n")).unwrap();
     }
-    let file = |prefix: &[&str]| {
+    let acl_of = |prefix: &[&str]| {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
             .args(prefix)
             .arg("acl")
@@ -790,9 +790,24 @@ async fn two_fleets_on_one_redis_are_apart_both_ways() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        text(&o.stdout)
+        (text(&o.stdout), text(&o.stderr))
+    };
+    let file = |prefix: &[&str]| {
+        let (file, said) = acl_of(prefix);
+        assert!(!said.contains("warning"), "{said}");
+        file
     };
     let (ours, theirs) = (file(&[]), file(&["--prefix", "team"]));
+    // A prefix with ':' is reached by the fleet named by the part before it (its group keys are
+    // `{team:*}:*`): said, since no ACL can keep them apart.
+    for user in ["controller", "viewer", "bench.bench-a", "bench.bench-b"] {
+        std::fs::write(passwords.join(format!("team:a+{user}")), "pw\n").unwrap();
+    }
+    let (_, said) = acl_of(&["--prefix", "team:a"]);
+    assert!(
+        said.contains("warning: the prefix team:a holds ':'") && said.contains("prefix team "),
+        "{said}"
+    );
     let names = |f: &str| -> Vec<String> {
         f.lines()
             .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())

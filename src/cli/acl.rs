@@ -57,6 +57,16 @@ impl Args {
              (`user default off`) or give it a password, or any client can still do everything",
             users.len()
         );
+        // A group's keys are `{P:<group>}:…`, so the controller of a fleet whose prefix is the
+        // part of this one's before a ':' reaches every key of this one (SPEC §7 S9).
+        if let Some((parent, _)) = ctx.keys.prefix().rsplit_once(':') {
+            eprintln!(
+                "fleet acl: warning: the prefix {} holds ':', so the users of a fleet with the \
+                 prefix {parent} (or any part before a ':') reach its keys; choose a prefix \
+                 without ':' to keep two fleets on one Redis apart",
+                ctx.keys.prefix()
+            );
+        }
         Ok(())
     }
 }
