@@ -335,3 +335,50 @@ async fn a_flood_of_wakes_costs_at_most_one_pass_per_gap() {
     );
     f.unharmed(None).await;
 }
+
+// SPEC §7 S4, S8: a message larger than the pubsub output limit disconnects the subscriber
+// (fleet serve's wake listener). The listener subscribes again on a backoff that only a
+// subscription that held a while resets, so a bench that publishes such messages without end
+// costs a reconnection every few seconds, not one a round trip, and the controller passes on.
+#[tokio::test]
+async fn large_wakes_cost_a_reconnection_on_the_backoff_not_one_a_round_trip() {
+    let mut f = Fleet::start().await;
+    let () = raw(
+        &f.acl.server,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 1mb 256kb 10",
+        ],
+    )
+    .await;
+    let keys = Keys::default();
+    let mut c = f.acl.conn(ATTACKER).await;
+    let large = vec![b'w'; 2 << 20];
+    let before = command_calls(&f.acl.server, "ssubscribe").await;
+    let started = Instant::now();
+    let mut sent = 0u32;
+    while started.elapsed() < Duration::from_secs(6) {
+        let _: i64 = redis::cmd("SPUBLISH")
+            .arg(keys.wake_channel())
+            .arg(&large)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        sent += 1;
+    }
+    let subscribed = command_calls(&f.acl.server, "ssubscribe").await - before;
+    // The backoff from 100 ms doubling to 5 s: 100, 200, 400, 800, 1 600, 3 200 ms fit in 6 s,
+    // one more in flight.
+    assert!(sent > 50, "the flood: {sent} messages");
+    assert!(
+        subscribed <= 8,
+        "{subscribed} subscriptions in 6 s beside {sent} messages of 2 MB"
+    );
+    assert!(
+        subscribed >= 1,
+        "the listener was disconnected and came back"
+    );
+    f.unharmed(None).await;
+}
