@@ -4,12 +4,12 @@
 //!
 //! One private redis-server, one run:
 //!
-//! 1. Seeds `--benches` benches (100 000; 10 000 with `--quick`) through the real beat script,
+//! 1. Seeds `--benches` benches (100 000; 10 000 with `--quick`) through the real beat,
 //!    then binds as many slots (groups of 1 000) to them by ready claims, and runs the
 //!    controller's first pass. `used_memory` (`INFO memory`) before and after each step, over
 //!    the bench count, is the memory per bench.
 //! 2. The quiet window (the anchor): `--rate` beats/s (10 000) for `--seconds` (20; 5 with
-//!    `--quick`), nothing else running. A beat is one round trip of the beat script, the agent's
+//!    `--quick`), nothing else running. A beat is one round trip (one pipeline of plain commands), the agent's
 //!    call; each bench beats at its own interval (the fleet's mean times 0.9 to 1.1, as the
 //!    agent's jitter spreads a rack). A few generators, on their own connections and runtime,
 //!    issue each beat when due, whatever is still in flight.
@@ -155,7 +155,7 @@ fn controller(cfg: Config, conn: MultiplexedConnection) -> Controller<Multiplexe
     )
 }
 
-/// Every bench's first beat, through the real beat script, `IN_FLIGHT` at a time.
+/// Every bench's first beat, through the real beat, `IN_FLIGHT` at a time.
 async fn seed_benches(conn: &MultiplexedConnection, benches: usize) -> anyhow::Result<()> {
     let presence = Presence::new(conn.clone(), Keys::default());
     let mut beats = stream::iter(0..benches)
@@ -656,7 +656,7 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
     }
     quiet_passes.sort();
     println!(
-        "seeded the benches through the beat script in {:.1} s, their slots' ready claims in {:.1} s; the controller's first pass {}, then {} (median of 3 quiet passes)",
+        "seeded the benches through the beat in {:.1} s, their slots' ready claims in {:.1} s; the controller's first pass {}, then {} (median of 3 quiet passes)",
         seeded.as_secs_f64(),
         bound.as_secs_f64(),
         ms(first),

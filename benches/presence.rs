@@ -1,7 +1,7 @@
 //! The presence benchmark (README "Benchmarks"; issue 2's speed target).
 //!
 //! Starts a private redis-server on a loopback port, seeds 1 000, 10 000 and 100 000 benches
-//! through the real beat script, and prints, per size, measured in this one run: the median of
+//! through the real beat (one pipeline of plain commands), and prints, per size, measured in this one run: the median of
 //! the fleet read through the library, of a raw MGET of the same heartbeat keys on the same
 //! connection, and of a naive GET+PTTL loop (1 000 and 10 000 only), with the ratios. Then the
 //! round trips per beat (counted on the connection) and the agent's peak RSS: `fleet agent`'s and
@@ -80,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let read_cpu = per_run(server_usec(&conn).await? - cpu, runs);
-        // A fresh reader each time (a one-shot `fleet state`): the read script.
+        // A fresh reader each time (a one-shot `fleet state`): the cold read (the registry, then the pipeline).
         let cpu = server_usec(&conn).await?;
         let cold = median(runs, || async {
             let fresh = Presence::new(conn.clone(), keys.clone());
@@ -159,7 +159,7 @@ fn bench_name(i: usize) -> BenchName {
     BenchName::parse(&format!("bench-{i:06}")).expect("valid name")
 }
 
-/// Seeds benches `from..to` through the real beat script, a thousand in flight at a time.
+/// Seeds benches `from..to` through the real beat, a thousand in flight at a time.
 async fn seed(
     conn: &MultiplexedConnection,
     keys: &Keys,
@@ -220,7 +220,7 @@ fn ms(d: Duration) -> String {
 }
 
 /// Counts the round trips of 100 beats on a counting connection, and cross-checks on the
-/// server: the script calls it received (`EVALSHA`, and `EVAL` after a NOSCRIPT).
+/// server: the script calls it received (`EVALSHA`, `EVAL`), which the plain beat makes none of.
 async fn round_trips(conn: &MultiplexedConnection, keys: &Keys) -> anyhow::Result<()> {
     let counting = Counting::new(conn.clone());
     let presence = Presence::new(counting.clone(), keys.clone());

@@ -68,7 +68,8 @@ impl Keys {
     }
 
     /// The registry's version: changed by every write of fleet's own users that adds or removes
-    /// a member (`fleet hold --register`, `fleet forget`), so a reader holding a copy of the
+    /// a member (`fleet serve` publishing its slots, `fleet register`, `fleet hold --register`,
+    /// `fleet forget`), so a reader holding a copy of the
     /// registry knows, in its one round trip, that the copy is current; a bench's own join shows
     /// as the join set's size instead. Starts from the server's time, so it never repeats after a
     /// wipe.
@@ -83,18 +84,21 @@ impl Keys {
         format!("{}:seen", self.tag)
     }
 
-    /// The registry: a set of the benches registered by fleet's own users (`fleet hold
-    /// --register`) and of every bench that beat before the join set (SPEC §2.3). No TTL; members
+    /// The registry: a set of the benches registered by fleet's own users (`fleet serve`'s
+    /// configured slots, `fleet register`, `fleet hold --register`) and of every bench that beat
+    /// before the join set (SPEC §2.3). No TTL; members
     /// leave by `fleet forget`. A bench's own beat never writes it: a user that may add one member
     /// to a set may add any.
     pub fn registry(&self) -> String {
         format!("{}:benches", self.tag)
     }
 
-    /// The join set: the names benches added themselves under, one per bench that beat. A bench's
-    /// user may add to it, so it may hold any name: a name counts as registered only while one of
-    /// its own two keys exists, its join key (`joined_key`) or its heartbeat, which only that
-    /// bench, or fleet's controller and CLI, can write (SPEC §2.3, §2.11). No TTL; members leave by `fleet forget`.
+    /// The join set: the names the previous release's beats added themselves under. Under that
+    /// release's ACL file a bench's user may add to it, so it may hold any name: a name counts as
+    /// registered only while one of its own two keys exists, its join key (`joined_key`) or its
+    /// heartbeat, which only that bench, or fleet's controller and CLI, can write, and it is read
+    /// up to a bound (SPEC §2.3, §2.11, §7 S2). This release's file lets no bench write it. No
+    /// TTL; members leave by `fleet forget`.
     pub fn joined(&self) -> String {
         format!("{}:joined", self.tag)
     }

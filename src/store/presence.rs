@@ -2,7 +2,8 @@
 //!
 //! Every method is one round trip: a script (the controller's verbs: hold, forget, register), or
 //! one pipeline; the fleet read of a reader that holds no registry yet, and the first beat of a
-//! bench in a process, are the exceptions, two. The store never decides a state; it turns what
+//! bench in a process, are the exceptions, two (and one more for a read that finds keys of
+//! another type, to name their type). The store never decides a state; it turns what
 //! Redis holds into `domain::state` readings, judged later on the server's clock that the round
 //! trip of the keys read.
 //!

@@ -6,8 +6,8 @@
 -- join key of the i-th name, KEYS[5 + n + i] its heartbeat key (n names).
 --
 -- The heartbeat goes with the join key: a name of the join set counts while either exists (SPEC
--- §2.3), and any bench's user may put a forgotten name back in the set, so a heartbeat left to
--- run out would let another bench register it again until then.
+-- §2.3), and under the previous release's ACL file any bench's user may put a forgotten name back
+-- in the set, so a heartbeat left to run out would let another bench register it again until then.
 -- ARGV: the bench names. Returns 1 or 0 per name: whether it was registered (in the registry, or
 -- in the join set with its join key).
 local t = redis.call('TIME')

@@ -1,10 +1,10 @@
-//! Decoding what a fleet read returns (SPEC §2.3, §2.4): the replies of the read's pipeline or
-//! script, each heartbeat value into a reading, each hold request into a request or none, and
+//! Decoding what a fleet read returns (SPEC §2.3, §2.4): the replies of the read's pipeline, each heartbeat value into a reading, each hold request into a request or none, and
 //! the benches whose key holds another type than a heartbeat.
 //!
 //! Pure: no I/O, and no clock but the server's time the read returned. A defect in a value is a
 //! reading (unreadable, so DOWN with the reason) or no request, never an error of the read; only
-//! a reply of the wrong shape fails it.
+//! a reply of the wrong shape, or a refused or failed command, fails it (a reader that cannot
+//! see a bench is blind, never told it is DOWN).
 
 use std::time::Duration;
 
