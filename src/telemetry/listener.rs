@@ -161,18 +161,21 @@ pub struct Gate {
     connections: Arc<Semaphore>,
     streams: Arc<Semaphore>,
     /// The connections each peer holds, by [`peer_of`]; a peer with none has no entry.
-    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    peers: Peers,
     /// The open connections and streams, as `/metrics` shows them.
     open_connections: Gauge,
     open_streams: Gauge,
 }
+
+/// The connections each peer address holds.
+type Peers = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// A place held: given back when dropped.
 pub struct Place {
     _permit: OwnedSemaphorePermit,
     gauge: Gauge,
     /// The peer's count, for a connection's place (a stream's is counted as its connection).
-    peer: Option<(IpAddr, Arc<Mutex<HashMap<IpAddr, usize>>>)>,
+    peer: Option<(IpAddr, Peers)>,
 }
 
 impl Drop for Place {
