@@ -693,6 +693,21 @@ async fn adopted_then_bench_01_shutting_down(
 
 /// Passes of the renamed configuration while bench-01's shutdown is held: pool-b adopts the
 /// three machines nobody powers off, never bench-01, and nothing is started or shut down.
+/// Once its old group's shutdown ended and it went off, passes still neither adopt bench-01
+/// into the new name nor start it.
+async fn dark_bench_01_stays_unadopted(w: &World, ctl: &mut Ctl) {
+    for _ in 0..3 {
+        let report = bounded("a pass", ctl.pass()).await.unwrap();
+        assert!(report.started.is_empty() && report.stopped.is_empty());
+    }
+    let claims = claims_of(w, "pool-b").await;
+    assert!(
+        claims.iter().all(|(slot, _, _)| slot != "bench-01"),
+        "{claims:?}"
+    );
+    assert!(w.fired("startup").is_empty(), "nothing was started");
+}
+
 async fn renamed_passes_never_adopt_bench_01(w: &World, ctl: &mut Ctl) {
     for _ in 0..5 {
         let report = bounded("a pass", ctl.pass()).await.unwrap();
@@ -755,16 +770,7 @@ async fn a_group_renamed_while_its_shutdown_runs_never_adopts_that_machine() {
         Some(name("bench-01"))
     );
     assert_eq!(w.state("bench-01").await, State::Down);
-    for _ in 0..3 {
-        let report = bounded("a pass", ctl.pass()).await.unwrap();
-        assert!(report.started.is_empty() && report.stopped.is_empty());
-    }
-    let claims = claims_of(&w, "pool-b").await;
-    assert!(
-        claims.iter().all(|(slot, _, _)| slot != "bench-01"),
-        "{claims:?}"
-    );
-    assert!(w.fired("startup").is_empty(), "nothing was started");
+    dark_bench_01_stays_unadopted(&w, &mut ctl).await;
 }
 
 // The same rename read by a successor that never ran the shutdown (SPEC §5.4): it knows of it
@@ -791,14 +797,5 @@ async fn a_successor_reading_a_renamed_group_never_adopts_a_machine_its_old_shut
         }
     })
     .await;
-    for _ in 0..3 {
-        let report = bounded("a pass", b.pass()).await.unwrap();
-        assert!(report.started.is_empty() && report.stopped.is_empty());
-    }
-    let claims = claims_of(&w, "pool-b").await;
-    assert!(
-        claims.iter().all(|(slot, _, _)| slot != "bench-01"),
-        "{claims:?}"
-    );
-    assert!(w.fired("startup").is_empty(), "nothing was started");
+    dark_bench_01_stays_unadopted(&w, &mut b).await;
 }

@@ -16,13 +16,12 @@
 //!
 //! It routes nothing itself: the routes are the caller's (`health::routes`, the live page's).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,13 +32,13 @@ use hyper::server::conn::http1;
 use hyper::service::Service;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
+
+pub use gate::{Error, Gate, Limits, Nofile, Place, peer_of, raise_nofile};
 
 /// How long a connection has to send a request's head, from the moment the server waits for
 /// one (so an idle kept-alive connection is closed after it too).
@@ -53,220 +52,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// A connection's read and write buffer: a head is at most `HEAD_BYTES`, a body the page takes
 /// at most 4 kB (SPEC §4.13), so a peer cannot make the server buffer more than this.
 const BUFFER: usize = 16 * 1024;
-/// The ceilings of the caps, whatever the descriptors: past them the sockets' memory, not their
-/// descriptors, is what a crowd of peers would exhaust.
-const MAX_CONNECTIONS: usize = 2_048;
-const MAX_STREAMS: usize = 1_000;
-/// The fewest places one peer address may hold, whatever the caps: a browser opens six
-/// connections to a host, and a page is one stream among them.
-const MIN_PER_PEER: usize = 8;
-/// The largest soft limit asked for when the hard one is unlimited (the kernel's `nr_open`
-/// default): `RLIM_INFINITY` is no valid limit on descriptors.
-const NOFILE_CEILING: u64 = 1 << 20;
-
-/// What raising the descriptor limit can fail at.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("reading the process's file-descriptor limit (RLIMIT_NOFILE)")]
-    ReadLimit(#[source] nix::Error),
-}
-
-/// The listeners' caps, derived from the process's file-descriptor limit (SPEC §4.13): a quarter
-/// of the descriptors for HTTP connections (at most 2 048), an eighth for the page's streams (at
-/// most 1 000), which are connections too, and an eighth of the connections (at least 8) for one
-/// peer address. The other three quarters stay for Redis, the operations' pipes, Kubernetes and
-/// gRPC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// The soft RLIMIT_NOFILE the caps are derived from.
-    pub nofile: u64,
-    /// The HTTP connections open at once, over every listener.
-    pub connections: usize,
-    /// The page's streams open at once.
-    pub streams: usize,
-    /// The connections one peer address may hold at once (an IPv6 peer's /64, which one host
-    /// is given whole).
-    pub per_peer: usize,
-}
-
-impl Limits {
-    /// The caps of a process that may open `nofile` descriptors. Pure.
-    pub fn of(nofile: u64) -> Limits {
-        let share = |divisor: u64, max: usize| {
-            usize::try_from(nofile / divisor)
-                .unwrap_or(usize::MAX)
-                .clamp(1, max)
-        };
-        let connections = share(4, MAX_CONNECTIONS);
-        Limits {
-            nofile,
-            connections,
-            streams: share(8, MAX_STREAMS),
-            per_peer: (connections / 8).max(MIN_PER_PEER).min(connections),
-        }
-    }
-}
-
-/// The descriptor limit before and after [`raise_nofile`].
-#[derive(Clone, Copy, Debug)]
-pub struct Nofile {
-    /// The soft limit the process started with.
-    pub was: u64,
-    /// The soft limit now: the hard one, unless raising it was refused.
-    pub soft: u64,
-    pub hard: u64,
-    /// Why the soft limit could not be raised, if it could not.
-    pub refused: Option<nix::Error>,
-}
-
-/// Raises the soft RLIMIT_NOFILE to the hard one: the soft default (1 024 under systemd and
-/// containerd) is there for programs that use `select(2)`, which fleet does not, and the hard
-/// one is what the operator granted.
-pub fn raise_nofile() -> Result<Nofile, Error> {
-    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
-    let (was, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(Error::ReadLimit)?;
-    let want = if hard == RLIM_INFINITY {
-        NOFILE_CEILING.max(was)
-    } else {
-        hard
-    };
-    if want <= was {
-        return Ok(Nofile {
-            was,
-            soft: was,
-            hard,
-            refused: None,
-        });
-    }
-    Ok(match setrlimit(Resource::RLIMIT_NOFILE, want, hard) {
-        Ok(()) => Nofile {
-            was,
-            soft: want,
-            hard,
-            refused: None,
-        },
-        Err(e) => Nofile {
-            was,
-            soft: was,
-            hard,
-            refused: Some(e),
-        },
-    })
-}
-
-/// The places of connections and streams, shared by every listener of the process.
-#[derive(Clone)]
-pub struct Gate {
-    limits: Limits,
-    connections: Arc<Semaphore>,
-    streams: Arc<Semaphore>,
-    /// The connections each peer holds, by [`peer_of`]; a peer with none has no entry.
-    peers: Peers,
-    /// The open connections and streams, as `/metrics` shows them.
-    open_connections: Gauge,
-    open_streams: Gauge,
-}
-
-/// The connections each peer address holds.
-type Peers = Arc<Mutex<HashMap<IpAddr, usize>>>;
-
-/// A place held: given back when dropped.
-pub struct Place {
-    _permit: OwnedSemaphorePermit,
-    gauge: Gauge,
-    /// The peer's count, for a connection's place (a stream's is counted as its connection).
-    peer: Option<(IpAddr, Peers)>,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.gauge.dec();
-        if let Some((peer, peers)) = &self.peer {
-            let mut peers = peers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(held) = peers.get_mut(peer) {
-                *held -= 1;
-                if *held == 0 {
-                    peers.remove(peer);
-                }
-            }
-        }
-    }
-}
-
-/// The address a peer's connections are counted under: an IPv4 address (also one mapped into
-/// IPv6) as it is, an IPv6 address by its /64, the block one host is given and may spread its
-/// connections over.
-pub fn peer_of(addr: IpAddr) -> IpAddr {
-    match addr.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        v4 => v4,
-    }
-}
-
-impl Gate {
-    /// Places for `limits`, counted on the two gauges.
-    pub fn new(limits: Limits, open_connections: Gauge, open_streams: Gauge) -> Gate {
-        Gate {
-            limits,
-            connections: Arc::new(Semaphore::new(limits.connections)),
-            streams: Arc::new(Semaphore::new(limits.streams)),
-            peers: Arc::default(),
-            open_connections,
-            open_streams,
-        }
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
-    /// A stream's place, or `None` when every one is held.
-    pub fn stream(&self) -> Option<Place> {
-        let permit = self.streams.clone().try_acquire_owned().ok()?;
-        self.open_streams.inc();
-        Some(Place {
-            _permit: permit,
-            gauge: self.open_streams.clone(),
-            peer: None,
-        })
-    }
-
-    /// A connection's place, once one is free: reserved before the accept, so a peer past the
-    /// cap waits in the kernel's backlog.
-    async fn reserve(&self) -> OwnedSemaphorePermit {
-        self.connections
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the gate's semaphore is never closed")
-    }
-
-    /// The reserved place, taken by a connection accepted from `from`: counted from now; or
-    /// `None` when that peer already holds its share, and the place stays free.
-    fn admit(&self, permit: OwnedSemaphorePermit, from: IpAddr) -> Option<Place> {
-        let peer = peer_of(from);
-        {
-            let mut peers = self
-                .peers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let held = peers.entry(peer).or_insert(0);
-            if *held >= self.limits.per_peer {
-                return None;
-            }
-            *held += 1;
-        }
-        self.open_connections.inc();
-        Some(Place {
-            _permit: permit,
-            gauge: self.open_connections.clone(),
-            peer: Some((peer, self.peers.clone())),
-        })
-    }
-}
-
 /// The names a listener answers to besides its own address (`--ui-host`), lowercase.
 #[derive(Clone, Debug, Default)]
 pub struct Hosts(Arc<[String]>);
@@ -620,5 +405,6 @@ impl AsyncWrite for Stalling {
     }
 }
 
+mod gate;
 #[cfg(test)]
 mod tests;
