@@ -5,7 +5,7 @@
 # `ensure-deps.sh up` is what the local stack needs: redis-server only.
 set -euo pipefail
 
-# The Redfish driver's tests (tests/redfish.rs) drive sushy-tools' emulator, which is on PyPI and
+# The Redfish driver's tests (tests/process/redfish.rs) drive sushy-tools' emulator, which is on PyPI and
 # not in Debian: installed with pip, only when sushy-emulator is missing.
 if [ "${1:-}" != "up" ] && ! command -v sushy-emulator >/dev/null 2>&1; then
   if ! python3 -m pip --version >/dev/null 2>&1; then
@@ -23,7 +23,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${1:-}" != "up" ]; then
   ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
-  # The IPMI driver's tests (tests/ipmi.rs): ipmitool is the client, ipmi_sim the BMC.
+  # The IPMI driver's tests (tests/process/ipmi.rs): ipmitool is the client, ipmi_sim the BMC.
   command -v ipmitool >/dev/null 2>&1 || need+=(ipmitool)
   command -v ipmi_sim >/dev/null 2>&1 || need+=(openipmi)
   # The live page's browser tests (tests/support/browser.rs): headless Chromium driven through

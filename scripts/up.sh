@@ -31,7 +31,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   # Scanned again until a scan finds none: the list of processes is read once per scan, and a
   # process of the stack may start a child after it was read and before it is killed (an
-  # operation's script starting its `sleep`: found by tests/up.rs in CI).
+  # operation's script starting its `sleep`: found by tests/process/up.rs in CI).
   for _ in $(seq 20); do
     found=0
     for proc in /proc/[0-9]*; do

@@ -6,7 +6,7 @@
 //!
 //! The module map follows the layers of SPEC §1, from the top down; the number is the layer. A
 //! module imports only modules of a lower layer, never one of its own or a higher one
-//! (`tests/hygiene.rs` reads the imports and holds this).
+//! (`tests/pure/hygiene.rs` reads the imports and holds this).
 //!
 //! - [`cli`] (7): the `fleet` command line, one file per verb; rows are built from domain values.
 //! - [`agent`] (6): the heartbeat agent that a bench runs.

@@ -1,7 +1,7 @@
 //! Rendering rows: a table for people, JSON and TSV for programs (SPEC §2.6).
 //!
 //! The TSV page is an output only: nothing in fleet reads it back (SPEC §2.8, held by
-//! `tests/hygiene.rs`).
+//! `tests/pure/hygiene.rs`).
 
 use std::io::{self, Write};
 

@@ -99,7 +99,7 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
 
 /// The SIGHUP handler, installed before `fleet serve` says it started: until a handler is in
 /// place a SIGHUP ends the process (its default action), which a reload asked for at once after
-/// the start line did (found by `tests/serve.rs` under load).
+/// the start line did (found by `tests/process/serve.rs` under load).
 pub(super) fn hangups() -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
 }

@@ -1,5 +1,5 @@
 //! Unit tests of the configuration's parts; the file's behaviour as a whole is tested in
-//! `tests/config.rs`.
+//! `tests/pure/config.rs`.
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! `History::record` is the one writer of the slot's phase and history: the display ring (32
 //! rows, 24 hours, in write order), the activations ledger (512 rows of one timestamp each, 24
 //! hours), the activation counts, `previous_phase` and `last_transition_time`. The fields are
-//! private, so nothing else can write them; `tests/hygiene.rs` holds the same on the source.
+//! private, so nothing else can write them; `tests/pure/hygiene.rs` holds the same on the source.
 //! `activations_last_24h` is the length of the ledger's window, never a count read through the
 //! ring's cap: a slot that churns 40 times a day writes 160 ring rows, keeps 32, and reports 40.
 //! The window's expiry is a scheduled write (`expire` at `next_expiry`), not a read-time guess.

@@ -82,7 +82,7 @@ impl Endpoint {
 
     /// A connection to the cluster a Cluster URL names, checked with a `PING` of one primary,
     /// bounded by the timeout. One primary, not every node: a plain `PING` goes to all of them,
-    /// and one stuck replica would then refuse every verb (found by `tests/cluster.rs`, a replica
+    /// and one stuck replica would then refuse every verb (found by `tests/process/cluster.rs`, a replica
     /// stopped with SIGSTOP).
     pub(crate) async fn cluster(
         &self,

@@ -140,7 +140,7 @@ where
 /// it. Sent once more, the call reaches the owner at once: after a slot moved or a replica was
 /// promoted, the first call lands, rather than failing and leaving it to the caller's next
 /// round (a leader's lease renewal failed so, and its leadership was lost for a whole lease,
-/// found by `tests/cluster.rs`). `ASK` (a slot still moving) is not followed.
+/// found by `tests/process/cluster.rs`). `ASK` (a slot still moving) is not followed.
 fn is_moved(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::Moved)
 }

@@ -260,7 +260,7 @@ impl Followed {
     /// Asks the sentinels in turn, round after round, until one names a primary that answers as
     /// one, within the call timeout. The error says what each sentinel said last: an attempt
     /// the deadline cut short does not hide what that sentinel said the round before (found by
-    /// `tests/sentinel.rs`: on a loaded host the deadline fell in the middle of a round, and a
+    /// `tests/process/sentinel.rs`: on a loaded host the deadline fell in the middle of a round, and a
     /// refused certificate read as `no answer in time`).
     async fn search(&self) -> RedisResult<(MultiplexedConnection, String)> {
         let timeout = self.endpoint.timeout;

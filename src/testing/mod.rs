@@ -70,7 +70,7 @@ pub struct Options {
     /// A Redis Cluster node: its bus on a free port of its own (`--cluster-port`; the default,
     /// the port plus 10 000, may be taken or past 65 535), picked again with the client port
     /// when either is taken. A bus port fixed in `args` was tried five times over when another
-    /// process held it, and the node never started (found by `tests/cluster.rs` in parallel).
+    /// process held it, and the node never started (found by `tests/process/cluster.rs` in parallel).
     pub cluster_bus: bool,
 }
 
@@ -243,7 +243,7 @@ fn spawn(
             // default for more replicas to share the transfer (every wait for a replica's link
             // was 5 s longer), and with no delay the primary streams nothing to the replica
             // until its first acknowledgement, up to a second after the sync: a `WAIT` then
-            // counted no replica though the primary listed it online (tests/replicas.rs failed
+            // counted no replica though the primary listed it online (tests/process/replicas.rs failed
             // so one run in three). The files are a few bytes, in the server's own directory.
             .args(["--repl-diskless-sync", "no"])
             .arg("--dir")

@@ -1,6 +1,6 @@
 //! A redis-server started with the ACL file `fleet acl` prints (SPEC §2.11), and every user
 //! through the real binary over `redis://user:password@host:port/`: the harness of
-//! `tests/acl.rs` and `tests/hostile.rs`.
+//! `tests/process/acl.rs` and `tests/process/hostile.rs`.
 
 use std::path::PathBuf;
 use std::process::Output;

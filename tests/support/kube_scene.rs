@@ -1,4 +1,4 @@
-//! The harness of the Kubernetes scenarios (`tests/kube_scenario.rs`): the group and Node the
+//! The harness of the Kubernetes scenarios (`tests/process/kube_scenario.rs`): the group and Node the
 //! scenes start from, a controller built as `fleet serve --kubernetes` builds it over the
 //! scripted API server (`support/apiserver.rs`) and a real redis-server, the moves the test
 //! makes as everyone else (a claim, a scale-down, a machine's power), bounded waits on what
@@ -28,7 +28,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::apiserver::{ApiServer, NAMESPACE, Served};
+use super::apiserver::{ApiServer, NAMESPACE, Served};
 use crate::support::{self, beat, bounded, conn, request_claim_with};
 
 pub const NODE: &str = "bench-01";

@@ -12,7 +12,7 @@ use crate::kubernetes::CALL_TIMEOUT;
 
 /// Every call this module makes, as (verb, API group, resource) for the RBAC that grants them:
 /// create, get and list Jobs, list their pods. The contract tests check each against the
-/// requests they see (`tests/jobs_contract.rs`).
+/// requests they see (`tests/redis/jobs_contract.rs`).
 pub const CALLS: [(&str, &str, &str); 4] = [
     ("create", "batch", "jobs"),
     ("get", "batch", "jobs"),

@@ -2,7 +2,7 @@
 //! words it prints with one `-v` (without it, a refused password, a refused cipher suite and a
 //! BMC that never answers all print the same `Unable to establish IPMI v2 / RMCP+ session`).
 //! Pure: no I/O. The phrases are ipmitool 1.8's (`lanplus.c`, `ipmi_chassis.c`), checked against
-//! `ipmi_sim` by `tests/ipmi.rs`.
+//! `ipmi_sim` by `tests/process/ipmi.rs`.
 
 use crate::power::PowerState;
 

@@ -1,0 +1,196 @@
+//! The power-on budget (SPEC §4.11) with real `fleet serve` processes: ten claims on a group
+//! with `max_concurrent: 2` never have more than two startups in flight, as the operations' own
+//! log shows, and all become ready; a leader killed mid-way changes nothing, since the counts are
+//! the operation records in Redis, which its successor reads.
+
+use crate::support;
+
+use std::time::Duration;
+
+use fleet::testing::RedisServer;
+use support::*;
+
+const SLOTS: usize = 10;
+
+fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
+    let slots: String = (1..=SLOTS)
+        .map(|i| format!("  - {{ name: bench-{i:02}, group: pool-a }}\n"))
+        .collect();
+    // Each startup logs its start and end (nanoseconds) around a pause, so overlaps show.
+    let startup = r#"echo "start $FLEET_SLOT $(date +%s%N)" >> "$LOG"; sleep 0.4; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h; echo "end $FLEET_SLOT $(date +%s%N)" >> "$LOG""#;
+    format!(
+        r#"groups:
+  - name: pool-a
+    min_size: 0
+    max_size: {SLOTS}
+    readiness_taints: []
+    power_on: {{ max_concurrent: 2 }}
+    startup: {{ command: ["sh", "-c", {startup:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
+    shutdown: {{ command: ["true"], timeout: 10s }}
+    timings: {{ job_monitor_poll_interval: 100ms }}
+slots:
+{slots}"#,
+        bin = env!("CARGO_BIN_EXE_fleet"),
+        redis = server.url(),
+        log = log.display().to_string(),
+    )
+}
+
+fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> Serve {
+    let args = [
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--interval",
+        "100ms",
+        "--lease",
+        "1s",
+        "--blind-grace",
+        "0s",
+        "--holder",
+        name,
+    ];
+    Serve::start(name, server, config, &args)
+}
+
+/// The most startups the log shows in flight at once, and how many started.
+fn overlap(log: &std::path::Path) -> (usize, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (kind, _slot, at) = (w.next()?, w.next()?, w.next()?.parse::<u128>().ok()?);
+            Some((at, if kind == "start" { 1 } else { -1 }))
+        })
+        .collect();
+    // At the same instant an end comes before a start: they did not overlap.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in &events {
+        now += d;
+        most = most.max(now);
+    }
+    let started = events.iter().filter(|(_, d)| *d == 1).count();
+    (most as usize, started)
+}
+
+async fn all_ready(server: &RedisServer) {
+    bounded("every claim ready", async {
+        loop {
+            let claims: serde_json::Value =
+                serde_json::from_str(&fleet_ok(server, &["claims", "-o", "json"])).unwrap();
+            let ready = claims
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["phase"] == "ready")
+                .count();
+            if ready == SLOTS {
+                return;
+            }
+            // Polling another process's state: nothing to wake this test sooner.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ten_claims_never_have_more_than_two_startups_in_flight() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, log) = (dir.path().join("fleet.yaml"), dir.path().join("ops.log"));
+    std::fs::write(&config, yaml(&server, &log)).unwrap();
+    let mut a = start("a", &server, &config);
+    a.log(&["became the leader"]).await;
+    for i in 1..=SLOTS {
+        fleet_ok(&server, &["claim", &format!("bench-{i:02}")]);
+    }
+    // The claims beyond the budget wait pending, and the views say why.
+    bounded("a claim to wait for the budget", async {
+        loop {
+            let claims: serde_json::Value =
+                serde_json::from_str(&fleet_ok(&server, &["claims", "-o", "json"])).unwrap();
+            let waits = claims.as_array().unwrap().iter().any(|c| {
+                c["phase"] == "pending"
+                    && c["waiting"]
+                        .as_str()
+                        .is_some_and(|w| w.contains("power-on budget"))
+            });
+            if waits {
+                return;
+            }
+            // Polling another process's state: nothing to wake this test sooner.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    all_ready(&server).await;
+    let (most, started) = overlap(&log);
+    assert_eq!(started, SLOTS, "each slot started once");
+    assert!(most <= 2, "{most} startups in flight at once");
+    assert_eq!(most, 2, "the budget was used, not just respected");
+}
+
+#[tokio::test]
+async fn a_leader_killed_mid_way_changes_nothing() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, log) = (dir.path().join("fleet.yaml"), dir.path().join("ops.log"));
+    std::fs::write(&config, yaml(&server, &log)).unwrap();
+    let mut a = start("a", &server, &config);
+    a.log(&["became the leader"]).await;
+    let mut b = start("b", &server, &config);
+    b.log(&["fleet serve started"]).await;
+    for i in 1..=SLOTS {
+        fleet_ok(&server, &["claim", &format!("bench-{i:02}")]);
+    }
+    // Killed while startups are in flight: their wrappers live on and report; b reads the
+    // records and keeps to the budget.
+    a.log(&["starting machine"]).await;
+    a.log(&["starting machine"]).await;
+    a.signal("-KILL");
+    b.log(&["became the leader"]).await;
+    all_ready(&server).await;
+    let (most, started) = overlap(&log);
+    assert_eq!(started, SLOTS, "each slot started once");
+    assert!(most <= 2, "{most} startups in flight at once");
+}
+
+// The budget's configuration: on a group and for the whole fleet; 0 is refused with its place,
+// since no machine could ever power on.
+#[test]
+fn the_budget_is_read_from_the_group_and_the_top_level_and_zero_is_refused() {
+    let server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let text = yaml(&server, &dir.path().join("log"));
+    let config = fleet::config::parse(&text, std::path::Path::new("t.yaml")).unwrap();
+    let group = &config.groups[&fleet::domain::name::GroupName::parse("pool-a").unwrap()];
+    assert_eq!(group.power_on.max_concurrent, Some(2));
+    assert_eq!(group.power_on.per_minute, None);
+    assert!(config.power_on.is_unbounded());
+
+    let fleet_wide = format!("power_on: {{ per_minute: 5 }}\n{text}");
+    let config = fleet::config::parse(&fleet_wide, std::path::Path::new("t.yaml")).unwrap();
+    assert_eq!(config.power_on.per_minute, Some(5));
+
+    let zero = format!(
+        "power_on: {{ max_concurrent: 0 }}\n{}",
+        text.replace("max_concurrent: 2", "per_minute: 0")
+    );
+    let err = fleet::config::parse(&zero, std::path::Path::new("t.yaml"))
+        .unwrap_err()
+        .to_string();
+    for want in [
+        "power_on.max_concurrent",
+        "groups[0] (pool-a).power_on.per_minute",
+        "use 1 or more",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let bogus = text.replace("max_concurrent: 2", "max_concurrent: 2, burst: 3");
+    let err = fleet::config::parse(&bogus, std::path::Path::new("t.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `burst`"), "{err}");
+}
