@@ -14,8 +14,12 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 
+# Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md).
 bench: deps
 	cargo bench --bench presence
 	cargo bench --bench controller
 	cargo bench --bench faults
 	cargo bench --bench provider
+	cargo bench --bench wake
+	cargo bench --bench page
+	cargo bench --bench load

@@ -11,10 +11,14 @@
 //! - [`cli`] (7): the `fleet` command line, one file per verb; rows are built from domain values.
 //! - [`agent`] (6): the heartbeat agent that a bench runs.
 //! - [`provider`] (6): cluster-autoscaler's `externalgrpc` provider; its wire types stay inside.
+//! - [`kubernetes`] (6): the Kubernetes client behind the Nodes port and the Job runner: the
+//!   Node watch and writes, Events, Jobs.
 //! - [`reconcile`] (5): the lifecycle controller: the loop, leadership, one pass, the executor
 //!   of `domain::slot`'s plans.
 //! - [`requests`] (4): the command layer that makes and ends claims, for `cli` and `provider`.
 //! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their wrapper.
+//! - [`power`] (4): fleet's own power drivers (Wake-on-LAN, Redfish, IPMI), the BMC watch, and
+//!   the agent's off through a port.
 //! - [`telemetry`] (4): the metrics with their typed labels, health, and their HTTP server.
 //! - [`testing`] (4): a private `redis-server` for tests, benchmarks and the local stack.
 //! - [`store`] (3): Redis. One module names every key; every store call is one round trip.
