@@ -8,11 +8,11 @@ deps:
 	scripts/ensure-deps.sh
 
 test: deps
-	cargo test --all-features --no-fail-fast
+	cargo test --workspace --all-features --no-fail-fast
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 # Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md).
 bench: deps

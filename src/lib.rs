@@ -30,7 +30,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
-pub mod domain;
+pub use fleet_core::domain;
 pub mod kubernetes;
 pub mod lifecycle;
 pub mod power;
@@ -40,4 +40,4 @@ pub mod requests;
 pub mod store;
 pub mod telemetry;
 pub mod testing;
-pub mod units;
+pub use fleet_core::units;

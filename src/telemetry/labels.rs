@@ -4,51 +4,52 @@
 //! names itself; the provider's methods and gRPC codes are closed enums deriving
 //! `EncodeLabelValue`, spelled as the protocol spells them.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelSetEncoder};
 
 use crate::domain::claim::{self, OperationKind, OperationOutcome};
 use crate::domain::law::Report;
 use crate::domain::name::{BenchName, GroupName};
 
-/// A group's name is a label value as it is: the configuration bounds the groups.
-impl EncodeLabelValue for GroupName {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        EncodeLabelValue::encode(&self.as_str(), encoder)
+/// How an operation ended, as /metrics has always spelled it (`timedout`).
+fn outcome(o: OperationOutcome) -> &'static str {
+    match o {
+        OperationOutcome::Completed => "completed",
+        OperationOutcome::Failed => "failed",
+        OperationOutcome::TimedOut => "timedout",
+        OperationOutcome::Abandoned => "abandoned",
     }
 }
 
-/// A slot's name likewise: the configuration bounds the slots.
-impl EncodeLabelValue for BenchName {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        EncodeLabelValue::encode(&self.as_str(), encoder)
-    }
-}
-
-/// The domain's own values are label values as they name themselves (`as_str`), so a label
-/// takes exactly the values its domain type has, and no mirror of it needs keeping.
-macro_rules! named {
-    ($($t:ty),*) => {$(
-        impl EncodeLabelValue for $t {
-            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-                EncodeLabelValue::encode(&self.as_str(), encoder)
+/// The label sets of domain values, each value as it names itself (`as_str`), so a label takes
+/// exactly the values its domain type has and no mirror of it needs keeping; a group's and a
+/// slot's name as they are (the configuration bounds both). Written by hand: prometheus-client's
+/// derive needs each field to be a label value, and a type of the core crate cannot be made one
+/// in this crate (the orphan rule).
+macro_rules! domain_labels {
+    ($($t:ident => |$this:ident| [$(($key:literal, $value:expr)),+ $(,)?];)*) => {$(
+        impl EncodeLabelSet for $t {
+            fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+                let $this = self;
+                [$(($key, $value)),+].encode(encoder)
             }
         }
     )*};
 }
 
-named!(claim::Phase, Report, claim::Reason, OperationKind);
-
-/// How an operation ended, as /metrics has always spelled it (`timedout`).
-impl EncodeLabelValue for OperationOutcome {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        let value = match self {
-            OperationOutcome::Completed => "completed",
-            OperationOutcome::Failed => "failed",
-            OperationOutcome::TimedOut => "timedout",
-            OperationOutcome::Abandoned => "abandoned",
-        };
-        EncodeLabelValue::encode(&value, encoder)
-    }
+domain_labels! {
+    ClaimLabels => |l| [("group", l.group.as_str()), ("phase", l.phase.as_str())];
+    SlotLabels => |l| [("group", l.group.as_str()), ("phase", l.phase.as_str())];
+    MoveLabels => |l| [
+        ("to", l.to.as_str()),
+        ("reason", l.reason.as_ref().map_or("", |r| r.as_str())),
+    ];
+    OperationLabels => |l| [
+        ("operation", l.operation.as_str()),
+        ("outcome", outcome(l.outcome)),
+    ];
+    KindLabel => |l| [("operation", l.operation.as_str())];
+    ReasonLabel => |l| [("reason", l.reason.as_str())];
+    EnergyLabels => |l| [("group", l.group.as_str()), ("slot", l.slot.as_str())];
 }
 
 /// A write fleet made to a Kubernetes Node (SPEC §3.12), and what became of it.
@@ -128,41 +129,41 @@ pub enum Code {
 }
 
 /// `fleet_claims`: claims by group and phase.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ClaimLabels {
     pub group: GroupName,
     pub phase: claim::Phase,
 }
 
 /// `fleet_slots`: slots by group and reported phase.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SlotLabels {
     pub group: GroupName,
     pub phase: Report,
 }
 
 /// `fleet_claim_moves_total`: the phase moved to and the reason (empty when the move has none).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct MoveLabels {
     pub to: claim::Phase,
     pub reason: Option<claim::Reason>,
 }
 
 /// `fleet_operations_total`: the operation's kind and outcome.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct OperationLabels {
     pub operation: OperationKind,
     pub outcome: OperationOutcome,
 }
 
 /// `fleet_operation_duration_seconds`: the operation's kind.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct KindLabel {
     pub operation: OperationKind,
 }
 
 /// `fleet_claim_warnings_total`: the warning's reason.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct ReasonLabel {
     pub reason: claim::Reason,
 }
@@ -181,7 +182,7 @@ pub struct CallLabels {
 }
 
 /// `fleet_energy_*` (SPEC §4.12): one slot of its group.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct EnergyLabels {
     pub group: GroupName,
     pub slot: BenchName,

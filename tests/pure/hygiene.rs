@@ -19,6 +19,16 @@ fn sources(dir: &str) -> Vec<(PathBuf, String)> {
     out
 }
 
+/// The source of every crate of the product: fleet's own and the core's.
+fn product_sources() -> Vec<(PathBuf, String)> {
+    let mut all = sources("src");
+    all.extend(sources(CORE));
+    all
+}
+
+/// The core crate's source (SPEC §1): the domain and the units.
+const CORE: &str = "crates/fleet-core/src";
+
 /// The source without its `#[cfg(test)]` module (tests may do what the code may not).
 fn code(text: &str) -> &str {
     text.split("#[cfg(test)]").next().unwrap_or(text)
@@ -33,7 +43,9 @@ fn is_test_file(path: &Path) -> bool {
         || inner.components().any(|c| c.as_os_str() == "tests")
 }
 
-// SPEC §1: `src/domain/` has no I/O, no clock, no environment, no async.
+// SPEC §1: the domain has no I/O, no clock, no environment, no async. The core crate's
+// dependencies hold most of it (no tokio, redis, kube or tonic to call, chrono without its clock),
+// and this holds the rest (std's own I/O, clock and environment).
 #[test]
 fn the_domain_is_pure() {
     let forbidden = [
@@ -56,7 +68,7 @@ fn the_domain_is_pure() {
         "println!",
         "eprintln!",
     ];
-    let files = sources("src/domain");
+    let files = sources(&format!("{CORE}/domain"));
     assert!(!files.is_empty());
     for (path, text) in files {
         for word in forbidden {
@@ -90,7 +102,7 @@ fn no_code_reads_the_tsv_page_back() {
 // SPEC §2.3: every Redis key is named in the key module; no other file spells a key.
 #[test]
 fn every_key_is_named_in_the_key_module() {
-    for (path, text) in sources("src") {
+    for (path, text) in product_sources() {
         if path.ends_with("store/keys.rs") {
             continue;
         }
@@ -125,7 +137,7 @@ fn no_unwrap_outside_tests() {
 }
 
 // SPEC §3.10: the slot's history has one writer. Its fields are private to
-// src/domain/history.rs, so the compiler already refuses a write elsewhere; this holds the same
+// crates/fleet-core/src/domain/history.rs, so the compiler already refuses a write elsewhere; this holds the same
 // on the source, so that a future "just to know what happened last" accessor is caught in review.
 #[test]
 fn nothing_outside_the_history_writer_touches_the_history() {
@@ -137,7 +149,7 @@ fn nothing_outside_the_history_writer_touches_the_history() {
         ".recent_activations.",
         "history.last_transition_time =",
     ];
-    for (path, text) in sources("src") {
+    for (path, text) in product_sources() {
         if path.ends_with("domain/history.rs") {
             continue;
         }
@@ -155,7 +167,10 @@ fn nothing_outside_the_history_writer_touches_the_history() {
 // the table is extended.
 #[test]
 fn the_law_and_the_state_machine_have_no_wildcard_arm() {
-    for file in ["src/domain/law.rs", "src/domain/fsm.rs"] {
+    for file in [
+        "crates/fleet-core/src/domain/law.rs",
+        "crates/fleet-core/src/domain/fsm.rs",
+    ] {
         let text =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         assert!(!code(&text).contains("_ =>"), "{file} has a wildcard arm");
@@ -167,7 +182,7 @@ fn the_law_and_the_state_machine_have_no_wildcard_arm() {
 #[test]
 fn the_generated_wire_types_stay_in_the_provider_folder() {
     let provider = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provider");
-    let leaks: Vec<String> = sources("src")
+    let leaks: Vec<String> = product_sources()
         .into_iter()
         .filter(|(path, _)| !path.starts_with(&provider))
         .filter(|(_, text)| {
@@ -831,7 +846,7 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
 #[test]
 fn long_files_and_functions_say_why() {
     let mut unexplained = Vec::new();
-    for (path, text) in sources("src") {
+    for (path, text) in product_sources() {
         if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
             continue;
         }
@@ -878,12 +893,17 @@ fn the_function_reader_measures_bodies_and_skips_declarations() {
     assert!(!says_why_above(&["/// Short.", "fn e() {"], 1));
 }
 
-/// The top-level modules, as `src/lib.rs` declares them.
+/// The top-level modules, as `src/lib.rs` declares them or takes them from the core crate.
 fn modules() -> Vec<String> {
     std::fs::read_to_string("src/lib.rs")
         .unwrap()
         .lines()
-        .filter_map(|l| Some(l.strip_prefix("pub mod ")?.strip_suffix(';')?.to_owned()))
+        .filter_map(|l| {
+            let rest = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("pub use fleet_core::"))?;
+            Some(rest.strip_suffix(';')?.to_owned())
+        })
         .collect()
 }
 
@@ -927,7 +947,9 @@ fn the_maps_name_every_module_at_its_layer_and_nothing_else() {
     let laid: Vec<String> = layout
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix("src/")?;
+            let rest = l
+                .strip_prefix("src/")
+                .or_else(|| l.strip_prefix("crates/fleet-core/src/"))?;
             let name = rest.split(['/', ' ']).next()?;
             let name = name.strip_suffix(".rs").unwrap_or(name);
             (name != "lib").then(|| name.to_owned())
@@ -956,4 +978,31 @@ fn the_maps_name_every_module_at_its_layer_and_nothing_else() {
             assert_eq!(Some(*r), rank(m), "{map} puts {m} at layer {r}");
         }
     }
+}
+
+// SPEC §1: the core crate's dependencies are what the pure rules need, and nothing that could do
+// I/O, keep time or run async; chrono comes without its `clock` feature, so `Utc::now` does not
+// compile there.
+#[test]
+fn the_core_crate_depends_on_nothing_that_does_io() {
+    let manifest = std::fs::read_to_string("crates/fleet-core/Cargo.toml").unwrap();
+    let deps = &manifest[manifest.find("[dependencies]").unwrap()..];
+    let deps = &deps[..deps.find("[dev-dependencies]").unwrap_or(deps.len())];
+    let names: Vec<&str> = deps
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split('=').next().map(str::trim))
+        .collect();
+    assert_eq!(
+        names,
+        ["chrono", "serde", "serde_json", "thiserror", "humantime"],
+        "crates/fleet-core/Cargo.toml"
+    );
+    let root = std::fs::read_to_string("Cargo.toml").unwrap();
+    let chrono = root
+        .lines()
+        .find(|l| l.starts_with("chrono = { version"))
+        .expect("the workspace's chrono");
+    assert!(!chrono.contains("clock"), "{chrono}");
 }
