@@ -10,6 +10,8 @@
 //! Run: `cargo bench --bench controller` (add `-- --quick` for 1 000 slots, `-- --slots N` for
 //! N).
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,13 +76,10 @@ fn controller(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
+    let args = support::Args::new();
+    let quick = args.quick();
     // `--slots N` measures another fleet size (issue 15 asks for 100 000).
-    let asked = args
-        .iter()
-        .position(|a| a == "--slots")
-        .and_then(|i| args.get(i + 1)?.parse::<usize>().ok());
+    let asked = args.value::<usize>("--slots");
     let slots = asked.unwrap_or(if quick { 1_000 } else { 10_000 });
     let server = RedisServer::with(Options {
         tcp: true,
@@ -149,24 +148,24 @@ async fn main() -> anyhow::Result<()> {
         redis.push(redis_cpu(&conn).await? - redis_before);
         assert_eq!(report.slots, slots);
     }
-    times.sort();
-    ours.sort_by(f64::total_cmp);
-    redis.sort_by(f64::total_cmp);
+    let times = support::sorted(times);
+    let (ours, redis) = (support::sorted(ours), support::sorted(redis));
+    let median = |t: &[Duration]| support::quantile(t, 0.5);
     println!(
         "controller pass over {slots} slots ({} ready claims): median {:.1} ms, worst {:.1} ms, first (statuses written) {:.1} ms",
         slots / 2,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        times[times.len() - 1].as_secs_f64() * 1e3,
+        median(&times).as_secs_f64() * 1e3,
+        support::quantile(&times, 1.0).as_secs_f64() * 1e3,
         first.as_secs_f64() * 1e3,
     );
     println!(
         "          target: well under the 1 s pass interval -> {:.1}% of it",
-        times[times.len() / 2].as_secs_f64() * 100.0
+        median(&times).as_secs_f64() * 100.0
     );
     println!(
         "          CPU per pass (median): this process {:.1} ms, Redis {:.1} ms",
-        ours[ours.len() / 2] * 1e3,
-        redis[redis.len() / 2] * 1e3,
+        support::quantile(&ours, 0.5) * 1e3,
+        support::quantile(&redis, 0.5) * 1e3,
     );
     drop(ctl);
     let (rss, peak) = serve_memory(port, slots, 5).await?;
@@ -239,11 +238,11 @@ async fn main() -> anyhow::Result<()> {
     }
     shutdown.cancel();
     running.await?;
-    latencies.sort();
+    let latencies = support::sorted(latencies);
     println!(
         "first UP beat -> ready move ({n} slots, server clock): median {:.0} ms, worst {:.0} ms (target: within the 1 s pass interval)",
-        latencies[latencies.len() / 2].as_secs_f64() * 1e3,
-        latencies[latencies.len() - 1].as_secs_f64() * 1e3,
+        support::quantile(&latencies, 0.5).as_secs_f64() * 1e3,
+        support::quantile(&latencies, 1.0).as_secs_f64() * 1e3,
     );
     Ok(())
 }

@@ -31,6 +31,8 @@
 //! the generators: with -10, Redis and the agents it serves are not kept waiting for a core by
 //! the controller and the readers, which the two cores cannot all carry at once).
 
+mod support;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::path::Path;
@@ -81,13 +83,9 @@ struct Args {
 
 impl Args {
     fn parse() -> Args {
-        let args: Vec<String> = std::env::args().collect();
-        let quick = args.iter().any(|a| a == "--quick");
-        let value = |flag: &str| {
-            args.iter()
-                .position(|a| a == flag)
-                .and_then(|i| args.get(i + 1)?.parse::<f64>().ok())
-        };
+        let args = support::Args::new();
+        let quick = args.quick();
+        let value = |flag: &str| args.value::<f64>(flag);
         Args {
             benches: value("--benches")
                 .map_or(if quick { 10_000 } else { 100_000 }, |n| n as usize),
@@ -422,9 +420,12 @@ impl Window {
     }
 }
 
+/// `q` of `sorted`, or zero when a window timed no beat.
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(i).copied().unwrap_or_default()
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    support::quantile(sorted, q)
 }
 
 /// Runs the generators on `beats` (their own runtime) for one window.

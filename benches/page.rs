@@ -10,6 +10,8 @@
 //!
 //! Run: `cargo bench --bench page` (add `-- --quick` for 5 s windows instead of 20 s).
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -158,7 +160,7 @@ fn open_page(addr: String, frames: Arc<AtomicU64>, bytes: Arc<AtomicU64>) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::Args::new().quick();
     let length = Duration::from_secs(if quick { 5 } else { 20 });
     let server = RedisServer::with(Options {
         tcp: true,

@@ -15,6 +15,8 @@
 //! Run: `cargo bench --bench presence` (add `-- --quick` for one size and fewer runs, `-- --reads`
 //! for the reads alone: no beats counted, no agent built or run).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use fleet::domain::name::BenchName;
@@ -32,8 +34,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let reads_only = std::env::args().any(|a| a == "--reads");
+    let args = support::Args::new();
+    let quick = args.quick();
+    let reads_only = args.flag("--reads");
     let server = RedisServer::with(Options {
         tcp: true,
         ..Options::default()
@@ -199,20 +202,14 @@ where
     out
 }
 
-async fn median<F, Fut>(runs: usize, mut f: F) -> Duration
+/// The median of `runs` timed calls of `f`, after one untimed (a script cache, the allocator and
+/// the connection's buffers warm).
+async fn median<F, Fut>(runs: usize, f: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    f().await; // warm-up: script cache, allocator, connection buffers
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
-        f().await;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    times[times.len() / 2]
+    support::quantile(&support::timed(1, runs, f).await, 0.5)
 }
 
 fn ms(d: Duration) -> String {

@@ -6,9 +6,11 @@
 //!
 //! Run: `cargo bench --bench provider` (add `-- --quick` for fewer calls).
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleet::config;
 use fleet::domain::claim::{Move, Phase};
@@ -41,22 +43,16 @@ fn yaml() -> String {
 }
 
 /// p50 and p99 of `calls` timed calls of `f`, after `calls / 10` untimed ones.
-async fn percentiles<F, Fut>(calls: usize, mut f: F) -> (Duration, Duration)
+async fn percentiles<F, Fut>(calls: usize, f: F) -> (Duration, Duration)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..calls / 10 {
-        f().await;
-    }
-    let mut times = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let started = Instant::now();
-        f().await;
-        times.push(started.elapsed());
-    }
-    times.sort();
-    (times[calls / 2], times[calls * 99 / 100])
+    let times = support::timed(calls / 10, calls, f).await;
+    (
+        support::quantile(&times, 0.5),
+        support::quantile(&times, 0.99),
+    )
 }
 
 fn ms(d: Duration) -> f64 {
@@ -65,7 +61,7 @@ fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::Args::new().quick();
     let calls = if quick { 300 } else { 3_000 };
     let server = RedisServer::with(Options {
         tcp: true,

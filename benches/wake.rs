@@ -17,6 +17,8 @@
 //!
 //! Run: `cargo bench --bench wake` (add `-- --quick` for 30 slots instead of 100).
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -232,9 +234,8 @@ fn ms(d: TimeDelta) -> f64 {
 /// Median, p99 and max of `values`, sorted in place.
 fn figures(values: &mut [f64]) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
-    let at =
-        |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
-    (at(0.5), at(0.99), values[values.len() - 1])
+    let at = |q: f64| support::quantile(values, q);
+    (at(0.5), at(0.99), at(1.0))
 }
 
 fn line(what: &str, anchor: &mut [f64], wake: &mut [f64]) {
@@ -256,7 +257,7 @@ fn line(what: &str, anchor: &mut [f64], wake: &mut [f64]) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::Args::new().quick();
     let server = RedisServer::start()?;
     let conn = server.endpoint().connect().await?;
     let info: String = redis::cmd("INFO")
