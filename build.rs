@@ -1,7 +1,8 @@
-//! Compiles the externalgrpc proto with protox (no system protoc) into the provider's wire types,
-//! records the git commit the binary was built from (for `fleet version`), when built from a
-//! checkout, and writes the SHA-1 of each Lua script as Redis names it (`store::script`), so a
-//! script is called by its hash without the binary hashing anything.
+//! Compiles the externalgrpc proto and the trimmed Kubernetes messages with protox (no system
+//! protoc) into the provider's wire types, records the git commit the binary was built from (for
+//! `fleet version`), when built from a checkout, and writes the SHA-1 of each Lua script as Redis
+//! names it (`store::script`), so a script is called by its hash without the binary hashing
+//! anything.
 
 use sha1::{Digest, Sha1};
 
@@ -14,6 +15,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .generate_default_stubs(true)
         .compile_fds(fds)?;
+    // The Kubernetes messages of the template and the priced pod, trimmed from upstream's (the
+    // file says why); maps as BTreeMap, as k8s-pb had them: keys in order, so a template encodes
+    // to the same bytes every time.
+    println!("cargo:rerun-if-changed=proto/k8s.proto");
+    let k8s = protox::compile(["proto/k8s.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .btree_map(".")
+        .compile_fds(k8s)?;
     // The commit, when this is a git checkout; a build from a source tarball says so instead.
     // (Watched only where they exist: a missing path would rerun this script on every build.)
     for watched in [".git/HEAD", ".git/refs/heads"] {

@@ -295,7 +295,7 @@ impl Client {
             .await
             .map_err(refused(format!("group {group}: its node template")))?
             .into_inner();
-        let node = k8s_pb::api::core::v1::Node::decode(answer.node_bytes.as_slice())
+        let node = super::k8s::Node::decode(answer.node_bytes.as_slice())
             .map_err(ClientError::Template)?;
         Ok(template_row(&node, answer.node_info == answer.node_bytes))
     }
@@ -325,7 +325,7 @@ fn instance_row(i: Instance) -> InstanceRow {
     }
 }
 
-fn template_row(node: &k8s_pb::api::core::v1::Node, legacy_field_matches: bool) -> TemplateRow {
+fn template_row(node: &super::k8s::Node, legacy_field_matches: bool) -> TemplateRow {
     let meta = node.metadata.clone().unwrap_or_default();
     let spec = node.spec.clone().unwrap_or_default();
     let status = node.status.clone().unwrap_or_default();

@@ -7,13 +7,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use k8s_pb::api::core::v1::Pod;
 use prost::Message;
 
 use crate::config::{AutoscalingOptions, Config, Group};
 use crate::domain::claim::{Claim, Reason};
 use crate::domain::sizing::{Fake, Instance as Shown};
 
+use super::k8s::Pod;
 use super::pricing::{PodAsk, PodPriceError, Requests, interval, pod_name};
 use super::wire::instance_status::InstanceState;
 use super::wire::{
@@ -272,9 +272,9 @@ pub fn gpu_types(config: &Config) -> HashMap<String, prost_types::Any> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::k8s::Container;
     use crate::provider::pricing::tests::{container, list, pod, requests};
     use crate::provider::pricing::{PriceError, QuantityError};
-    use k8s_pb::api::core::v1::Container;
 
     fn mins(m: u64) -> Duration {
         Duration::from_secs(m * 60)

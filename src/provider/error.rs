@@ -244,7 +244,7 @@ mod tests {
 
     fn undecodable() -> prost::DecodeError {
         use prost::Message;
-        k8s_pb::api::core::v1::Pod::decode([0xff_u8].as_slice()).unwrap_err()
+        crate::provider::k8s::Pod::decode([0xff_u8].as_slice()).unwrap_err()
     }
 
     fn group() -> GroupName {

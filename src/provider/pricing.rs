@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use k8s_pb::api::core::v1::{Container, Pod};
-use k8s_pb::apimachinery::pkg::api::resource::Quantity;
-
+use super::k8s::{Container, Pod, Quantity};
 use crate::config::{Config, PowerDraw};
 use crate::domain::name::GroupName;
 pub use crate::units::QuantityError;
@@ -417,23 +415,22 @@ pub(super) mod tests {
     pub(crate) fn container(name: &str, requests: &[(&str, &str)], sidecar: bool) -> Container {
         Container {
             name: Some(name.to_owned()),
-            resources: Some(k8s_pb::api::core::v1::ResourceRequirements {
+            resources: Some(crate::provider::k8s::ResourceRequirements {
                 requests: list(requests),
                 ..Default::default()
             }),
             restart_policy: sidecar.then(|| "Always".to_owned()),
-            ..Default::default()
         }
     }
 
     pub(crate) fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
         Pod {
-            metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            metadata: Some(crate::provider::k8s::ObjectMeta {
                 namespace: Some("default".into()),
                 name: Some("web-1".into()),
                 ..Default::default()
             }),
-            spec: Some(k8s_pb::api::core::v1::PodSpec {
+            spec: Some(crate::provider::k8s::PodSpec {
                 containers,
                 init_containers: init,
                 ..Default::default()
@@ -497,7 +494,7 @@ pub(super) mod tests {
         assert!((r.0["cpu"] - 1.75).abs() < 1e-12, "started after it: {r:?}");
         // Pod-level requests replace the containers' cpu and memory; the overhead adds.
         let spec = p.spec.as_mut().unwrap();
-        spec.resources = Some(k8s_pb::api::core::v1::ResourceRequirements {
+        spec.resources = Some(crate::provider::k8s::ResourceRequirements {
             requests: list(&[("cpu", "3"), ("memory", "2Gi")]),
             ..Default::default()
         });

@@ -1,14 +1,15 @@
 //! The node a group's machines become, before one exists (SPEC §6.3): what cluster-autoscaler
-//! simulates when it scales a group up from zero. A Kubernetes v1 Node built with `k8s-pb` and
-//! encoded as plain protobuf, exactly what Go's `v1.Node.Unmarshal` reads.
+//! simulates when it scales a group up from zero. A Kubernetes v1 Node built from the trimmed
+//! messages of `proto/k8s.proto` and encoded as plain protobuf, exactly what Go's
+//! `v1.Node.Unmarshal` reads.
 
 use std::collections::BTreeMap;
 
-use k8s_pb::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
-use k8s_pb::apimachinery::pkg::api::resource::Quantity;
-use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prost::Message;
 
+use super::k8s::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, ObjectMeta, Quantity, Taint,
+};
 use crate::config::{Group, Template};
 
 /// The label fleet puts on every template with the group's name.
@@ -99,7 +100,6 @@ fn status(group: &Group, template: &Template, os: String, arch: String) -> NodeS
         status: Some(status.to_owned()),
         reason: Some(reason.to_owned()),
         message: Some(format!("template of fleet group {}", group.name)),
-        ..NodeCondition::default()
     };
     NodeStatus {
         capacity: resources.clone(),
@@ -115,10 +115,8 @@ fn status(group: &Group, template: &Template, os: String, arch: String) -> NodeS
         node_info: Some(NodeSystemInfo {
             operating_system: Some(os),
             architecture: Some(arch),
-            ..NodeSystemInfo::default()
         }),
         phase: Some("Running".to_owned()),
-        ..NodeStatus::default()
     }
 }
 

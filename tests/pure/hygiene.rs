@@ -186,7 +186,9 @@ fn the_generated_wire_types_stay_in_the_provider_folder() {
         .into_iter()
         .filter(|(path, _)| !path.starts_with(&provider))
         .filter(|(_, text)| {
-            code(text).contains("provider::wire") || code(text).contains("include_proto!")
+            ["provider::wire", "provider::k8s", "include_proto!"]
+                .iter()
+                .any(|word| code(text).contains(word))
         })
         .map(|(path, _)| path.display().to_string())
         .collect();

@@ -10,6 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fleet::config::{self, Config};
+use fleet::provider::k8s::{
+    Container, Node, ObjectMeta, Pod, PodSpec, Quantity, ResourceRequirements,
+};
 use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
@@ -17,9 +20,6 @@ use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::testing::RedisServer;
-use k8s_pb::api::core::v1::{Container, Node, Pod, PodSpec, ResourceRequirements};
-use k8s_pb::apimachinery::pkg::api::resource::Quantity;
-use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prost::Message;
 use support::*;
 use tokio::sync::watch;

@@ -575,7 +575,7 @@ async fn the_template_options_price_and_gpus_answer_from_the_configuration() {
         t.node_info, t.node_bytes,
         "the same bytes in the legacy field"
     );
-    let n = k8s_pb::api::core::v1::Node::decode(t.node_bytes.as_slice()).unwrap();
+    let n = fleet::provider::k8s::Node::decode(t.node_bytes.as_slice()).unwrap();
     let labels = n.metadata.unwrap().labels;
     assert_eq!(labels["fleet.dev/pool"], "b");
     assert_eq!(labels["fleet.dev/gpu-type"], "nvidia-a100");
