@@ -9,8 +9,8 @@
 //!    controller's first pass. `used_memory` (`INFO memory`) before and after each step, over
 //!    the bench count, is the memory per bench.
 //! 2. The quiet window (the anchor): `--rate` beats/s (10 000) for `--seconds` (20; 5 with
-//!    `--quick`), nothing else running. A beat is one round trip (one pipeline of plain commands), the agent's
-//!    call; each bench beats at its own interval (the fleet's mean times 0.9 to 1.1, as the
+//!    `--quick`), nothing else running. A beat is one round trip (one pipeline of plain
+//!    commands), the agent's call; each bench beats at its own interval (the fleet's mean times 0.9 to 1.1, as the
 //!    agent's jitter spreads a rack). A few generators, on their own connections and runtime,
 //!    issue each beat when due, whatever is still in flight.
 //! 3. The loaded window: the same beats while the controller passes over every slot back to back

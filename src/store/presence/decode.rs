@@ -1,4 +1,5 @@
-//! Decoding what a fleet read returns (SPEC §2.3, §2.4): the replies of the read's pipeline, each heartbeat value into a reading, each hold request into a request or none, and
+//! Decoding what a fleet read returns (SPEC §2.3, §2.4): the replies of the read's pipeline,
+//! each heartbeat value into a reading, each hold request into a request or none, and
 //! the benches whose key holds another type than a heartbeat.
 //!
 //! Pure: no I/O, and no clock but the server's time the read returned. A defect in a value is a
