@@ -105,9 +105,8 @@ pub fn quantity_value(text: &str) -> Result<f64, QuantityError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(end);
-    if number.matches('.').count() > 1 || !number.bytes().any(|b| b.is_ascii_digit()) {
-        return Err(QuantityError::Unreadable);
-    }
+    // Digits and dots only: Rust's float grammar refuses no digit and a second dot, as
+    // Kubernetes' does.
     let mantissa: f64 = number.parse().map_err(|_| QuantityError::Unreadable)?;
     let scale = match suffix {
         "" => 1.0,
@@ -200,13 +199,15 @@ mod tests {
             let err = Quantity::parse(bad).expect_err(bad).to_string();
             assert!(err.contains("like 16, 500m or 64Gi"), "{bad:?}: {err}");
         }
+        // Shown as written, in a message or a view.
+        assert_eq!(Quantity::parse("0.5Gi").unwrap().to_string(), "0.5Gi");
     }
 
     // Kubernetes' quantity grammar, row by row: the value in its unit, or why it is refused.
     #[test]
     fn quantities_read_as_kubernetes_reads_them() {
         use QuantityError::*;
-        let rows: [(&str, Result<f64, QuantityError>); 31] = [
+        let rows: [(&str, Result<f64, QuantityError>); 33] = [
             ("1", Ok(1.0)),
             ("500m", Ok(0.5)),
             ("1.5", Ok(1.5)),
@@ -225,6 +226,8 @@ mod tests {
             ("1Ki", Ok(1024.0)),
             ("1Mi", Ok(1024.0 * 1024.0)),
             ("64Gi", Ok(64.0 * 1024.0 * 1024.0 * 1024.0)),
+            ("1Ti", Ok(1024f64.powi(4))),
+            ("3Pi", Ok(3.0 * 1024f64.powi(5))),
             ("1e3", Ok(1e3)),
             ("15E-1", Ok(1.5)),
             ("1e+2", Ok(100.0)),

@@ -236,9 +236,8 @@ impl Ledger {
             });
             return advance;
         }
-        if now > mark.at {
-            credit(&mut advance.increments, mark.power, mark.at, now);
-        }
+        // A clock that stood still or stepped back credits nothing: `credit` walks forward only.
+        credit(&mut advance.increments, mark.power, mark.at, now);
         let at = now.max(mark.at);
         if mark.known == Some(Power::Off) && power == Some(Power::On) {
             advance
@@ -340,26 +339,6 @@ impl Figures {
             cost_saved: kwh_saved * draw.price_per_kwh,
             activations: totals.activations,
         }
-    }
-
-    /// The sum of slots' figures, for a group's total.
-    pub fn sum(figures: impl IntoIterator<Item = Figures>) -> Figures {
-        let zero = Figures {
-            hours_on: 0.0,
-            hours_off: 0.0,
-            kwh: 0.0,
-            kwh_saved: 0.0,
-            cost_saved: 0.0,
-            activations: 0,
-        };
-        figures.into_iter().fold(zero, |a, f| Figures {
-            hours_on: a.hours_on + f.hours_on,
-            hours_off: a.hours_off + f.hours_off,
-            kwh: a.kwh + f.kwh,
-            kwh_saved: a.kwh_saved + f.kwh_saved,
-            cost_saved: a.cost_saved + f.cost_saved,
-            activations: a.activations + f.activations,
-        })
     }
 }
 
