@@ -7,12 +7,25 @@ up:
 deps:
 	scripts/ensure-deps.sh
 
+# Every test. With cargo-nextest (on every machine of this workplace) every test of every tier
+# runs in one queue, eight at a time (.config/nextest.toml); without it, cargo test runs the
+# binaries one after the other, eight tests at a time: the tests mostly wait on processes and
+# Redis, not the CPU. Doc tests, which nextest does not run, run apart. fleet-agent's tests then
+# run against fleet built without its features, as machines build the agent: that build, tested.
 test: deps
-	cargo test --workspace --all-features --no-fail-fast
+	@if cargo nextest --version >/dev/null 2>&1; then \
+		set -e; \
+		cargo nextest run --workspace --exclude fleet-agent --all-features; \
+		cargo test --workspace --exclude fleet-agent --all-features --doc; \
+	else \
+		RUST_TEST_THREADS=$${RUST_TEST_THREADS:-8} cargo test --workspace --exclude fleet-agent --all-features --no-fail-fast; \
+	fi
+	cargo test -p fleet-agent
 
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p fleet -p fleet-agent --no-default-features --all-targets -- -D warnings
 
 # Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md).
 bench: deps

@@ -8,23 +8,8 @@ use sha1::{Digest, Sha1};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     script_hashes()?;
-    println!("cargo:rerun-if-changed=proto/externalgrpc.proto");
-    let fds = protox::compile(["proto/externalgrpc.proto"], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .generate_default_stubs(true)
-        .compile_fds(fds)?;
-    // The Kubernetes messages of the template and the priced pod, trimmed from upstream's (the
-    // file says why); maps as BTreeMap, as k8s-pb had them: keys in order, so a template encodes
-    // to the same bytes every time.
-    println!("cargo:rerun-if-changed=proto/k8s.proto");
-    let k8s = protox::compile(["proto/k8s.proto"], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(false)
-        .build_client(false)
-        .btree_map(".")
-        .compile_fds(k8s)?;
+    #[cfg(feature = "provider")]
+    wire_types()?;
     // The commit, when this is a git checkout; a build from a source tarball says so instead.
     // (Watched only where they exist: a missing path would rerun this script on every build.)
     for watched in [".git/HEAD", ".git/refs/heads"] {
@@ -70,5 +55,28 @@ fn script_hashes() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         std::fs::write(out.join(format!("{name}.sha1")), hex)?;
     }
+    Ok(())
+}
+
+/// The provider's wire types (only with the `provider` feature, whose build-dependencies these
+/// are): the externalgrpc service, and the Kubernetes messages of the template and the priced
+/// pod, trimmed from upstream's (the file says why); maps as BTreeMap, as k8s-pb had them: keys in
+/// order, so a template encodes to the same bytes every time.
+#[cfg(feature = "provider")]
+fn wire_types() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/externalgrpc.proto");
+    let fds = protox::compile(["proto/externalgrpc.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .generate_default_stubs(true)
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=proto/k8s.proto");
+    let k8s = protox::compile(["proto/k8s.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .btree_map(".")
+        .compile_fds(k8s)?;
     Ok(())
 }

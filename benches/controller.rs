@@ -27,7 +27,8 @@ use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
@@ -36,15 +37,19 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// One group of `slots` slots whose startup runs the script `startup`.
 fn yaml(slots: usize, startup: &str) -> String {
-    let mut text = format!(
-        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {slots}\n    readiness_taints: []\n    \
-         startup: {{ command: [\"sh\", \"-c\", {startup:?}] }}\n    shutdown: {{ command: [\"true\"] }}\nslots:\n"
-    );
-    for i in 0..slots {
-        text.push_str(&format!("  - {{ name: bench-{i:05}, group: pool-a }}\n"));
-    }
-    text
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(slots as u32)
+                .ungated()
+                .startup(Op::sh(startup))
+                .shutdown(Op::command(["true"])),
+        )
+        .slots("pool-a", (0..slots).map(|i| format!("bench-{i:05}")))
+        .yaml()
 }
 
 fn group() -> GroupName {

@@ -25,7 +25,8 @@ use fleet::store::keys::Keys;
 use fleet::store::lease::Lease;
 use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, RedisServer};
 use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
@@ -36,16 +37,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SLOTS: usize = 6;
 
+/// One group of `SLOTS` slots whose machines are never judged gone within a run.
 fn yaml() -> String {
-    let mut text = String::from(
-        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: 6\n    readiness_taints: []\n    \
-         startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\n    \
-         timings: { machine_gone_grace: 1h }\nslots:\n",
-    );
-    for i in 0..SLOTS {
-        text.push_str(&format!("  - {{ name: bench-{i:02}, group: pool-a }}\n"));
-    }
-    text
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(6)
+                .ungated()
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"]))
+                .timing("machine_gone_grace", "1h"),
+        )
+        .slots("pool-a", (0..SLOTS).map(|i| format!("bench-{i:02}")))
+        .yaml()
 }
 
 fn bench(i: usize) -> BenchName {

@@ -49,7 +49,8 @@ use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{Group, Op, Slot};
+use fleet_testing::{Fixture, Options, RedisServer};
 use futures::stream::{self, FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use tokio::runtime::Handle;
@@ -125,20 +126,22 @@ fn beat(i: usize) -> Beat {
 
 /// `benches` slots in groups of `GROUP_SIZE`, slot `i` named after bench `i`.
 fn yaml(benches: usize) -> String {
-    let mut text = String::from("groups:\n");
+    let mut fixture = Fixture::new();
     for g in 0..benches.div_ceil(GROUP_SIZE) {
-        text.push_str(&format!(
-            "  - name: {}\n    min_size: 0\n    max_size: {GROUP_SIZE}\n    readiness_taints: []\n    \
-             startup: {{ command: [\"true\"] }}\n    shutdown: {{ command: [\"true\"] }}\n",
-            group_name(g)
-        ));
+        fixture = fixture.group(
+            Group::new(group_name(g).as_str())
+                .min(0)
+                .max(GROUP_SIZE as u32)
+                .ungated()
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"])),
+        );
     }
-    text.push_str("slots:\n");
     for i in 0..benches {
         let (slot, group) = (bench_name(i), group_name(i / GROUP_SIZE));
-        text.push_str(&format!("  - {{ name: {slot}, group: {group} }}\n"));
+        fixture = fixture.slot(Slot::new(slot.as_str(), group.as_str()));
     }
-    text
+    fixture.yaml()
 }
 
 fn controller(cfg: Config, conn: MultiplexedConnection) -> Controller<MultiplexedConnection, Exec> {

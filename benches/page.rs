@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use fleet::domain::name::{BenchName, Reason};
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, Options, RedisServer};
 
 // The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
 // allocates as fleet does.
@@ -32,20 +33,24 @@ const SLOTS: usize = 1_000;
 const GROUPS: usize = 10;
 const PAGES: usize = 100;
 
+/// `GROUPS` groups of `SLOTS / GROUPS` slots each.
 fn yaml() -> String {
-    let mut groups = String::from("groups:\n");
-    let mut slots = String::from("slots:\n");
+    let mut fixture = Fixture::new();
     for g in 0..GROUPS {
-        groups.push_str(&format!(
-            "  - name: pool-{g}\n    min_size: 0\n    max_size: {}\n    readiness_taints: []\n    \
-             startup: {{ command: [\"true\"] }}\n    shutdown: {{ command: [\"true\"] }}\n",
-            SLOTS / GROUPS
-        ));
-        for i in 0..SLOTS / GROUPS {
-            slots.push_str(&format!("  - {{ name: b{g}-{i:03}, group: pool-{g} }}\n"));
-        }
+        fixture = fixture.group(
+            Group::new(&format!("pool-{g}"))
+                .min(0)
+                .max((SLOTS / GROUPS) as u32)
+                .ungated()
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"])),
+        );
     }
-    groups + &slots
+    for g in 0..GROUPS {
+        let slots = (0..SLOTS / GROUPS).map(|i| format!("b{g}-{i:03}"));
+        fixture = fixture.slots(&format!("pool-{g}"), slots);
+    }
+    fixture.yaml()
 }
 
 fn names() -> Vec<BenchName> {

@@ -24,7 +24,7 @@ use fleet::store::connect::Endpoint;
 use fleet::store::counting::Counting;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::{Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 
 // The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
@@ -335,9 +335,10 @@ const RSS_TARGET_KB: u64 = 5_000;
 async fn agents_rss(endpoint: &Endpoint) -> anyhow::Result<()> {
     let fleet = median_rss(endpoint, env!("CARGO_BIN_EXE_fleet"), &["agent"]).await?;
     fleet.print("fleet agent", None);
-    let small = median_rss(endpoint, env!("CARGO_BIN_EXE_fleet-agent"), &[]).await?;
+    let small = agent_build("release")?;
+    let small = median_rss(endpoint, &small.to_string_lossy(), &[]).await?;
     small.print("fleet-agent (this profile)", Some(&fleet));
-    let deployed = agent_profile_build()?;
+    let deployed = agent_build("agent")?;
     let deployed = median_rss(endpoint, &deployed.to_string_lossy(), &[]).await?;
     deployed.print("fleet-agent (--profile agent)", Some(&fleet));
     Ok(())
@@ -354,9 +355,9 @@ async fn median_rss(endpoint: &Endpoint, exe: &str, verb: &[&str]) -> anyhow::Re
     Ok(runs.swap_remove(1))
 }
 
-/// Builds `fleet-agent` with the `agent` profile (Cargo.toml), in this benchmark's target
-/// directory, and returns its path.
-fn agent_profile_build() -> anyhow::Result<std::path::PathBuf> {
+/// Builds `fleet-agent` (its own package, fleet's library without features) with `profile`, in
+/// this benchmark's target directory, and returns its path.
+fn agent_build(profile: &str) -> anyhow::Result<std::path::PathBuf> {
     // This benchmark runs from <target>/<profile>/deps/presence-<hash>.
     let exe = std::env::current_exe()?;
     let target = exe
@@ -364,22 +365,22 @@ fn agent_profile_build() -> anyhow::Result<std::path::PathBuf> {
         .nth(3)
         .ok_or_else(|| anyhow::anyhow!("no target directory above {}", exe.display()))?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    println!("agent: building fleet-agent with --profile agent (as machines run it)");
+    println!("agent: building fleet-agent with --profile {profile}");
     let status = std::process::Command::new(cargo)
         .args([
             "build",
             "--quiet",
             "--profile",
-            "agent",
-            "--bin",
+            profile,
+            "-p",
             "fleet-agent",
         ])
         .arg("--target-dir")
         .arg(target)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()?;
-    anyhow::ensure!(status.success(), "cargo build --profile agent failed");
-    Ok(target.join("agent").join("fleet-agent"))
+    anyhow::ensure!(status.success(), "cargo build --profile {profile} failed");
+    Ok(target.join(profile).join("fleet-agent"))
 }
 
 /// An agent's memory, in kB, from `/proc/PID/status`.

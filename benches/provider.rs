@@ -22,7 +22,8 @@ use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, Options, RedisServer};
 
 // The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
 // allocates as fleet does.
@@ -31,15 +32,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SLOTS: usize = 1_000;
 
+/// One group of `SLOTS` slots.
 fn yaml() -> String {
-    let mut text = format!(
-        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {SLOTS}\n    \
-         startup: {{ command: [\"true\"] }}\n    shutdown: {{ command: [\"true\"] }}\nslots:\n"
-    );
-    for i in 0..SLOTS {
-        text.push_str(&format!("  - {{ name: bench-{i:05}, group: pool-a }}\n"));
-    }
-    text
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(SLOTS as u32)
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"])),
+        )
+        .slots("pool-a", (0..SLOTS).map(|i| format!("bench-{i:05}")))
+        .yaml()
 }
 
 /// p50 and p99 of `calls` timed calls of `f`, after `calls / 10` untimed ones.

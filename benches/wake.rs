@@ -33,7 +33,8 @@ use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, RedisServer};
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
@@ -43,16 +44,20 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// One group of `slots` slots whose machines are never judged gone within a run.
 fn yaml(slots: usize) -> String {
-    let mut text = format!(
-        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: {slots}\n    readiness_taints: []\n    \
-         startup: {{ command: [\"true\"] }}\n    shutdown: {{ command: [\"true\"] }}\n    \
-         timings: {{ machine_gone_grace: 1h }}\nslots:\n"
-    );
-    for i in 0..slots {
-        text.push_str(&format!("  - {{ name: bench-{i:03}, group: pool-a }}\n"));
-    }
-    text
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(slots as u32)
+                .ungated()
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"]))
+                .timing("machine_gone_grace", "1h"),
+        )
+        .slots("pool-a", (0..slots).map(|i| format!("bench-{i:03}")))
+        .yaml()
 }
 
 fn group() -> GroupName {

@@ -14,14 +14,14 @@
 //! - [`kubernetes`] (6): the Kubernetes client behind the Nodes port and the Job runner: the
 //!   Node watch and writes, Events, Jobs.
 //! - [`reconcile`] (5): the lifecycle controller: the loop, leadership, one pass, the executor
-//!   of `domain::slot`'s plans.
+//!   of `domain::slot`'s plans, and the BMC reading that runs with it.
 //! - [`requests`] (4): the command layer that makes and ends claims, for `cli` and `provider`.
-//! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their wrapper.
-//! - [`power`] (4): fleet's own power drivers (Wake-on-LAN, Redfish, IPMI), the BMC watch, and
-//!   the agent's off through a port.
+//! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their
+//!   wrapper's work (a command, or a driver of `power`).
 //! - [`telemetry`] (4): the metrics with their typed labels, health, and their HTTP server.
-//! - [`testing`] (4): a private `redis-server` for tests, benchmarks and the local stack.
 //! - [`store`] (3): Redis. One module names every key; every store call is one round trip.
+//! - [`power`] (3): fleet's own power drivers (Wake-on-LAN, Redfish, IPMI) and the agent's off
+//!   through a port; they know no Redis.
 //! - [`config`] (2): the configuration file of `fleet serve` (groups, slots) and its validation.
 //! - [`domain`] (1): pure decisions. No I/O, no clock, no environment, no async; `now` is a
 //!   parameter.
@@ -31,13 +31,14 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub use fleet_core::domain;
+#[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod lifecycle;
 pub mod power;
+#[cfg(feature = "provider")]
 pub mod provider;
 pub mod reconcile;
 pub mod requests;
 pub mod store;
 pub mod telemetry;
-pub mod testing;
 pub use fleet_core::units;

@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod agent;
 pub mod args;
+#[cfg(feature = "provider")]
 pub mod autoscaler;
 pub mod beat;
 pub mod cancel;
@@ -22,12 +23,15 @@ pub mod hold;
 pub mod live;
 pub mod operation;
 pub mod output;
+#[cfg(feature = "page")]
 pub mod page;
 pub mod register;
 pub mod release;
+#[cfg(feature = "serve")]
 pub mod reload;
 pub mod reset;
 pub mod reset_attempts;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod slots;
 pub mod state;
@@ -134,6 +138,7 @@ pub enum Command {
     /// Register benches, so every reader lists them (fleet serve registers its slots itself).
     Register(register::Args),
     /// Run the lifecycle controller and the cluster-autoscaler provider.
+    #[cfg(feature = "serve")]
     Serve(Box<serve::Args>),
     /// The groups: size bounds, target, health.
     Groups(groups::Args),
@@ -154,6 +159,7 @@ pub enum Command {
     /// Reset a slot's failure streak, so a slot that spent its attempts is offered again.
     ResetAttempts(reset_attempts::Args),
     /// Call the cluster-autoscaler provider over gRPC, exactly as cluster-autoscaler does.
+    #[cfg(feature = "provider")]
     Autoscaler(autoscaler::Args),
     /// Print the Redis ACL file of fleet's users: the controller, the viewer, one per slot.
     Acl(acl::Args),
@@ -318,6 +324,7 @@ impl Command {
             Command::Release(args) => args.run(ctx, out).await,
             Command::Forget(args) => args.run(ctx, out).await,
             Command::Register(args) => args.run(ctx, out).await,
+            #[cfg(feature = "serve")]
             Command::Serve(args) => args.run(ctx, out).await,
             Command::Groups(args) => args.run(ctx, out).await,
             Command::Energy(args) => args.run(ctx, out).await,
@@ -328,6 +335,7 @@ impl Command {
             Command::Cancel(args) => args.run(ctx, out).await,
             Command::ResetShutdownAttempts(args) => args.run(ctx, out).await,
             Command::ResetAttempts(args) => args.run(ctx, out).await,
+            #[cfg(feature = "provider")]
             Command::Autoscaler(args) => args.run(out).await,
             Command::Acl(args) => args.run(ctx, out).await,
             Command::Operation(args) => args.run(out).await,

@@ -12,6 +12,7 @@
 //! its kind.
 
 pub mod command;
+pub mod wrapper;
 
 use std::collections::BTreeMap;
 use std::future::Future;

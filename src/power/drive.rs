@@ -205,7 +205,7 @@ fn ipmi_target(driver: &IpmiDriver) -> Result<IpmiTarget, String> {
 }
 
 /// The BMC's power reading of a slot's machine (Redfish, IPMI), for the controller's second
-/// observation (`bmc: on|off|unknown` beside the heartbeat, SPEC §4.10, `power::watch`): `None`
+/// observation (`bmc: on|off|unknown` beside the heartbeat, SPEC §4.10, `reconcile::bmc`): `None`
 /// for a driver with no reading (Wake-on-LAN). A BMC that cannot be read is the error, which its
 /// reader shows as `Unknown` with the error's words, never off: it is not the machine being down.
 /// Bounded by each driver's own request bound.

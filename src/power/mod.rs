@@ -7,8 +7,9 @@
 //! - `wol`: Wake-on-LAN magic packets (on only).
 //! - `redfish`: `ComputerSystem.Reset` and `PowerState` over HTTPS.
 //! - `ipmi`: chassis power through `ipmitool` (LAN+).
-//! - `watch`: the leader's periodic BMC reading of each Redfish and IPMI slot, stored for the
-//!   views (`bmc: on|off|unknown`).
+//!
+//! The leader's periodic reading of each Redfish and IPMI slot's BMC runs with the controller
+//! (`reconcile::bmc`), over `drive::read_state`.
 //!
 //! Secrets (BMC passwords) are read when an operation runs, from a file or an environment
 //! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
@@ -17,7 +18,6 @@
 pub mod drive;
 pub mod ipmi;
 pub mod redfish;
-pub mod watch;
 pub mod wol;
 
 use std::future::Future;

@@ -64,6 +64,13 @@ pub(super) struct Acting<'a> {
     pub(super) out: SlotOutcome,
 }
 
+impl Acting<'_> {
+    /// The slot's key in the controller's memory.
+    fn key(&self) -> (GroupName, BenchName) {
+        (self.group.name.clone(), self.slot.name.clone())
+    }
+}
+
 impl<C, R, N> Controller<C, R, N>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -115,10 +122,10 @@ where
             status: self.memory.statuses.get(&key).unwrap_or(&unreported),
         };
         let plan = slot::plan(view, now);
-        self.remember_sight(&key, &plan, now);
+        self.memory.remember_sight(&key, &plan, now);
         self.memory.displaced.remove(&key);
         if let Some(op) = plan.op {
-            self.remember_op(&key, op);
+            self.memory.remember_op(&key, op);
         }
         if let Some(u) = plan.uncertain {
             self.memory.uncertain.insert(slot.name.clone(), u);
@@ -168,13 +175,13 @@ where
             // This process's own operation: its wrapper may have written the outcome first.
             Step::EndHere { started_at, end } => {
                 self.end_op(a, started_at, &end).await;
-                self.remember_end(a, started_at, &end);
+                self.memory.remember_end(&a.key(), started_at, &end);
                 true
             }
             Step::EndUnreported { started_at, end } => {
                 let ended = self.end_op(a, started_at, &end).await;
                 if ended {
-                    self.remember_end(a, started_at, &end);
+                    self.memory.remember_end(&a.key(), started_at, &end);
                 }
                 ended
             }
@@ -419,7 +426,8 @@ where
                 info!(slot = %slot, claim = %c.name, attempt = next.shutdown_attempts, "shutting machine down")
             }
         }
-        self.remember_op(&(a.group.name.clone(), slot.clone()), op);
+        self.memory
+            .remember_op(&(a.group.name.clone(), slot.clone()), op);
         replace(&mut a.out.phases, next);
         true
     }
@@ -431,7 +439,8 @@ where
         match self.store.record_unclaimed(&a.group.name, slot, &op).await {
             Ok(Unclaimed::Recorded) => {
                 info!(slot = %slot, attempt = op.streak, "shutting down a machine no claim wants");
-                self.remember_op(&(a.group.name.clone(), slot.clone()), op);
+                self.memory
+                    .remember_op(&(a.group.name.clone(), slot.clone()), op);
                 true
             }
             Ok(Unclaimed::Claimed(holder)) => {
@@ -470,60 +479,6 @@ where
             OperationKind::Shutdown => a.out.stopped = true,
         }
         self.spawn(a.group, a.slot, c, kind, started_at);
-    }
-
-    /// The controller's memory of the slot's operation becomes `op`; another operation it
-    /// replaces is kept aside for this pass (`Memory::displaced`), for the gate to put back if
-    /// `op` is not fired.
-    fn remember_op(&mut self, key: &(GroupName, BenchName), op: SlotOp) {
-        let started_at = op.started_at;
-        if let Some(old) = self.memory.ops.insert(key.clone(), op)
-            && old.started_at != started_at
-        {
-            self.memory.displaced.insert(key.clone(), old);
-        }
-    }
-
-    /// The controller's memory of the slot's operation takes its outcome.
-    fn remember_end(&mut self, a: &Acting<'_>, started_at: DateTime<Utc>, end: &OpEnd) {
-        let key = (a.group.name.clone(), a.slot.name.clone());
-        if let Some(o) = self
-            .memory
-            .ops
-            .get_mut(&key)
-            .filter(|o| o.started_at == started_at && o.end.is_none())
-        {
-            o.end = Some(end.clone());
-        }
-    }
-
-    /// What the pass observed of the slot, kept whether or not its steps land: since when the
-    /// machine is off, and whether its Node names another provider ID.
-    fn remember_sight(
-        &mut self,
-        key: &(GroupName, BenchName),
-        plan: &slot::Plan,
-        now: DateTime<Utc>,
-    ) {
-        match plan.power {
-            // Looked up before it is inserted: the entry API would clone the key of every slot
-            // that is off, every pass.
-            Some(Power::Off) => {
-                if !self.memory.off_since.contains_key(key) {
-                    self.memory.off_since.insert(key.clone(), now);
-                }
-            }
-            Some(Power::On) | None => {
-                self.memory.off_since.remove(key);
-            }
-        }
-        if !plan
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::ProviderIdMismatch { .. }))
-        {
-            self.memory.mismatched.remove(&key.1);
-        }
     }
 
     /// A write to the slot's Node. One that must land and did not stops the slot.

@@ -1,4 +1,4 @@
-//! The BMC's reading (SPEC §4.10): while this process leads, every slot whose driver is Redfish
+//! The BMC's reading (SPEC §4.10), which runs with the controller: while this process leads, every slot whose driver is Redfish
 //! or IPMI has its machine's power read from its BMC about once a period (60 s by default,
 //! jittered), and the reading stored for the views (`bmc: on|off|unknown` beside the heartbeat,
 //! `store::bmc`), with a TTL of a few periods so a reading nobody renews lapses.
@@ -41,8 +41,8 @@ use crate::store::bmc::{BmcError, BmcState, BmcStore};
 use crate::store::claims::{ClaimStore, GroupClaims};
 use crate::store::keys::Keys;
 
-use super::PowerState;
-use super::drive::read_state;
+use crate::power::PowerState;
+use crate::power::drive::read_state;
 
 /// How often each BMC is read by default.
 pub const EVERY: Duration = Duration::from_secs(60);

@@ -20,10 +20,12 @@
 //!   earliest deadline of the last read (`domain::wake`).
 
 mod act;
+pub mod bmc;
 mod budget;
 mod energy;
 mod gate;
 mod leadership;
+mod memory;
 mod nodes;
 mod operations;
 mod pass;
@@ -47,21 +49,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::domain::law::Power;
-use crate::domain::name::{BenchName, GroupName};
-use crate::domain::operation::SlotOp;
+use crate::domain::name::BenchName;
 use crate::domain::sight::NodeSight;
 use crate::domain::slot::Recorded;
 
 use crate::lifecycle::{REPORT_SLACK, Runner};
 use crate::store::catalog::ControllerStatus;
-use crate::store::claims::{ClaimStore, ClaimStoreError, SlotStatus};
+use crate::store::claims::{ClaimStore, ClaimStoreError};
 use crate::store::energy::EnergyStore;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 use crate::store::replicas::Replicas;
 
 use crate::telemetry::{Health, Metrics};
+
+use memory::Memory;
 
 pub use crate::domain::slot::CORDON_PREFIX;
 
@@ -123,41 +125,6 @@ pub struct Controller<C, R, N = NoNodes> {
 pub(super) type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 /// A set of [`Map`]'s kind.
 pub(super) type Set<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-
-/// What a controller remembers across passes (SPEC §4.5): its own record, apart from the status
-/// it publishes, which is never read back as an input.
-#[derive(Default)]
-struct Memory {
-    /// The slot statuses this controller wrote: it is their one writer.
-    statuses: Map<(GroupName, BenchName), SlotStatus>,
-    /// Whether `statuses` holds what the store holds (read again after a new leadership or a
-    /// new generation).
-    loaded: bool,
-    /// This controller's memory of each slot's last operation (SPEC §5.4): it outlives a store
-    /// that lost its last writes.
-    ops: Map<(GroupName, BenchName), SlotOp>,
-    /// The operation each slot's `ops` entry replaced in this pass, put back when the new one is
-    /// recorded but not fired (`reconcile::gate`): the memory is of the last operation that ran,
-    /// with the outcome this controller saw.
-    displaced: Map<(GroupName, BenchName), SlotOp>,
-    /// Operations recorded by a write whose reply was lost.
-    uncertain: Map<BenchName, Recorded>,
-    /// Each slot's power as this controller last observed it, with the group it was in then
-    /// (for the mass-vanishing rule). Keyed by the slot alone, which the rule looks up without
-    /// building a key: a slot is in one group at a time, and the group it was observed in says
-    /// whether the entry is still its own.
-    last_power: Map<BenchName, (GroupName, Power)>,
-    /// Since when each slot's machine has been observed off without a break (for a stale
-    /// Node's deletion, SPEC §3.12).
-    off_since: Map<(GroupName, BenchName), DateTime<Utc>>,
-    /// The Nodes whose provider ID is not their slot's, said once each.
-    mismatched: Map<BenchName, String>,
-    /// The leader's copies of the slots' energy ledgers (SPEC §4.12).
-    energy: energy::Ledgers,
-    /// The configured slots' benches, as the presence read takes them, with the configuration
-    /// they were built from: built again only when the configuration changes (SPEC §4.5).
-    slots_read: Option<(Arc<Config>, Arc<crate::store::presence::Named>)>,
-}
 
 /// What a controller knows of its own sight, across passes (SPEC §5.2, §5.3).
 struct Seeing {

@@ -43,14 +43,32 @@ pub(super) struct Observed {
 /// The statuses a pass writes, by group.
 type Reports = BTreeMap<GroupName, Vec<(BenchName, SlotStatus)>>;
 
-/// What a pass sees across groups, for each group's slots: presence, whether it is blind, the
-/// power-on grants, and the slots' operations recorded under groups they left (taken as used).
-type PassSees<'a> = (
-    Option<&'a Snapshot>,
-    bool,
-    Option<&'a BTreeSet<BenchName>>,
-    &'a mut Map<BenchName, SlotOp>,
-);
+/// What a pass sees across groups, for each group's slots.
+struct PassSees<'a> {
+    /// Presence, when it could be read.
+    snapshot: Option<&'a Snapshot>,
+    /// Whether the controller is blind (SPEC §5.2).
+    blind: bool,
+    /// The power-on budget's grants, when a budget is set (SPEC §4.11).
+    grants: Option<&'a BTreeSet<BenchName>>,
+    /// The slots' operations recorded under groups they left (taken as used).
+    elsewhere: &'a mut Map<BenchName, SlotOp>,
+}
+
+/// One group's part of a pass: the group, its slots (in name order), its claims as read, and the
+/// time they are judged at.
+struct GroupPart<'a> {
+    group: &'a Group,
+    slots: &'a [&'a Slot],
+    read: GroupClaims,
+    now: DateTime<Utc>,
+}
+
+/// What a pass tallies as it goes: its report, and the statuses it writes at its end.
+struct Tally<'a> {
+    report: &'a mut PassReport,
+    reports: &'a mut Reports,
+}
 
 impl<C, R, N> Controller<C, R, N>
 where
@@ -95,18 +113,23 @@ where
             let now = snapshot.as_ref().map_or(group_claims.now, |s| s.now);
             match config.groups.get(&group_claims.group) {
                 Some(group) => {
-                    let seen = (snapshot.as_ref(), blind, grants.as_ref(), &mut elsewhere);
-                    let slots = slots_of.get(&group.name).map_or(&[][..], Vec::as_slice);
-                    self.group_pass(
-                        &config,
-                        (group, slots),
-                        group_claims,
-                        seen,
+                    let sees = PassSees {
+                        snapshot: snapshot.as_ref(),
+                        blind,
+                        grants: grants.as_ref(),
+                        elsewhere: &mut elsewhere,
+                    };
+                    let part = GroupPart {
+                        group,
+                        slots: slots_of.get(&group.name).map_or(&[][..], Vec::as_slice),
+                        read: group_claims,
                         now,
-                        &mut report,
-                        &mut reports,
-                    )
-                    .await;
+                    };
+                    let tally = Tally {
+                        report: &mut report,
+                        reports: &mut reports,
+                    };
+                    self.group_pass(&config, part, sees, tally).await;
                 }
                 None => report.writes += self.departed_group(&known, group_claims, now).await,
             }
@@ -292,16 +315,22 @@ where
     /// A configured group: its claims of slots that left it end, then each slot's pass. A claim
     /// or operation record that cannot be read may be its slot's live one: no power action on
     /// that slot, or on the whole group when the claim does not even say its slot.
-    #[allow(clippy::too_many_arguments)]
     async fn group_pass(
         &mut self,
         config: &Config,
-        (group, slots): (&Group, &[&Slot]),
-        read: GroupClaims,
-        (snapshot, blind, grants, elsewhere): PassSees<'_>,
-        now: DateTime<Utc>,
-        report: &mut PassReport,
-        reports: &mut Reports,
+        GroupPart {
+            group,
+            slots,
+            read,
+            now,
+        }: GroupPart<'_>,
+        PassSees {
+            snapshot,
+            blind,
+            grants,
+            elsewhere,
+        }: PassSees<'_>,
+        Tally { report, reports }: Tally<'_>,
     ) {
         for (name, why) in &read.unreadable {
             warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");

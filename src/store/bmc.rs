@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use crate::domain::name::{BenchName, GroupName};
 
+use super::fenced::Fenced;
 use super::keys::Keys;
 use super::script::{Script, eval, script};
 
@@ -150,26 +151,20 @@ pub type GroupReadings = Vec<Option<Result<BmcReading, BmcError>>>;
 /// The BMC readings over one connection.
 #[derive(Clone)]
 pub struct BmcStore<C> {
-    conn: C,
-    keys: Keys,
-    /// The leadership token the writes carry (SPEC §5.1); `None` for readers.
-    fence: Option<String>,
+    shell: Fenced<C>,
 }
 
 impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
     pub fn new(conn: C, keys: Keys) -> Self {
         Self {
-            conn,
-            keys,
-            fence: None,
+            shell: Fenced::new(conn, keys),
         }
     }
 
     /// The same store, its writes carrying the leadership `token`.
     pub fn fenced(&self, token: &str) -> Self {
         Self {
-            fence: Some(token.to_owned()),
-            ..self.clone()
+            shell: self.shell.fenced(token),
         }
     }
 
@@ -184,10 +179,10 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
         why: Option<&str>,
         ttl: Duration,
     ) -> Result<DateTime<Utc>, BmcError> {
-        let g = self.keys.group(group);
-        let mut conn = self.conn.clone();
+        let g = self.shell.keys.group(group);
+        let mut conn = self.shell.conn.clone();
         let at: i64 = eval(WRITE, &[g.fence(), g.bmc(slot)])
-            .arg(self.fence.as_deref().unwrap_or(""))
+            .arg(self.shell.token())
             .arg(state.as_str())
             .arg(why.map(trim_why).unwrap_or_default())
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
@@ -224,14 +219,14 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
         let parts: Vec<redis::Pipeline> = asked
             .iter()
             .map(|(group, slots)| {
-                let g = self.keys.group(group);
+                let g = self.shell.keys.group(group);
                 let mut part = redis::pipe();
                 part.cmd("MGET")
                     .arg(slots.iter().map(|s| g.bmc(s)).collect::<Vec<_>>());
                 part
             })
             .collect();
-        let replies: Vec<Vec<Option<String>>> = query_by_tag(&self.conn, &parts, Order::Any)
+        let replies: Vec<Vec<Option<String>>> = query_by_tag(&self.shell.conn, &parts, Order::Any)
             .await
             .map_err(|source| BmcError::Read {
                 group: first.clone(),
@@ -244,7 +239,7 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
                 if slots.is_empty() {
                     return Vec::new();
                 }
-                let g = self.keys.group(group);
+                let g = self.shell.keys.group(group);
                 let raws = replies.next().unwrap_or_default();
                 slots
                     .iter()

@@ -22,6 +22,7 @@ use crate::domain::history::ScaleAction;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::SlotOp;
 
+use super::fenced::Fenced;
 use super::keys::Keys;
 use super::operation_record::Operations;
 use super::script::{Script, eval, script, server_time};
@@ -187,12 +188,10 @@ pub(super) struct Held {
 /// The claim store over one connection.
 #[derive(Clone)]
 pub struct ClaimStore<C> {
-    conn: C,
-    keys: Keys,
-    /// The leadership token this store's writes carry (the controller's, and the provider's
-    /// changes while it leads); `None` for operator requests (`fleet claim`, `fleet cancel`),
-    /// which are not fenced.
-    fence: Option<String>,
+    /// The connection, the keys, and the leadership token the writes carry (the controller's,
+    /// and the provider's changes while it leads); none for operator requests (`fleet claim`,
+    /// `fleet cancel`), which are not fenced.
+    pub(super) shell: Fenced<C>,
     /// The groups this store read last as large, read in batches next, each with its claims as
     /// its last batched read found them (`claims_read`).
     pub(super) large:
@@ -216,9 +215,7 @@ pub(crate) fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimS
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     pub fn new(conn: C, keys: Keys) -> Self {
         Self {
-            conn,
-            keys,
-            fence: None,
+            shell: Fenced::new(conn, keys),
             large: Default::default(),
             scripts: true,
         }
@@ -236,17 +233,17 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     /// The same store, its writes carrying the leadership `token` (SPEC §5.1).
     pub fn fenced(&self, token: &str) -> Self {
         Self {
-            fence: Some(token.to_owned()),
+            shell: self.shell.fenced(token),
             ..self.clone()
         }
     }
 
     pub(crate) fn token(&self) -> &str {
-        self.fence.as_deref().unwrap_or("")
+        self.shell.token()
     }
 
     pub(crate) fn conn(&self) -> C {
-        self.conn.clone()
+        self.shell.conn.clone()
     }
 
     /// Raises `group`'s fence to `token`: from now on only writes carrying it are accepted.
@@ -256,8 +253,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         group: &GroupName,
         token: &str,
     ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn.clone();
-        let raised: i64 = eval(RAISE_FENCE, &[self.keys.group(group).fence()])
+        let mut conn = self.shell.conn.clone();
+        let raised: i64 = eval(RAISE_FENCE, &[self.shell.keys.group(group).fence()])
             .arg(token)
             .query_async(&mut conn)
             .await
@@ -269,7 +266,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     }
 
     pub fn keys(&self) -> &Keys {
-        &self.keys
+        &self.shell.keys
     }
 
     /// Creates `claim`, atomic with the check that its slot has no live claim.
@@ -296,7 +293,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 "create_all takes claims of one group, each with its seed".to_owned(),
             ));
         }
-        let g = self.keys.group(&first.group);
+        let g = self.shell.keys.group(&first.group);
         let mut keys = vec![g.claims(), g.fence(), g.wanted()];
         for c in claims {
             keys.extend([
@@ -320,7 +317,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 .arg(&seed.raw)
                 .arg(flag(c.wants_machine()));
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let (code, index, detail): (i64, usize, String) = cmd
             .query_async(&mut conn)
             .await
@@ -363,7 +360,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         entry: Option<&Entry>,
         op: Option<&SlotOp>,
     ) -> Result<bool, ClaimStoreError> {
-        let g = self.keys.group(&old.group);
+        let g = self.shell.keys.group(&old.group);
         let keys = [
             g.claim(&old.name),
             g.live(&old.slot),
@@ -385,7 +382,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .map(|e| json("a timeline entry", e))
             .transpose()?
             .unwrap_or_default();
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let (code, why): (i64, String) = eval(WRITE, &keys)
             .arg(old.version)
             .arg(json("a claim", next)?)
@@ -415,7 +412,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         entry: Option<&Entry>,
         timeline_ttl: Duration,
     ) -> Result<bool, ClaimStoreError> {
-        let g = self.keys.group(&claim.group);
+        let g = self.shell.keys.group(&claim.group);
         let keys = [
             g.claim(&claim.name),
             g.live(&claim.slot),
@@ -429,7 +426,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .map(|e| json("a timeline entry", e))
             .transpose()?
             .unwrap_or_default();
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let (code, why): (i64, String) = eval(DELETE, &keys)
             .arg(claim.version)
             .arg(claim.name.as_str())
@@ -454,10 +451,10 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     /// the prefix's tag routes the pipeline on a Cluster: the clock is the node's that holds the
     /// lease, not a random node's.
     pub async fn now(&self) -> Result<DateTime<Utc>, ClaimStoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let (_, (secs, micros)): (i64, (String, String)) = redis::pipe()
             .cmd("EXISTS")
-            .arg(self.keys.leader())
+            .arg(self.shell.keys.leader())
             .cmd("TIME")
             .query_async(&mut conn)
             .await
@@ -472,9 +469,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         group: &GroupName,
         claim: &ClaimName,
     ) -> Result<Vec<Entry>, ClaimStoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let raw: Vec<String> = redis::cmd("LRANGE")
-            .arg(self.keys.group(group).timeline(claim))
+            .arg(self.shell.keys.group(group).timeline(claim))
             .arg(0)
             .arg(-1)
             .query_async(&mut conn)

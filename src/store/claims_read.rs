@@ -132,10 +132,10 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 }
             }
         }
-        let g = self.keys().group(group);
+        let g = self.shell.keys().group(group);
         let reply: Reply = eval_ro(READ_GROUP, &[g.claims(), g.operations()])
             .arg(g.claim_prefix())
-            .query_async(&mut self.conn())
+            .query_async(&mut self.shell.conn())
             .await?;
         Ok(Read::Claims(reply, None))
     }
@@ -209,8 +209,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             Some(_) => 0,
             None => stagger(group),
         };
-        let g = self.keys().group(group);
-        let mut conn = self.conn();
+        let g = self.shell.keys().group(group);
+        let mut conn = self.shell.conn();
         let (before, names, ops, time, again): Listing = redis::pipe()
             .get(g.changes())
             .zrange(g.claims(), 0, -1)

@@ -21,6 +21,7 @@ use redis::aio::ConnectionLike;
 use crate::domain::energy::{Advance, Bucket, Ledger, Mark, date_of, day_of_date};
 use crate::domain::name::{BenchName, GroupName};
 
+use super::fenced::Fenced;
 use super::keys::Keys;
 use super::script::{Script, Start, pipelined, script, server_time};
 
@@ -121,34 +122,28 @@ pub fn decode(fields: HashMap<String, String>) -> Stored {
 /// The energy ledgers over one connection.
 #[derive(Clone)]
 pub struct EnergyStore<C> {
-    conn: C,
-    keys: Keys,
-    /// The leadership token the writes carry (SPEC §5.1); `None` for readers.
-    fence: Option<String>,
+    shell: Fenced<C>,
 }
 
 impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
     pub fn new(conn: C, keys: Keys) -> Self {
         Self {
-            conn,
-            keys,
-            fence: None,
+            shell: Fenced::new(conn, keys),
         }
     }
 
     /// The same store, its writes carrying the leadership `token`.
     pub fn fenced(&self, token: &str) -> Self {
         Self {
-            fence: Some(token.to_owned()),
-            ..self.clone()
+            shell: self.shell.fenced(token),
         }
     }
 
     /// Reads one slot's ledger. One round trip.
     pub async fn read(&self, group: &GroupName, slot: &BenchName) -> Result<Stored, EnergyError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let fields: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.keys.group(group).energy(slot))
+            .arg(self.shell.keys.group(group).energy(slot))
             .query_async(&mut conn)
             .await
             .map_err(|source| EnergyError::Read {
@@ -168,12 +163,12 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         let Some(first) = slots.first() else {
             return Ok(Vec::new());
         };
-        let g = self.keys.group(group);
+        let g = self.shell.keys.group(group);
         let mut pipe = redis::pipe();
         for slot in slots {
             pipe.cmd("HGETALL").arg(g.energy(slot));
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let all: Vec<HashMap<String, String>> =
             pipe.query_async(&mut conn)
                 .await
@@ -196,7 +191,7 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         let mut parts: Vec<redis::Pipeline> = asked
             .iter()
             .map(|(group, slots)| {
-                let g = self.keys.group(group);
+                let g = self.shell.keys.group(group);
                 let mut part = redis::pipe();
                 for slot in slots {
                     part.cmd("HGETALL").arg(g.energy(slot));
@@ -218,7 +213,7 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
             None => parts.push(first),
         }
         let (mut replies, time) = {
-            let all: Vec<redis::Value> = query_by_tag(&self.conn, &parts, Order::Any)
+            let all: Vec<redis::Value> = query_by_tag(&self.shell.conn, &parts, Order::Any)
                 .await
                 .map_err(|source| EnergyError::View { source })?;
             let mut all = all.into_iter();
@@ -289,7 +284,7 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
             .map(|step| step.after.mark())
             .collect::<Option<Vec<Mark>>>()
             .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.shell.conn.clone();
         let call = |i: usize, start: Start| self.step_command(group, &steps[i], marks[i], start);
         let answers = pipelined(&mut conn, steps.len(), call).await;
         let answers: Vec<(i64, String)> = answers
@@ -332,9 +327,9 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
         mark: Mark,
         start: Start,
     ) -> redis::Cmd {
-        let g = self.keys.group(group);
+        let g = self.shell.keys.group(group);
         let mut cmd = start(ACCOUNT, &[g.energy(step.slot), g.fence()]);
-        cmd.arg(self.fence.as_deref().unwrap_or(""))
+        cmd.arg(self.shell.token())
             .arg(step.before.map(|m| m.render()).unwrap_or_default())
             .arg(mark.render());
         let set: Vec<(String, String)> = step

@@ -24,15 +24,15 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     ) -> Result<Vec<(GroupName, Timings)>, ClaimStoreError> {
         let mut pipe = redis::pipe();
         if !groups.is_empty() {
-            let cmd = pipe.cmd("HSET").arg(self.keys().groups());
+            let cmd = pipe.cmd("HSET").arg(self.shell.keys().groups());
             for (name, timings) in groups {
                 cmd.arg(name.as_str())
                     .arg(json("a group's timings", timings)?);
             }
             cmd.ignore();
         }
-        pipe.cmd("HGETALL").arg(self.keys().groups());
-        let mut conn = self.conn();
+        pipe.cmd("HGETALL").arg(self.shell.keys().groups());
+        let mut conn = self.shell.conn();
         let (members,): (Vec<(String, String)>,) = pipe
             .query_async(&mut conn)
             .await
@@ -65,12 +65,14 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let mut forget = redis::pipe();
         forget
             .cmd("HDEL")
-            .arg(self.keys().groups())
+            .arg(self.shell.keys().groups())
             .arg(group.as_str());
         let mut count = redis::pipe();
-        count.cmd("ZCARD").arg(self.keys().group(group).claims());
+        count
+            .cmd("ZCARD")
+            .arg(self.shell.keys().group(group).claims());
         let (_, claims): (i64, usize) =
-            query_by_tag(&self.conn(), &[forget, count], Order::AsWritten)
+            query_by_tag(&self.shell.conn(), &[forget, count], Order::AsWritten)
                 .await
                 .map_err(|source| ClaimStoreError::Groups { source })?;
         if claims == 0 {
@@ -88,9 +90,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         action: ScaleAction,
         count: u32,
     ) -> Result<(), ClaimStoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         redis::cmd("SET")
-            .arg(self.keys().group(group).last_scale())
+            .arg(self.shell.keys().group(group).last_scale())
             .arg(json(
                 "a scaling call",
                 &LastScale {
@@ -113,9 +115,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         &self,
         group: &GroupName,
     ) -> Result<Option<LastScale>, ClaimStoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         let raw: Option<String> = redis::cmd("GET")
-            .arg(self.keys().group(group).last_scale())
+            .arg(self.shell.keys().group(group).last_scale())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::ReadGroup {
@@ -128,9 +130,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     /// The group's target size: how many of its claims want a machine (live, not marked for
     /// deletion). One round trip, independent of the group's size.
     pub async fn target(&self, group: &GroupName) -> Result<usize, ClaimStoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         redis::cmd("SCARD")
-            .arg(self.keys().group(group).wanted())
+            .arg(self.shell.keys().group(group).wanted())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::ReadGroup {

@@ -2,16 +2,17 @@
 //!
 //! Every key is named in [`keys`]; every store method is one round trip.
 
+// The transport (connecting, URLs, Sentinel, Cluster, one call over any topology) is a crate of its
+// own below the records: it knows no key and no record (SPEC §1).
+pub use fleet_redis::{cluster, conn, connect, counting, sentinel, url};
+
 pub mod acl;
 pub mod bmc;
 pub mod catalog;
 pub mod claims;
 mod claims_read;
-pub mod cluster;
-pub mod conn;
-pub mod connect;
-pub mod counting;
 pub mod energy;
+pub mod fenced;
 pub mod groups;
 pub mod keys;
 pub mod lease;
@@ -21,6 +22,4 @@ pub mod power_off;
 pub mod presence;
 pub mod replicas;
 pub mod script;
-pub mod sentinel;
 pub mod slots;
-pub mod url;

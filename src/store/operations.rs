@@ -80,8 +80,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         slot: &BenchName,
         op: &SlotOp,
     ) -> Result<Unclaimed, ClaimStoreError> {
-        let g = self.keys().group(group);
-        let mut conn = self.conn();
+        let g = self.shell.keys().group(group);
+        let mut conn = self.shell.conn();
         let (code, detail): (i64, String) = eval(
             UNCLAIMED,
             &[g.fence(), g.live(slot), g.operations(), g.changes()],
@@ -115,8 +115,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         started_at: DateTime<Utc>,
         end: &OpEnd,
     ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn();
-        let g = self.keys().group(group);
+        let mut conn = self.shell.conn();
+        let g = self.shell.keys().group(group);
         let written: i64 = eval(END, &[g.operations(), g.changes()])
             .arg(slot.as_str())
             .arg(ms(started_at))
@@ -179,8 +179,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         started_at: DateTime<Utc>,
         rest: &[String],
     ) -> Result<bool, ClaimStoreError> {
-        let g = self.keys().group(group);
-        let mut conn = self.conn();
+        let g = self.shell.keys().group(group);
+        let mut conn = self.shell.conn();
         let mut cmd = eval(OBSERVE, &[g.fence(), g.operations(), g.changes()]);
         cmd.arg(self.token()).arg(slot.as_str()).arg(ms(started_at));
         for a in rest {
@@ -208,9 +208,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         group: &GroupName,
         name: &ClaimName,
     ) -> Result<Option<Claim>, ClaimStoreError> {
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         let raw: Option<String> = redis::cmd("GET")
-            .arg(self.keys().group(group).claim(name))
+            .arg(self.shell.keys().group(group).claim(name))
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::ReadGroup {

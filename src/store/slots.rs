@@ -47,16 +47,19 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         seed: &Seed,
         next: &LastClaim,
     ) -> Result<bool, ClaimStoreError> {
-        let mut conn = self.conn();
-        let swapped: i64 = eval(SWAP_DIGEST, &[self.keys().group(group).last_claim(slot)])
-            .arg(&seed.raw)
-            .arg(json("a last-claim digest", next)?)
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::WriteDigest {
-                slot: slot.clone(),
-                source,
-            })?;
+        let mut conn = self.shell.conn();
+        let swapped: i64 = eval(
+            SWAP_DIGEST,
+            &[self.shell.keys().group(group).last_claim(slot)],
+        )
+        .arg(&seed.raw)
+        .arg(json("a last-claim digest", next)?)
+        .query_async(&mut conn)
+        .await
+        .map_err(|source| ClaimStoreError::WriteDigest {
+            slot: slot.clone(),
+            source,
+        })?;
         Ok(swapped == 1)
     }
 
@@ -69,8 +72,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         if slots.is_empty() {
             return Ok(Vec::new());
         }
-        let g = self.keys().group(group);
-        let mut conn = self.conn();
+        let g = self.shell.keys().group(group);
+        let mut conn = self.shell.conn();
         let raws: Vec<Option<String>> = redis::cmd("MGET")
             .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>())
             .query_async(&mut conn)
@@ -101,13 +104,13 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         if slots.is_empty() {
             return Ok(Vec::new());
         }
-        let g = self.keys().group(group);
+        let g = self.shell.keys().group(group);
         let mut pipe = redis::pipe();
         pipe.cmd("MGET")
             .arg(slots.iter().map(|s| g.slot(s)).collect::<Vec<_>>());
         pipe.cmd("MGET")
             .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>());
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         let (statuses, digests): (Vec<Option<String>>, Vec<Option<String>>) = pipe
             .query_async(&mut conn)
             .await
@@ -132,7 +135,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             return Ok(Vec::new());
         };
         let replies: Vec<redis::Value> =
-            query_by_tag(&self.conn(), &self.views_parts(groups), Order::Any)
+            query_by_tag(&self.shell.conn(), &self.views_parts(groups), Order::Any)
                 .await
                 .map_err(|source| ClaimStoreError::ReadSlots {
                     group: first.clone(),
@@ -151,7 +154,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let mut parts = Vec::with_capacity(groups.len());
         for (group, slots) in groups {
             let mut pipe = redis::pipe();
-            let g = self.keys().group(group);
+            let g = self.shell.keys().group(group);
             pipe.cmd("GET").arg(g.last_scale());
             // MGET needs a key: an empty group asks for its scale record twice instead.
             let statuses: Vec<String> = slots.iter().map(|s| g.slot(s)).collect();
@@ -180,7 +183,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         if statuses.is_empty() {
             return Ok(());
         }
-        let g = self.keys().group(group);
+        let g = self.shell.keys().group(group);
         let mut keys = vec![g.fence()];
         keys.extend(statuses.iter().map(|(slot, _)| g.slot(slot)));
         let mut cmd = eval(WRITE_SLOTS, &keys);
@@ -188,7 +191,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         for (_, status) in statuses {
             cmd.arg(json("a slot status", status)?);
         }
-        let mut conn = self.conn();
+        let mut conn = self.shell.conn();
         let written: i64 =
             cmd.query_async(&mut conn)
                 .await

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "serve")]
 use super::Metrics;
 
 /// What `/healthz` and `/readyz` answer from.
@@ -86,6 +87,7 @@ impl Health {
 }
 
 /// The routes of `/metrics`, `/healthz` and `/readyz` (`listener::Server` serves them).
+#[cfg(feature = "serve")]
 pub fn routes(
     (metrics, health): (std::sync::Arc<Metrics>, std::sync::Arc<Health>),
     ready_within: Duration,

@@ -13,6 +13,7 @@
 
 pub mod health;
 pub mod labels;
+#[cfg(feature = "serve")]
 pub mod listener;
 
 use std::sync::atomic::AtomicU64;
@@ -24,7 +25,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Metric;
 use prometheus_client::registry::Registry;
 
-pub use health::{Health, routes};
+pub use health::Health;
+#[cfg(feature = "serve")]
+pub use health::routes;
 pub use labels::*;
 
 /// Every metric the controller keeps.

@@ -24,7 +24,8 @@ use fleet::store::keys::Keys;
 use fleet::store::lease::Lease;
 use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, RedisServer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::ConnectionManager;
@@ -35,26 +36,25 @@ type Ctl = Controller<ConnectionManager, Exec>;
 const SLOTS: [&str; 3] = ["bench-01", "bench-02", "bench-03"];
 const LEASE: Duration = Duration::from_millis(300);
 
+/// Startups that log the claim, pause and boot the bench; shutdowns that log it and power it off.
 fn yaml(server: &RedisServer, log: &Path) -> String {
-    let slots: String = SLOTS
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 3
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; sleep 0.05; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 50ms }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    )
+    let startup = format!(r#"echo "$FLEET_CLAIM" >> "$LOG.startup"; sleep 0.05; {BOOTS}"#);
+    let shutdown = format!(r#"echo "$FLEET_CLAIM" >> "$LOG.shutdown"; {POWERS_OFF}"#);
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(3)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .env("LOG", log.display().to_string())
+                .startup(Op::sh(&startup).timeout("5s"))
+                .shutdown(Op::sh(&shutdown).timeout("5s"))
+                .timing("job_monitor_poll_interval", "50ms"),
+        )
+        .slots("pool-a", SLOTS)
+        .yaml()
 }
 
 struct Chaos {

@@ -1,5 +1,5 @@
 //! Failover chaos (issue 15, "Proof"; SPEC §2.7 Sentinel, §5.3, §5.4): scale cycles through two
-//! `fleet serve` processes on a Sentinel setup (`fleet::testing::SentinelSet`: one primary, one
+//! `fleet serve` processes on a Sentinel setup (`fleet_testing::SentinelSet`: one primary, one
 //! replica, three sentinels) while the primary is SIGKILLed at seeded random points of a cycle
 //! and the sentinels promote the replica; the dead primary then comes back as the new primary's
 //! replica, so the next cycle can fail over again. After the cycles it checks, from the
@@ -45,7 +45,8 @@ use fleet::store::conn::Conn;
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
-use fleet::testing::SentinelSet;
+use fleet_testing::fixture::{self, Group};
+use fleet_testing::{Fixture, SentinelSet};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{Serve, bounded, name};
@@ -72,29 +73,23 @@ const STARTUP: &str = r#"echo "$FLEET_SLOT $FLEET_CLAIM startup $FLEET_ATTEMPT $
 const SHUTDOWN: &str = r#"echo "$FLEET_SLOT ${FLEET_CLAIM:--} shutdown ${FLEET_ATTEMPT:--} $(date +%s%3N)" >> "$LOG"; m="$DIR/$FLEET_SLOT"; rm -f "$m.on"; if [ -e "$m.pid" ]; then p=$(cat "$m.pid"); while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; fi; "$BIN" --redis "$REDIS" --timeout 1s beat "$FLEET_SLOT" --ttl 0 >/dev/null 2>&1; exit 0"#;
 
 fn yaml(url: &str, dir: &Path) -> String {
-    let slots: String = SLOTS
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    let env = format!(
-        "{{ BIN: {bin:?}, REDIS: {url:?}, LOG: {log:?}, DIR: {dir:?}, TTL: {BEAT_TTL:?} }}",
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        log = dir.join("ops.log").display().to_string(),
-        dir = dir.display().to_string(),
-    );
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: {max}
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", {STARTUP:?}], timeout: 10s, env: {env} }}
-    shutdown: {{ command: ["sh", "-c", {SHUTDOWN:?}], timeout: 10s, env: {env} }}
-    timings: {{ job_monitor_poll_interval: 100ms, stuck_threshold: 60s }}
-slots:
-{slots}"#,
-        max = SLOTS.len(),
-    )
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", url)
+                .env("LOG", dir.join("ops.log").display().to_string())
+                .env("DIR", dir.display().to_string())
+                .env("TTL", BEAT_TTL)
+                .startup(fixture::Op::sh(STARTUP).timeout("10s"))
+                .shutdown(fixture::Op::sh(SHUTDOWN).timeout("10s"))
+                .timing("job_monitor_poll_interval", "100ms")
+                .timing("stuck_threshold", "60s"),
+        )
+        .slots("pool-a", SLOTS)
+        .yaml()
 }
 
 /// Where in a cycle the primary dies.

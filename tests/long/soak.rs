@@ -29,7 +29,8 @@ use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, RedisServer};
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 use support::*;
@@ -43,9 +44,6 @@ const MAX: i32 = 5;
 const SETTLE: Duration = Duration::from_millis(300);
 
 fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
-    let slots: String = (1..=SLOTS)
-        .map(|i| format!("  - {{ name: bench-{i:02}, group: pool-a }}\n"))
-        .collect();
     // The startup logs every fire first. By the claim's name (so a retry of the same attempt
     // would behave the same), one claim in four fails before powering anything on, one in four
     // powers the machine on and then fails (leaving a machine no claim wants), and the rest boot
@@ -53,21 +51,28 @@ fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
     // background child that keeps the operation's output open.
     let startup = r#"echo "$FLEET_CLAIM $FLEET_ATTEMPT" >> "$LOG.startup"; h=$(printf %s "$FLEET_CLAIM" | cksum | cut -d' ' -f1); if [ $((h % 4)) -eq 0 ]; then echo no power; exit 1; fi; sleep 0.2; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h; if [ $((h % 4)) -eq 1 ]; then echo on, but the node failed; exit 2; fi"#;
     let shutdown = r#"echo "$FLEET_SLOT $FLEET_CLAIM" >> "$LOG.shutdown"; (sleep 1; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 0) & exit 0"#;
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: {MIN}
-    max_size: {MAX}
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", {startup:?}], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", {shutdown:?}], timeout: 5s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 300ms, uncordon_timeout: 3s, readiness_gate_timeout: 3s, failed_slot_cooldown: 3s, machine_gone_grace: 5s, ttl_after_finished: 3s, shutdown_attempt_reset_grace: 3s, stuck_threshold: 40s }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    )
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(MIN as u32)
+                .max(MAX as u32)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .env("LOG", log.display().to_string())
+                .startup(Op::sh(startup).timeout("5s"))
+                .shutdown(Op::sh(shutdown).timeout("5s"))
+                .timing("job_monitor_poll_interval", "300ms")
+                .timing("uncordon_timeout", "3s")
+                .timing("readiness_gate_timeout", "3s")
+                .timing("failed_slot_cooldown", "3s")
+                .timing("machine_gone_grace", "5s")
+                .timing("ttl_after_finished", "3s")
+                .timing("shutdown_attempt_reset_grace", "3s")
+                .timing("stuck_threshold", "40s"),
+        )
+        .slots("pool-a", (1..=SLOTS).map(|i| format!("bench-{i:02}")))
+        .yaml()
 }
 
 /// A `fleet serve` process and its provider's client.

@@ -15,6 +15,8 @@ use std::time::Duration;
 use fleet::agent::{Agent, Config as AgentConfig, Event};
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{Group, Op};
 use support::acl::*;
 use support::*;
 
@@ -390,12 +392,15 @@ async fn the_viewer_runs_every_view_and_every_write_it_tries_is_refused() {
 #[test]
 fn fleet_acl_names_every_password_file_it_lacks_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.yaml");
-    std::fs::write(
-        &config,
-        "groups:\n  - name: pool-a\n    max_size: 1\n    startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\nslots:\n  - { name: bench-a, group: pool-a }\n",
-    )
-    .unwrap();
+    // The file of one group with one slot, `slot`.
+    let one_slot = |slot: &str| {
+        let noop = || Op::command(["true"]);
+        Fixture::new()
+            .group(Group::new("pool-a").max(1).startup(noop()).shutdown(noop()))
+            .slots("pool-a", [slot])
+            .write(dir.path())
+    };
+    let config = one_slot("bench-a");
     let passwords = dir.path().join("passwords");
     std::fs::create_dir(&passwords).unwrap();
     std::fs::write(passwords.join("fleet-viewer"), "s3cret\n").unwrap();
@@ -416,11 +421,7 @@ fn fleet_acl_names_every_password_file_it_lacks_and_exits_2() {
     assert!(!err.contains("s3cret"), "{err}");
 
     // A slot named like one of fleet's own users would take its place.
-    std::fs::write(
-        &config,
-        "groups:\n  - name: pool-a\n    max_size: 1\n    startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\nslots:\n  - { name: fleet-viewer, group: pool-a }\n",
-    )
-    .unwrap();
+    let config = one_slot("fleet-viewer");
     let o = acl_verb(&config, &passwords);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -817,7 +818,7 @@ async fn two_fleets_on_one_redis_are_apart_both_ways() {
     assert_eq!(names(&theirs), team);
     let aclfile = dir.path().join("users.acl");
     std::fs::write(&aclfile, format!("{ours}{theirs}")).unwrap();
-    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+    let server = fleet_testing::RedisServer::with(fleet_testing::Options {
         tcp: true,
         args: vec!["--aclfile".into(), aclfile.display().to_string()],
         ..Default::default()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fleet::agent::{Agent, Config, Event};
 use fleet::domain::state::State;
 use fleet::store::keys::Keys;
-use fleet::testing::RedisServer;
+use fleet_testing::RedisServer;
 use support::*;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
@@ -183,31 +183,7 @@ async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
     beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet"), &["agent"]).await;
 }
 
-// Issue 15: `fleet-agent` is `fleet agent` alone, a small binary of its own over the same library
-// code: its beat reads UP through the library, and it stops as `fleet agent` does.
-#[tokio::test]
-async fn the_small_agent_binary_beats_up_and_stops_on_sigterm_with_a_final_beat() {
-    beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet-agent"), &[]).await;
-}
-
-#[test]
-fn the_small_agent_binary_takes_the_same_flags_as_fleet_agent() {
-    let flags = |exe: &str, args: &[&str]| {
-        let o = std::process::Command::new(exe).args(args).output().unwrap();
-        assert!(o.status.success(), "{exe} {args:?}");
-        let help = String::from_utf8(o.stdout).unwrap();
-        help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '(' || c == ')')
-            .filter(|w| w.starts_with("--"))
-            .map(str::to_owned)
-            .collect::<std::collections::BTreeSet<_>>()
-    };
-    let fleet = flags(env!("CARGO_BIN_EXE_fleet"), &["agent", "--help"]);
-    let mut small = flags(env!("CARGO_BIN_EXE_fleet-agent"), &["--help"]);
-    // A top-level command has --version, a verb does not.
-    assert!(small.remove("--version"), "{small:?}");
-    assert!(fleet.contains("--power-off-command") && fleet.contains("--redis"));
-    assert_eq!(small, fleet);
-}
+// `fleet-agent`, the same verb alone, is tested in its own package (cmd/fleet-agent/tests).
 
 /// Starts `exe verb bench-01` beating every 100 ms, waits for a beat that reads UP through the
 /// library, then stops it with SIGTERM: exit 0, and the final beat (TTL 0) reads DOWN.
@@ -254,7 +230,7 @@ async fn beats_up_then_stops_on_sigterm(exe: &str, verb: &[&str]) {
 // the bench had said goodbye).
 #[tokio::test]
 async fn an_agent_whose_final_beat_cannot_land_stops_in_time_and_exits_1() {
-    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+    let server = fleet_testing::RedisServer::with(fleet_testing::Options {
         tcp: true,
         ..Default::default()
     })

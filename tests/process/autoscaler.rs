@@ -12,7 +12,8 @@ use fleet::provider::service::{FAKE_NODE_REASON, OTHER_ERROR};
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::instance_status::InstanceState;
 use fleet::provider::wire::*;
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF, Template};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -20,26 +21,32 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 /// cluster-autoscaler's default per-call deadline: every call must answer well within it.
 const CA_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The group `loop`, `min` to `max` machines of 8 cores and 32 GiB: each startup runs the script
+/// `startup`, each shutdown makes the bench read DOWN.
+fn pool(server: &RedisServer, min: u32, max: u32, startup: &str) -> Group {
+    Group::new("loop")
+        .min(min)
+        .max(max)
+        .ungated()
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url())
+        .startup(Op::sh(startup))
+        .shutdown(Op::sh(POWERS_OFF))
+        .timing("job_monitor_poll_interval", "100ms")
+        .template(
+            Template::new()
+                .capacity("cpu", "8")
+                .capacity("memory", "32Gi"),
+        )
+}
+
 /// Three slots; the startup of l-01 fails (its BMC is broken), the others beat their bench.
 fn yaml(server: &RedisServer) -> String {
-    format!(
-        r#"groups:
-  - name: loop
-    min_size: 1
-    max_size: 3
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "[ \"$FLEET_SLOT\" != l-01 ] || exit 3; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-    template: {{ capacity: {{ cpu: "8", memory: 32Gi }} }}
-slots:
-  - {{ name: l-01, group: loop }}
-  - {{ name: l-02, group: loop }}
-  - {{ name: l-03, group: loop }}
-"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url()
-    )
+    let broken = format!(r#"[ "$FLEET_SLOT" != l-01 ] || exit 3; {BOOTS}"#);
+    Fixture::new()
+        .group(pool(server, 1, 3, &broken))
+        .slots("loop", ["l-01", "l-02", "l-03"])
+        .yaml()
 }
 
 /// Starts `fleet serve` on a free provider port; returns it and the port's address.
@@ -605,14 +612,10 @@ async fn scaling_a_group_to_zero_in_one_call_does_not_blind_the_controller() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.yaml");
-    let four = yaml(&server)
-        .replace("min_size: 1", "min_size: 0")
-        .replace("max_size: 3", "max_size: 4")
-        .replace(r#"[ \"$FLEET_SLOT\" != l-01 ] || exit 3; "#, "")
-        .replace(
-            "  - { name: l-03, group: loop }\n",
-            "  - { name: l-03, group: loop }\n  - { name: l-04, group: loop }\n",
-        );
+    let four = Fixture::new()
+        .group(pool(&server, 0, 4, BOOTS))
+        .slots("loop", ["l-01", "l-02", "l-03", "l-04"])
+        .yaml();
     assert!(four.contains("l-04") && !four.contains("exit 3"), "{four}");
     std::fs::write(&path, four).unwrap();
     // A grace longer than any wait below: a blind controller would fail the test.

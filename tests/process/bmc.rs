@@ -18,14 +18,15 @@ use fleet::config::{Config, DriverKind};
 use fleet::domain::claim::{OperationKind, OperationOutcome};
 use fleet::domain::name::GroupName;
 use fleet::domain::operation::{OpEnd, SlotOp};
-use fleet::power::watch::Reader;
 use fleet::power::{Bmc, Intent, PowerState};
+use fleet::reconcile::bmc::Reader;
 use fleet::store::bmc::{BmcReading, BmcState, BmcStore};
 use fleet::store::catalog::Catalog;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::lease::Signal;
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Driver, Group, Slot};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
 /// A running `sushy-emulator --fake` on a free loopback port (its one system starts Off),
@@ -126,22 +127,25 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
+/// Group `g` of up to `max` slots, each with a Redfish driver at `endpoint` (plain http, as a
+/// test BMC), its password in a file under `dir`.
+fn redfish_group(dir: &Path, endpoint: &str, max: u32) -> Group {
+    let password = dir.join("bmc-password");
+    std::fs::write(&password, "s3cret-bmc-pw\n").expect("the password file");
+    let bmc = Driver::redfish(endpoint)
+        .username("admin")
+        .password_file(&password)
+        .insecure(true);
+    Group::new("g").max(max).ungated().driver(bmc)
+}
+
 /// A configuration of group `g` whose `slots` each have a Redfish driver at `endpoint` (plain
 /// http, as a test BMC), its password in a file under `dir`.
 fn config_text(dir: &Path, endpoint: &str, slots: &[&str]) -> String {
-    let password = dir.join("bmc-password");
-    std::fs::write(&password, "s3cret-bmc-pw\n").expect("the password file");
-    let mut text = format!(
-        "groups:\n  - name: g\n    max_size: {}\n    readiness_taints: []\n    \
-         driver: {{ type: redfish, endpoint: \"{endpoint}\", username: admin, \
-         password_file: {:?}, insecure: true }}\nslots:\n",
-        slots.len(),
-        password.display().to_string()
-    );
-    for slot in slots {
-        text.push_str(&format!("  - {{ name: {slot}, group: g }}\n"));
-    }
-    text
+    Fixture::new()
+        .group(redfish_group(dir, endpoint, slots.len() as u32))
+        .slots("g", slots)
+        .yaml()
 }
 
 fn parse(text: &str) -> Config {
@@ -445,12 +449,13 @@ async fn an_unreachable_bmc_reads_unknown_with_its_reason_and_the_slot_keeps_its
 async fn a_slot_without_a_bmc_shows_none_and_a_foreign_reading_spoils_only_its_own_column() {
     let server = server();
     let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "{}  - {{ name: mini, group: g, driver: {{ type: wol, mac: \"52:54:00:12:34:56\", \
-         off: agent }} }}\n",
-        config_text(dir.path(), "http://127.0.0.1:1", &["n1"])
-    )
-    .replace("max_size: 1", "max_size: 2");
+    // A Wake-on-LAN machine beside the Redfish one: its own driver, of another type.
+    let wol = Driver::wol().mac("52:54:00:12:34:56").off("agent");
+    let text = Fixture::new()
+        .group(redfish_group(dir.path(), "http://127.0.0.1:1", 2))
+        .slots("g", ["n1"])
+        .slot(Slot::new("mini", "g").driver(wol))
+        .yaml();
     let config = parse(&text);
     Catalog::of(&config)
         .publish(&mut conn(&server).await, &Keys::default())

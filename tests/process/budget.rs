@@ -7,33 +7,46 @@ use crate::support;
 
 use std::time::Duration;
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, PowerOn};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
 const SLOTS: usize = 10;
 
-fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
-    let slots: String = (1..=SLOTS)
-        .map(|i| format!("  - {{ name: bench-{i:02}, group: pool-a }}\n"))
-        .collect();
+/// The group pool-a, with no budget yet, of `SLOTS` machines that boot slowly.
+fn pool(server: &RedisServer, log: &std::path::Path) -> Group {
     // Each startup logs its start and end (nanoseconds) around a pause, so overlaps show.
-    let startup = r#"echo "start $FLEET_SLOT $(date +%s%N)" >> "$LOG"; sleep 0.4; "$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h; echo "end $FLEET_SLOT $(date +%s%N)" >> "$LOG""#;
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: {SLOTS}
-    readiness_taints: []
-    power_on: {{ max_concurrent: 2 }}
-    startup: {{ command: ["sh", "-c", {startup:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["true"], timeout: 10s }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    )
+    let startup = [
+        r#"echo "start $FLEET_SLOT $(date +%s%N)" >> "$LOG""#,
+        "sleep 0.4",
+        BOOTS,
+        r#"echo "end $FLEET_SLOT $(date +%s%N)" >> "$LOG""#,
+    ]
+    .join("; ");
+    Group::new("pool-a")
+        .min(0)
+        .max(SLOTS as u32)
+        .ungated()
+        .startup(
+            Op::sh(&startup)
+                .timeout("10s")
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .env("LOG", log.display().to_string()),
+        )
+        .shutdown(Op::command(["true"]).timeout("10s"))
+        .timing("job_monitor_poll_interval", "100ms")
+}
+
+/// `group` and its slots.
+fn fixture(group: Group) -> Fixture {
+    let slots = (1..=SLOTS).map(|i| format!("bench-{i:02}"));
+    Fixture::new().group(group).slots("pool-a", slots)
+}
+
+/// `pool` with at most two startups in flight.
+fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
+    fixture(pool(server, log).power_on(PowerOn::new().max_concurrent(2))).yaml()
 }
 
 fn start(name: &'static str, server: &RedisServer, config: &std::path::Path) -> Serve {
@@ -163,21 +176,23 @@ async fn a_leader_killed_mid_way_changes_nothing() {
 fn the_budget_is_read_from_the_group_and_the_top_level_and_zero_is_refused() {
     let server = server();
     let dir = tempfile::tempdir().unwrap();
-    let text = yaml(&server, &dir.path().join("log"));
+    let log = dir.path().join("log");
+    let text = yaml(&server, &log);
     let config = fleet::config::parse(&text, std::path::Path::new("t.yaml")).unwrap();
     let group = &config.groups[&fleet::domain::name::GroupName::parse("pool-a").unwrap()];
     assert_eq!(group.power_on.max_concurrent, Some(2));
     assert_eq!(group.power_on.per_minute, None);
     assert!(config.power_on.is_unbounded());
 
-    let fleet_wide = format!("power_on: {{ per_minute: 5 }}\n{text}");
+    let fleet_wide = fixture(pool(&server, &log).power_on(PowerOn::new().max_concurrent(2)))
+        .power_on(PowerOn::new().per_minute(5))
+        .yaml();
     let config = fleet::config::parse(&fleet_wide, std::path::Path::new("t.yaml")).unwrap();
     assert_eq!(config.power_on.per_minute, Some(5));
 
-    let zero = format!(
-        "power_on: {{ max_concurrent: 0 }}\n{}",
-        text.replace("max_concurrent: 2", "per_minute: 0")
-    );
+    let zero = fixture(pool(&server, &log).power_on(PowerOn::new().per_minute(0)))
+        .power_on(PowerOn::new().max_concurrent(0))
+        .yaml();
     let err = fleet::config::parse(&zero, std::path::Path::new("t.yaml"))
         .unwrap_err()
         .to_string();
@@ -188,7 +203,9 @@ fn the_budget_is_read_from_the_group_and_the_top_level_and_zero_is_refused() {
     ] {
         assert!(err.contains(want), "{want}: {err}");
     }
-    let bogus = text.replace("max_concurrent: 2", "max_concurrent: 2, burst: 3");
+    // A field the budget does not have, written in as text.
+    let bogus =
+        fixture(pool(&server, &log).raw("power_on: { max_concurrent: 2, burst: 3 }")).yaml();
     let err = fleet::config::parse(&bogus, std::path::Path::new("t.yaml"))
         .unwrap_err()
         .to_string();

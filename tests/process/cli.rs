@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use fleet::cli::{Cli, Ctx};
-use fleet::testing::RedisServer;
+use fleet_testing::RedisServer;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -317,7 +317,7 @@ fn flags_also_come_from_the_environment() {
 
 #[tokio::test]
 async fn acl_users_with_passwords_connect_and_a_wrong_password_is_a_runtime_error() {
-    let server = RedisServer::with(fleet::testing::Options {
+    let server = RedisServer::with(fleet_testing::Options {
         tcp: true,
         args: [
             "--user", "bench", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off",
@@ -342,8 +342,8 @@ async fn acl_users_with_passwords_connect_and_a_wrong_password_is_a_runtime_erro
 #[test]
 fn tls_redis_with_a_ca_file_connects() {
     // A CA, and a server certificate for 127.0.0.1 signed by it (the harness's, with openssl).
-    let ca = fleet::testing::TestCa::new().expect("making the test certificates");
-    let server = RedisServer::with(fleet::testing::Options {
+    let ca = fleet_testing::TestCa::new().expect("making the test certificates");
+    let server = RedisServer::with(fleet_testing::Options {
         tcp: true,
         tls: Some(ca.files().clone()),
         ..Default::default()
@@ -518,7 +518,7 @@ fn no_help_text_shows_a_secret_from_the_environment() {
 // 111): Connection refused (os error 111)`).
 #[test]
 fn redis_errors_name_their_cause_once() {
-    let server = fleet::testing::RedisServer::with(fleet::testing::Options {
+    let server = fleet_testing::RedisServer::with(fleet_testing::Options {
         tcp: true,
         args: vec!["--requirepass".into(), "s3cret".into()],
         ..Default::default()
@@ -582,7 +582,7 @@ fn redis_errors_name_their_cause_once() {
 // instead of exiting; the rows come back when Redis does.
 #[tokio::test]
 async fn state_watch_shows_a_redis_error_and_keeps_trying() {
-    let mut server = fleet::testing::RedisServer::with(fleet::testing::Options {
+    let mut server = fleet_testing::RedisServer::with(fleet_testing::Options {
         aof: true,
         ..Default::default()
     })

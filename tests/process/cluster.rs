@@ -1,5 +1,5 @@
 //! Redis Cluster (SPEC §2.7, "Cluster"), against a real three-primary cluster on loopback
-//! (`fleet::testing::RedisCluster`, joined by `redis-cli --cluster create`): the presence verbs,
+//! (`fleet_testing::RedisCluster`, joined by `redis-cli --cluster create`): the presence verbs,
 //! the controller and the provider's main scenarios through a `redis+cluster://` URL. The fleet
 //! keys of the prefix live in one hash slot and each group's in its own, so the groups here are
 //! on other nodes than the presence keys, and every read across groups goes one call per group.
@@ -20,7 +20,8 @@ use fleet::provider::wire::{
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
-use fleet::testing::{ClusterOptions, RedisCluster};
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{ClusterOptions, Fixture, RedisCluster};
 use support::remote::{
     compact, fleet, metrics_addr, ok, raw, readyz, serve_config_of, serve_config_with, subscribed,
     until,
@@ -647,15 +648,19 @@ async fn beats_the_reads_and_the_wake_listener_follow_the_presence_slot_to_anoth
     let source = c.primary_of(&channel).await.unwrap();
     let target = c.ports().into_iter().find(|p| *p != source).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.yaml");
     // Startups that power nothing: a claim waits, booting, for its bench's first beat.
-    std::fs::write(
-        &config,
-        "groups:\n  - name: pool-a\n    min_size: 0\n    max_size: 1\n    readiness_taints: []\n    \
-         startup: { command: [\"true\"] }\n    shutdown: { command: [\"true\"] }\n    \
-         timings: { machine_gone_grace: 1h }\nslots:\n  - { name: bench-01, group: pool-a }\n",
-    )
-    .unwrap();
+    let config = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(1)
+                .ungated()
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"]))
+                .timing("machine_gone_grace", "1h"),
+        )
+        .slots("pool-a", ["bench-01"])
+        .write(dir.path());
     // A tick of 5 minutes: after the first pass, only an operation's end or a wake passes.
     let args = [
         "--metrics-addr",

@@ -8,7 +8,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Driver, Group, Slot};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
 fn fleet(server: &RedisServer, args: &[&str]) -> String {
@@ -32,23 +33,21 @@ async fn wake_on_lan_powers_a_slot_on_and_its_agent_powers_it_off_with_no_script
     let server = server();
     let nic = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fleet.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"groups:
-  - name: minis
-    max_size: 1
-    readiness_taints: []
-    driver: {{ type: wol, broadcast: "{}", off: agent }}
-    timings: {{ job_timeout: 20s, job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: mini-1, group: minis, driver: {{ mac: "52:54:00:12:34:56" }} }}
-"#,
-            nic.local_addr().unwrap()
-        ),
-    )
-    .unwrap();
+    let path = Fixture::new()
+        .group(
+            Group::new("minis")
+                .max(1)
+                .ungated()
+                .driver(
+                    Driver::wol()
+                        .broadcast(nic.local_addr().unwrap())
+                        .off("agent"),
+                )
+                .timing("job_timeout", "20s")
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slot(Slot::new("mini-1", "minis").driver(Driver::overrides().mac("52:54:00:12:34:56")))
+        .write(dir.path());
     let args = [
         "--metrics-addr",
         "127.0.0.1:0",

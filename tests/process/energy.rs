@@ -13,6 +13,8 @@ use fleet::domain::power::Power;
 use fleet::store::claims::ClaimStore;
 use fleet::store::energy::{Accounted, EnergyError, EnergyStore};
 use fleet::store::keys::Keys;
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{self, Group, Op, Slot, Template};
 use redis::aio::MultiplexedConnection;
 use support::*;
 
@@ -22,6 +24,22 @@ fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
 
 fn group() -> GroupName {
     GroupName::parse("rack").unwrap()
+}
+
+/// The group `rack` of up to `max` machines of 4 cores and 8 GiB, each drawing 200 W on (5 W
+/// off) at 0.3 a kWh.
+fn rack(max: u32) -> Group {
+    let draw = fixture::Power::new(200.0, 0.3).standby(5.0);
+    Group::new("rack")
+        .max(max)
+        .startup(Op::command(["true"]))
+        .shutdown(Op::command(["true"]))
+        .template(
+            Template::new()
+                .capacity("cpu", "4")
+                .capacity("memory", "8Gi")
+                .power(draw),
+        )
 }
 
 /// Off at midnight, on 08:00–12:30, blind 14:00–15:00, on 18:15:30–22:00, off to midnight, with
@@ -75,7 +93,7 @@ impl Leader {
     }
 }
 
-async fn leader(server: &fleet::testing::RedisServer, token: &str) -> Leader {
+async fn leader(server: &fleet_testing::RedisServer, token: &str) -> Leader {
     let c = conn(server).await;
     let claims = ClaimStore::new(c.clone(), Keys::default());
     assert!(claims.raise_fence(&group(), token).await.unwrap());
@@ -95,7 +113,7 @@ fn expected() -> Bucket {
     }
 }
 
-async fn stored_day(server: &fleet::testing::RedisServer) -> Ledger {
+async fn stored_day(server: &fleet_testing::RedisServer) -> Ledger {
     let reader = EnergyStore::new(conn(server).await, Keys::default());
     let stored = reader.read(&group(), &name("n1")).await.unwrap();
     assert_eq!(stored.skipped, Vec::<String>::new());
@@ -251,17 +269,11 @@ async fn the_controller_accounts_what_each_pass_observes_across_a_restart() {
     use std::sync::Arc;
 
     let server = server();
-    let text = r#"groups:
-  - name: rack
-    max_size: 1
-    readiness_taints: []
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-    template: { capacity: { cpu: "4", memory: 8Gi }, power: { watts: 200, standby_watts: 5, price_per_kwh: 0.3 } }
-slots:
-  - { name: n1, group: rack }
-"#;
-    let cfg = fleet::config::parse(text, std::path::Path::new("energy.yaml")).unwrap();
+    let text = Fixture::new()
+        .group(rack(1).ungated())
+        .slots("rack", ["n1"])
+        .yaml();
+    let cfg = fleet::config::parse(&text, std::path::Path::new("energy.yaml")).unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(Arc::new(cfg));
     let controller = |metrics: Arc<Metrics>| {
         let rx = rx.clone();
@@ -398,22 +410,21 @@ fn counter(metrics: &fleet::telemetry::Metrics, what: &str) -> f64 {
 async fn fleet_energy_reports_each_slot_and_the_group_total_from_the_ledgers() {
     use fleet::store::catalog::Catalog;
     let server = server();
-    let text = r#"groups:
-  - name: rack
-    max_size: 2
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-    template: { capacity: { cpu: "4", memory: 8Gi }, power: { watts: 200, standby_watts: 5, price_per_kwh: 0.3 } }
-  - name: minis
-    max_size: 1
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-slots:
-  - { name: n1, group: rack }
-  - { name: n2, group: rack, power: { watts: 100, price_per_kwh: 0.5 } }
-  - { name: m1, group: minis }
-"#;
-    let cfg = fleet::config::parse(text, std::path::Path::new("energy.yaml")).unwrap();
+    let minis = Group::new("minis")
+        .max(1)
+        .startup(Op::command(["true"]))
+        .shutdown(Op::command(["true"]));
+    let text = Fixture::new()
+        .group(rack(2))
+        .group(minis)
+        .slots("rack", ["n1"])
+        .slot(
+            Slot::new("n2", "rack")
+                .power(fixture::Power::overrides().watts(100.0).price_per_kwh(0.5)),
+        )
+        .slots("minis", ["m1"])
+        .yaml();
+    let cfg = fleet::config::parse(&text, std::path::Path::new("energy.yaml")).unwrap();
     Catalog::of(&cfg)
         .publish(&mut conn(&server).await, &Keys::default())
         .await
@@ -578,7 +589,7 @@ slots:
 /// Five steps on fresh ledgers (`<prefix>0` to `<prefix>4`, each on at `t`) written by `store`
 /// in one call, every one written: the `EVAL`s and `EVALSHA`s Redis ran for them.
 async fn account_five(
-    server: &fleet::testing::RedisServer,
+    server: &fleet_testing::RedisServer,
     store: EnergyStore<MultiplexedConnection>,
     prefix: &str,
     t: DateTime<Utc>,

@@ -164,7 +164,7 @@ async fn a_job_startup_runs_to_ready_through_the_gate() {
 // `delete_stale_node_after`, the Node is deleted with uid and resourceVersion preconditions.
 #[tokio::test]
 async fn a_shutdown_cordons_the_node_powers_off_and_deletes_it_when_stale() {
-    let s = Scene::new(", delete_stale_node_after: 500ms").await;
+    let s = Scene::new("delete_stale_node_after: 500ms").await;
     let fleet = s.serve("fleet-a").await;
     let ready = s
         .boot(node(vec![foreign(), cilium()], Some(PROVIDER_ID)))
@@ -262,7 +262,7 @@ async fn a_shutdown_cordons_the_node_powers_off_and_deletes_it_when_stale() {
 // machine is usable, so it is ready, though the gate's budget ran out while fleet was blind.
 #[tokio::test]
 async fn a_broken_node_watch_leaves_a_booting_claim_booting_with_no_power_action() {
-    let s = Scene::new(", uncordon_timeout: 500ms, readiness_gate_timeout: 500ms").await;
+    let s = Scene::new("uncordon_timeout: 500ms, readiness_gate_timeout: 500ms").await;
     let t = &s.config.groups[&group()].timings;
     let budget = t.uncordon_timeout + t.readiness_gate_timeout;
     let fleet = s.serve("fleet-a").await;

@@ -6,26 +6,33 @@ use crate::support;
 
 use std::time::Duration;
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
+/// One slot whose operations log the claim (`$LOG.startup`, `$LOG.shutdown`) before the bench
+/// beats or reads DOWN; `wait` goes between the startup's log and its beat.
+fn fixture(server: &RedisServer, log: &std::path::Path, wait: &str) -> Fixture {
+    let startup = format!(r#"echo "$FLEET_CLAIM" >> "$LOG.startup"; {wait}{BOOTS}"#);
+    let shutdown = format!(r#"echo "$FLEET_CLAIM" >> "$LOG.shutdown"; {POWERS_OFF}"#);
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(1)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .env("LOG", log.display().to_string())
+                .startup(Op::sh(&startup).timeout("10s"))
+                .shutdown(Op::sh(&shutdown).timeout("10s"))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", ["bench-01"])
+}
+
 fn yaml(server: &RedisServer, log: &std::path::Path) -> String {
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 1
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    )
+    fixture(server, log, "").yaml()
 }
 
 const ARGS: [&str; 10] = [
@@ -243,10 +250,12 @@ async fn a_clean_stop_leaves_the_startup_running_and_the_successor_records_its_o
     let go = dir.path().join("ops.go");
     let config = dir.path().join("fleet.yaml");
     // The startup waits for the test to let it finish: it is certainly in flight at the stop.
-    let text = yaml(&server, &log).replace(
-        r#"echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; "#,
-        r#"echo \"$FLEET_CLAIM\" >> \"$LOG.startup\"; while [ ! -e \"$LOG.go\" ]; do sleep 0.05; done; "#,
-    );
+    let text = fixture(
+        &server,
+        &log,
+        r#"while [ ! -e "$LOG.go" ]; do sleep 0.05; done; "#,
+    )
+    .yaml();
     assert!(text.contains("while"), "{text}");
     std::fs::write(&config, text).unwrap();
     let mut a = start("a", &server, &config);

@@ -14,6 +14,8 @@ use fleet::domain::operation::{SlotOp, stamp};
 use fleet::lifecycle::{Job, Report, Request, Runner, TAIL_BYTES};
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{Driver, Group, Op};
 use support::*;
 
 fn request(script: &str, timeout: Duration) -> Request {
@@ -273,7 +275,7 @@ fn driven(kind: OperationKind, target: std::net::SocketAddr, timeout: Duration) 
     }
 }
 
-fn report_to(server: &fleet::testing::RedisServer) -> fleet::lifecycle::ReportTo {
+fn report_to(server: &fleet_testing::RedisServer) -> fleet::lifecycle::ReportTo {
     fleet::lifecycle::ReportTo {
         url: server.url(),
         ca_file: None,
@@ -485,7 +487,7 @@ async fn an_off_no_agent_answers_times_out_at_the_timeout_saying_what_to_look_at
 
 /// Every value of every key of `server`, as text: what a search for a secret must cover (the
 /// timelines, the operation records, the slot reports, the ledgers).
-async fn everything_stored(server: &fleet::testing::RedisServer) -> String {
+async fn everything_stored(server: &fleet_testing::RedisServer) -> String {
     let keys: Vec<String> = raw(server, &["KEYS", "*"]).await;
     let mut all = String::new();
     for key in keys {
@@ -523,25 +525,32 @@ async fn an_operation_gets_none_of_the_secrets_fleet_read_and_all_it_is_promised
     // after it read its password.
     let bmc = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     drop(listener);
-    let text = format!(
-        r#"groups:
-  - name: pool-a
-    max_size: 1
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", {script:?}], env: {{ GROUP_VAR: given, BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["true"] }}
-  - name: bmc
-    max_size: 1
-    readiness_taints: []
-    driver: {{ type: redfish, endpoint: {bmc:?}, username: admin, password_env: BMC_PASS, insecure: true }}
-    timings: {{ job_timeout: 2s }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-  - {{ name: bench-02, group: bmc }}
-"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-    );
+    let startup = Op::sh(script)
+        .env("GROUP_VAR", "given")
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url());
+    let driver = Driver::redfish(&bmc)
+        .username("admin")
+        .password_env("BMC_PASS")
+        .insecure(true);
+    let text = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .max(1)
+                .ungated()
+                .startup(startup)
+                .shutdown(Op::command(["true"])),
+        )
+        .group(
+            Group::new("bmc")
+                .max(1)
+                .ungated()
+                .driver(driver)
+                .timing("job_timeout", "2s"),
+        )
+        .slots("pool-a", ["bench-01"])
+        .slots("bmc", ["bench-02"])
+        .yaml();
     let parsed = fleet::config::parse(&text, std::path::Path::new("fleet.yaml")).unwrap();
     assert_eq!(parsed.secret_env(), ["BMC_PASS"]);
     let path = dir.path().join("fleet.yaml");

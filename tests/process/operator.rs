@@ -7,28 +7,26 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
+/// The group pool-a, of up to four machines that boot at once, and `slots` of it.
 fn yaml(server: &RedisServer, slots: &[&str]) -> String {
-    let slots: String = slots
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 4
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-    )
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(4)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .startup(Op::sh(BOOTS).timeout("10s"))
+                .shutdown(Op::sh(POWERS_OFF).timeout("10s"))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", slots)
+        .yaml()
 }
 
 fn start(server: &RedisServer, config: &Path, grace: &str) -> Serve {

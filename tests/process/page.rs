@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fleet::testing::RedisServer;
+use fleet_testing::RedisServer;
 use support::remote::metrics_addr;
 use support::{Serve, fleet_ok, http_get};
 

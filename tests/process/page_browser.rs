@@ -17,6 +17,8 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
 use serde_json::json;
 use support::browser::Browser;
 use support::remote::metrics_addr;
@@ -28,33 +30,23 @@ const SHOWN_WITHIN: Duration = Duration::from_secs(2);
 
 /// Two slots; a startup waits for the slot's gate file, then beats; a shutdown beats TTL 0.
 fn config(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("fleet.yaml");
-    let bin = env!("CARGO_BIN_EXE_fleet");
     let gates = dir.display();
-    let startup = format!(
-        r#"["sh", "-c", "while [ ! -e {gates}/$FLEET_SLOT.gate ]; do sleep 0.05; done; exec \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"]"#
-    );
-    let shutdown =
-        r#"["sh", "-c", "exec \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"]"#;
-    std::fs::write(
-        &path,
-        format!(
-            r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 2
-    readiness_taints: []
-    startup: {{ command: {startup}, env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
-    shutdown: {{ command: {shutdown}, env: {{ BIN: {bin:?}, REDIS: {url:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-  - {{ name: bench-02, group: pool-a }}
-"#
-        ),
-    )
-    .unwrap();
-    path
+    let startup =
+        format!("while [ ! -e {gates}/$FLEET_SLOT.gate ]; do sleep 0.05; done; exec {BOOTS}");
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(2)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", url)
+                .startup(Op::sh(&startup))
+                .shutdown(Op::sh(&format!("exec {POWERS_OFF}")))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .write(dir)
 }
 
 /// The phase cell of a slot's row.

@@ -12,7 +12,8 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, RedisServer};
 use support::remote::{metrics_addr, until};
 use support::{Serve, fleet_ok, http_get, run_fleet};
 
@@ -699,25 +700,18 @@ fn sse_events(stream: &str) -> (Vec<(String, String)>, Vec<String>) {
 
 /// One group whose startup prints `output` and fails.
 fn failing_config(dir: &Path, output: &str) -> PathBuf {
-    let path = dir.join("fleet.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 1
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "printf '{output}'; exit 1"] }}
-    shutdown: {{ command: ["true"] }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-"#
-        ),
-    )
-    .unwrap();
-    path
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(1)
+                .ungated()
+                .startup(Op::sh(&format!("printf '{output}'; exit 1")))
+                .shutdown(Op::command(["true"]))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", ["bench-01"])
+        .write(dir)
 }
 
 #[tokio::test]
@@ -726,7 +720,7 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
     let dir = tempfile::tempdir().unwrap();
     // What an output might hold to split the stream: every break SSE reads, and fields.
     let output =
-        r"one\rretry: 86400000\rthe fleet is fine\r\ntwo\nevent: frame\rdata: forged\r\rthree\n";
+        "one\rretry: 86400000\rthe fleet is fine\r\ntwo\nevent: frame\rdata: forged\r\rthree\n";
     let config = failing_config(dir.path(), output);
     let (mut serve, addr) = serve(&server, &config, &[]).await;
     serve.log(&["became the leader"]).await;

@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use fleet::config::TlsFingerprint;
 use fleet::power::redfish::{Redfish, RedfishTarget};
 use fleet::power::{Audit, Bmc, Intent, PowerError, PowerState, Secret};
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{Driver, Group, Slot};
 
 /// The fake system's identity, so tests can name its path.
 const UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
@@ -903,17 +905,18 @@ async fn a_tls_fingerprint_in_the_file_pins_the_bmc_and_a_malformed_one_is_exit_
     let password = dir.join("bmc-password");
     std::fs::write(&password, format!("{PASSWORD}\n")).expect("the password file");
     let printed = openssl_fingerprint(&dir.join("server.pem"));
-    let file = |n1: &str, n2: &str| {
-        format!(
-            "groups:\n  - name: rack\n    max_size: 2\n    driver: {{ type: redfish, endpoint: \
-             \"{}\", username: admin, password_file: {:?} }}\nslots:\n  - {{ name: n1, group: \
-             rack, driver: {{ {n1} }} }}\n  - {{ name: n2, group: rack, driver: {{ {n2} }} }}\n",
-            emulator.endpoint(),
-            password.display().to_string()
-        )
+    // Two slots of the emulator's BMC, each with its own fields over the group's driver.
+    let file = |n1: Driver, n2: Driver| {
+        let bmc = Driver::redfish(&emulator.endpoint())
+            .username("admin")
+            .password_file(&password);
+        Fixture::new()
+            .group(Group::new("rack").max(2).driver(bmc))
+            .slot(Slot::new("n1", "rack").driver(n1))
+            .slot(Slot::new("n2", "rack").driver(n2))
     };
-    let pinned = format!("tls_fingerprint: \"{printed}\"");
-    let config = fleet::config::parse(&file(&pinned, &pinned), Path::new("fleet.yaml"))
+    let pinned = || Driver::overrides().tls_fingerprint(&printed);
+    let config = fleet::config::parse(&file(pinned(), pinned()).yaml(), Path::new("fleet.yaml"))
         .expect("a valid configuration");
     for slot in config.slots.values() {
         let driver = slot.driver.as_ref().expect("a driver");
@@ -929,16 +932,9 @@ async fn a_tls_fingerprint_in_the_file_pins_the_bmc_and_a_malformed_one_is_exit_
         );
     }
 
-    let server = fleet::testing::RedisServer::start().expect("redis-server starts");
-    let path = dir.join("fleet.yaml");
-    std::fs::write(
-        &path,
-        file(
-            "tls_fingerprint: \"sha256:6D:40:AE\"",
-            &format!("{pinned}, insecure: true"),
-        ),
-    )
-    .expect("the configuration is written");
+    let server = fleet_testing::RedisServer::start().expect("redis-server starts");
+    let malformed = Driver::overrides().tls_fingerprint("sha256:6D:40:AE");
+    let path = file(malformed, pinned().insecure(true)).write(dir);
     let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(["--redis", &server.url(), "serve", "--config"])
         .arg(&path)

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::config;
 use fleet::domain::claim::Phase;
 use fleet::lifecycle::Exec;
 use fleet::reconcile::Controller;
@@ -19,7 +18,8 @@ use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
 use fleet::store::replicas::{Acks, Replicas, Wanted};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 use support::*;
 use tokio::sync::watch;
@@ -68,33 +68,31 @@ fn signal(server: &RedisServer, sig: &str) {
 }
 
 async fn controller(server: &RedisServer, log: &Path, wanted: Wanted) -> Ctl {
-    controller_stopping_with(server, log, wanted, r#"["true"]"#).await
+    controller_stopping_with(server, log, wanted, Op::command(["true"])).await
 }
 
-/// `controller`, whose shutdown is `shutdown` (a YAML list).
+/// `controller`, whose shutdown is `shutdown`.
 async fn controller_stopping_with(
     server: &RedisServer,
     log: &Path,
     wanted: Wanted,
-    shutdown: &str,
+    shutdown: Op,
 ) -> Ctl {
-    let text = format!(
-        r#"groups:
-  - name: pool-a
-    max_size: 2
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_CLAIM\" >> \"$LOG\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: {shutdown}, env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-  - {{ name: bench-02, group: pool-a }}
-"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    );
-    let cfg = config::parse(&text, Path::new("t.yaml")).unwrap();
+    let startup = format!(r#"echo "$FLEET_CLAIM" >> "$LOG"; {BOOTS}"#);
+    let cfg = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .max(2)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("REDIS", server.url())
+                .env("LOG", log.display().to_string())
+                .startup(Op::sh(&startup))
+                .shutdown(shutdown)
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .config();
     let (_tx, rx) = watch::channel(Arc::new(cfg));
     std::mem::forget(_tx);
     Controller::new(
@@ -292,11 +290,13 @@ async fn a_lost_outcome_this_controller_saw_is_not_waited_for_after_a_failover()
     let log = dir.path().join("operations");
     let go = dir.path().join("go");
     // The shutdown says it began, waits for the test, then powers the bench off (DOWN at once).
-    let shutdown = format!(
-        r#"["sh", "-c", "echo \"shutdown $FLEET_CLAIM\" >> \"$LOG\"; while [ ! -e \"{go}\" ]; do sleep 0.02; done; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"]"#,
-        go = go.display()
-    );
-    let mut ctl = controller_stopping_with(&primary, &log, Wanted::Auto, &shutdown).await;
+    let shutdown = [
+        r#"echo "shutdown $FLEET_CLAIM" >> "$LOG""#.to_owned(),
+        format!(r#"while [ ! -e "{}" ]; do sleep 0.02; done"#, go.display()),
+        POWERS_OFF.to_owned(),
+    ]
+    .join("; ");
+    let mut ctl = controller_stopping_with(&primary, &log, Wanted::Auto, Op::sh(&shutdown)).await;
     request_claim(&primary, "pool-a", "bench-01", "c1").await;
     settle(&mut ctl).await;
     assert_eq!(phase(&primary, "c1").await, Phase::Ready);

@@ -1,5 +1,5 @@
 //! Redis Sentinel (SPEC §2.7, "Sentinel"), against a real setup on loopback: one primary, one
-//! replica and three sentinels (`fleet::testing::SentinelSet`). The verbs, the agent and
+//! replica and three sentinels (`fleet_testing::SentinelSet`). The verbs, the agent and
 //! `fleet serve` reach the primary through a `redis+sentinel://` URL and follow it when it is
 //! killed and the sentinels promote the replica. Every wait is bounded; nothing sleeps to
 //! synchronise.
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
-use fleet::testing::{SentinelOptions, SentinelSet};
+use fleet_testing::{SentinelOptions, SentinelSet};
 use support::remote::{
     compact, fleet, metrics_addr, ok, raw, readyz, serve_config, subscribed, until,
 };
@@ -395,7 +395,7 @@ async fn sentinels_that_share_the_primarys_password_are_asked_again_with_the_url
         .unwrap();
     let refused = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
-        .arg(fleet::testing::MASTER)
+        .arg(fleet_testing::MASTER)
         .query_async::<redis::Value>(&mut bare)
         .await
         .expect_err("a sentinel with a password");

@@ -6,28 +6,26 @@ use crate::support;
 
 use std::time::Duration;
 
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Driver, Group, Op, POWERS_OFF, Slot};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 
+/// The group pool-a, of two machines that boot at once, and `slots` of it.
+fn fixture(server: &RedisServer, slots: &[&str]) -> Fixture {
+    let pool = Group::new("pool-a")
+        .min(0)
+        .max(2)
+        .ungated()
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url())
+        .startup(Op::sh(BOOTS))
+        .shutdown(Op::sh(POWERS_OFF))
+        .timing("job_monitor_poll_interval", "100ms");
+    Fixture::new().group(pool).slots("pool-a", slots)
+}
+
 fn yaml(server: &RedisServer, slots: &[&str]) -> String {
-    let slots: String = slots
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 2
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url()
-    )
+    fixture(server, slots).yaml()
 }
 
 /// GETs `path` until `done` holds for the answer, within the test bound; returns the body.
@@ -199,10 +197,9 @@ fn kubernetes_settings_need_the_flag_and_a_readable_kubeconfig() {
     let server = server();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.yaml");
-    let text = yaml(&server, &["bench-01"]).replace(
-        "{ name: bench-01, group: pool-a }",
-        "{ name: bench-01, group: pool-a, kubernetes_node: node-01 }",
-    );
+    let text = fixture(&server, &[])
+        .slot(Slot::new("bench-01", "pool-a").kubernetes_node("node-01"))
+        .yaml();
     std::fs::write(&path, text).unwrap();
     let config = path.to_str().unwrap();
     let o = run_fleet(&server, &["serve", "--config", config]);
@@ -285,11 +282,12 @@ async fn a_drivers_password_is_checked_at_start_and_on_reload_and_never_shown() 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.yaml");
     let secret = dir.path().join("ipmi-pass");
-    let text = format!(
-        "{}  - {{ name: ipmi-1, group: pool-a, driver: {{ type: ipmi, host: 10.0.0.31, username: admin, password_file: {} }} }}\n",
-        yaml(&server, &["bench-01"]),
-        secret.display()
-    );
+    let ipmi = Driver::ipmi("10.0.0.31")
+        .username("admin")
+        .password_file(&secret);
+    let text = fixture(&server, &["bench-01"])
+        .slot(Slot::new("ipmi-1", "pool-a").driver(ipmi))
+        .yaml();
     std::fs::write(&path, &text).unwrap();
     let config = path.to_str().unwrap();
 

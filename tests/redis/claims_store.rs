@@ -35,7 +35,7 @@ fn new_claim(name: &str, slot: &str, seed: &fleet::store::claims::Seed) -> Claim
 }
 
 async fn store(
-    server: &fleet::testing::RedisServer,
+    server: &fleet_testing::RedisServer,
 ) -> ClaimStore<redis::aio::MultiplexedConnection> {
     ClaimStore::new(conn(server).await, Keys::default())
 }
@@ -272,7 +272,7 @@ async fn each_group_is_read_in_one_round_trip_and_slot_statuses_round_trip() {
 // restart of Redis.
 #[tokio::test]
 async fn claims_survive_a_redis_restart_with_aof() {
-    let mut server = fleet::testing::RedisServer::with(fleet::testing::Options {
+    let mut server = fleet_testing::RedisServer::with(fleet_testing::Options {
         aof: true,
         ..Default::default()
     })

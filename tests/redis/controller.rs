@@ -20,15 +20,29 @@ use fleet::store::claims::{ClaimStore, Created, Event};
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF, Slot};
+use fleet_testing::{Fixture, RedisServer};
 use redis::aio::MultiplexedConnection;
 use support::*;
 use tokio::sync::watch;
 
 type Ctl = Controller<MultiplexedConnection, Exec>;
 
-/// A group whose startup makes the bench beat (a machine that boots at once) and whose shutdown
-/// makes it read DOWN, unless the test swaps the commands.
+/// A group whose startup runs the script `startup` and whose shutdown runs `shutdown`, each within
+/// 10 s, with the fleet binary as `$BIN` and the server as `$REDIS`: `BOOTS` makes the bench beat
+/// (a machine that boots at once), `POWERS_OFF` makes it read DOWN.
+fn pool(name: &str, server: &RedisServer, startup: &str, shutdown: &str, timings: &str) -> Group {
+    Group::new(name)
+        .min(0)
+        .ungated()
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url())
+        .startup(Op::sh(startup).timeout("10s"))
+        .shutdown(Op::sh(shutdown).timeout("10s"))
+        .timings(timings)
+}
+
+/// `pool` as pool-a, with `slots`.
 fn yaml(
     server: &RedisServer,
     startup: &str,
@@ -36,29 +50,12 @@ fn yaml(
     timings: &str,
     slots: &[&str],
 ) -> String {
-    let slots: String = slots
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: {max}
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", {startup:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["sh", "-c", {shutdown:?}], timeout: 10s, env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    timings: {{ {timings} }}
-slots:
-{slots}"#,
-        max = slots.lines().count(),
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-    )
+    Fixture::new()
+        .group(pool("pool-a", server, startup, shutdown, timings))
+        .slots("pool-a", slots)
+        .yaml()
 }
 
-const BOOTS: &str = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 1h"#;
-const POWERS_OFF: &str = r#""$BIN" --redis "$REDIS" beat "$FLEET_SLOT" --ttl 0"#;
 const FAST: &str = "job_monitor_poll_interval: 100ms";
 
 struct Harness {
@@ -574,16 +571,11 @@ impl fleet::reconcile::Nodes for TestNodes {
 
 /// One slot, bench-01, bound to its Node, with the Cilium readiness taint as the group's gate.
 fn bound_config(server: &RedisServer, timings: &str) -> Config {
-    let text = yaml(server, BOOTS, POWERS_OFF, timings, &["bench-01"])
-        .replace(
-            "readiness_taints: []",
-            r#"readiness_taints: ["node.cilium.io/agent-not-ready:NoExecute"]"#,
-        )
-        .replace(
-            "{ name: bench-01, group: pool-a }",
-            "{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }",
-        );
-    config::parse(&text, Path::new("t.yaml")).unwrap()
+    let gate = "node.cilium.io/agent-not-ready:NoExecute";
+    Fixture::new()
+        .group(pool("pool-a", server, BOOTS, POWERS_OFF, timings).readiness_taints([gate]))
+        .slot(Slot::new("bench-01", "pool-a").kubernetes_node("bench-01"))
+        .config()
 }
 
 /// A Ready Node that still carries the readiness taint.
@@ -879,8 +871,14 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
     let startup = "sleep 30";
     let text_timings = FAST;
     let server = server();
-    let text = yaml(&server, startup, POWERS_OFF, text_timings, &["bench-01"])
-        .replace("timeout: 10s", "timeout: 1s");
+    let text = Fixture::new()
+        .group(
+            pool("pool-a", &server, startup, POWERS_OFF, text_timings)
+                .startup(Op::sh(startup).timeout("1s"))
+                .shutdown(Op::sh(POWERS_OFF).timeout("1s")),
+        )
+        .slots("pool-a", ["bench-01"])
+        .yaml();
     let cfg = Arc::new(config::parse(&text, Path::new("t.yaml")).unwrap());
     let make = |cfg: Arc<Config>| {
         let server = &server;
@@ -1157,8 +1155,10 @@ async fn a_renamed_groups_claims_end_slot_deleted_and_are_collected() {
     h.claim("bench-01", 1).await;
     h.settle().await;
     assert_eq!(h.the_claim("bench-01-1").await.phase, Phase::Ready);
-    let renamed =
-        yaml(&h.server, BOOTS, POWERS_OFF, timings, &["bench-01"]).replace("pool-a", "pool-b");
+    let renamed = Fixture::new()
+        .group(pool("pool-b", &h.server, BOOTS, POWERS_OFF, timings))
+        .slots("pool-b", ["bench-01"])
+        .yaml();
     h.config
         .send(Arc::new(config::parse(&renamed, Path::new("t")).unwrap()))
         .unwrap();
@@ -1379,10 +1379,13 @@ async fn a_held_ready_machine_stays_ready_and_a_claim_on_a_held_bench_says_it_wa
 #[tokio::test]
 async fn a_shutdown_that_outlives_its_timeout_is_recorded_shutdown_job_timeout() {
     let mut h = harness(BOOTS, "sleep 30", FAST, &["bench-01"]).await;
-    let text = yaml(&h.server, BOOTS, "sleep 30", FAST, &["bench-01"]).replace(
-        r#"shutdown: { command: ["sh", "-c", "sleep 30"], timeout: 10s"#,
-        r#"shutdown: { command: ["sh", "-c", "sleep 30"], timeout: 1s"#,
-    );
+    let text = Fixture::new()
+        .group(
+            pool("pool-a", &h.server, BOOTS, "sleep 30", FAST)
+                .shutdown(Op::sh("sleep 30").timeout("1s")),
+        )
+        .slots("pool-a", ["bench-01"])
+        .yaml();
     assert!(text.contains("timeout: 1s"), "{text}");
     h.config
         .send(Arc::new(config::parse(&text, Path::new("t")).unwrap()))

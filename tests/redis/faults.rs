@@ -19,7 +19,8 @@ use fleet::store::keys::Keys;
 use fleet::store::lease::Lease;
 use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, Options, RedisServer};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use support::*;
 use tokio::sync::watch;
@@ -30,26 +31,29 @@ const SLOTS: [&str; 4] = ["bench-01", "bench-02", "bench-03", "bench-04"];
 
 /// Startup makes the bench beat for an hour; shutdown records that it ran (a file per call) and
 /// powers the bench off, so a test can count every shutdown ever fired.
+fn pool(name: &str, server: &RedisServer, log: &Path) -> Group {
+    Group::new(name)
+        .min(0)
+        .max(4)
+        .ungated()
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url())
+        .env("LOG", log.display().to_string())
+        .startup(Op::sh(&format!(
+            r#"echo "$FLEET_SLOT" >> "$LOG.startup"; {BOOTS}"#
+        )))
+        .shutdown(Op::sh(&format!(
+            r#"echo "$FLEET_SLOT" >> "$LOG.shutdown"; {POWERS_OFF}"#
+        )))
+        .timing("job_monitor_poll_interval", "100ms")
+        .timing("machine_gone_grace", "1s")
+}
+
 fn yaml(server: &RedisServer, log: &Path) -> String {
-    let slots: String = SLOTS
-        .iter()
-        .map(|s| format!("  - {{ name: {s}, group: pool-a }}\n"))
-        .collect();
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 4
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "echo \"$FLEET_SLOT\" >> \"$LOG.startup\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; \"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?}, LOG: {log:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms, machine_gone_grace: 1s }}
-slots:
-{slots}"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url(),
-        log = log.display().to_string(),
-    )
+    Fixture::new()
+        .group(pool("pool-a", server, log))
+        .slots("pool-a", SLOTS)
+        .yaml()
 }
 
 struct World {
@@ -580,13 +584,20 @@ async fn a_store_rolled_back_under_its_leader_is_blind_then_adopts() {
 /// test creates `<log>.release`: a power-off the test holds in flight for as long as it needs.
 fn held_shutdown_yaml(server: &RedisServer, log: &Path, group: &str) -> String {
     let release = format!("{}.release", log.display());
-    yaml(server, log)
-        .replace(
-            r#"echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; "#,
-            r#"echo \"$FLEET_SLOT\" >> \"$LOG.shutdown\"; while [ ! -e \"$RELEASE\" ]; do sleep 0.02; done; "#,
+    let held = [
+        r#"echo "$FLEET_SLOT" >> "$LOG.shutdown""#,
+        r#"while [ ! -e "$RELEASE" ]; do sleep 0.02; done"#,
+        POWERS_OFF,
+    ]
+    .join("; ");
+    Fixture::new()
+        .group(
+            pool(group, server, log)
+                .env("RELEASE", release)
+                .shutdown(Op::sh(&held)),
         )
-        .replace("LOG: ", &format!("RELEASE: {release:?}, LOG: "))
-        .replace("pool-a", group)
+        .slots(group, SLOTS)
+        .yaml()
 }
 
 /// A controller as `fleet serve` builds one, over `rx` (a test renames a group through it): over a

@@ -17,7 +17,7 @@ fn token(l: Leadership) -> u64 {
     }
 }
 
-async fn server_us(server: &fleet::testing::RedisServer) -> u64 {
+async fn server_us(server: &fleet_testing::RedisServer) -> u64 {
     let (secs, micros): (u64, u64) = raw(server, &["TIME"]).await;
     secs * 1_000_000 + micros
 }

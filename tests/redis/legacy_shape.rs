@@ -20,26 +20,35 @@ use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{Group, Op, Power, Template};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, Value};
 use support::*;
 use tonic::transport::Channel;
 
-const YAML: &str = r#"groups:
-  - name: pool-b
-    max_size: 2
-    max_node_provision_time: 40m
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-    template:
-      labels: { "fleet.dev/pool": b }
-      taints: ["fleet.dev/gpu=true:NoSchedule"]
-      capacity: { cpu: "64", memory: 512Gi }
-      power: { watts: 1000, price_per_kwh: 0.5 }
-    autoscaling_options: { scale_down_unready_time: 7m }
-slots:
-  - { name: gpu-01, group: pool-b }
-"#;
+/// One group with a node template, a power draw and an autoscaling override, and its one slot.
+fn yaml() -> String {
+    Fixture::new()
+        .group(
+            Group::new("pool-b")
+                .max(2)
+                .provision_time("40m")
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"]))
+                .template(
+                    Template::new()
+                        .label("fleet.dev/pool", "b")
+                        .taint("fleet.dev/gpu=true:NoSchedule")
+                        .capacity("cpu", "64")
+                        .capacity("memory", "512Gi")
+                        .power(Power::new(1000.0, 0.5)),
+                )
+                .autoscaling_option("scale_down_unready_time", "7m"),
+        )
+        .slots("pool-b", ["gpu-01"])
+        .yaml()
+}
 
 fn legacy_pool() -> DescriptorPool {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/proto");
@@ -72,8 +81,8 @@ fn string(m: &DynamicMessage, name: &str) -> String {
     field(m, name).as_str().unwrap().to_owned()
 }
 
-async fn provider(server: &fleet::testing::RedisServer) -> CloudProviderClient<Channel> {
-    let cfg = Arc::new(config::parse(YAML, Path::new("t.yaml")).unwrap());
+async fn provider(server: &fleet_testing::RedisServer) -> CloudProviderClient<Channel> {
+    let cfg = Arc::new(config::parse(&yaml(), Path::new("t.yaml")).unwrap());
     let (_tx, rx) = tokio::sync::watch::channel(cfg);
     let service = Provider::new(rx, ClaimStore::new(conn(server).await, Keys::default()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -475,7 +475,7 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_at_most_two_at_an
 async fn read_counted(
     p: &Presence<Counting<redis::aio::MultiplexedConnection>>,
     counting: &Counting<redis::aio::MultiplexedConnection>,
-    server: &fleet::testing::RedisServer,
+    server: &fleet_testing::RedisServer,
 ) -> (fleet::store::presence::Snapshot, u64, u64) {
     let (trips, types) = (counting.trips(), command_calls(server, "type").await);
     let snapshot = p.read(&[]).await.unwrap();
@@ -602,7 +602,7 @@ async fn a_foreign_registry_member_is_noticed_by_a_reader_holding_the_registry()
 }
 
 /// The server's time in ms.
-async fn receipt_ms(server: &fleet::testing::RedisServer) -> i64 {
+async fn receipt_ms(server: &fleet_testing::RedisServer) -> i64 {
     let (secs, micros): (i64, i64) = raw(server, &["TIME"]).await;
     secs * 1000 + micros / 1000
 }
@@ -679,7 +679,7 @@ async fn a_timed_hold_request_lapses_and_the_next_beat_carries_no_hold() {
 /// Writes `raw` as bench-01's hold request (a foreign writer), beats, and checks the beat carried
 /// it exactly when the reader accepts it, and that the bench never reads DOWN for it.
 async fn carried_by_the_readers_rule(
-    server: &fleet::testing::RedisServer,
+    server: &fleet_testing::RedisServer,
     p: &Presence<redis::aio::MultiplexedConnection>,
     raw_request: &[u8],
 ) {

@@ -19,7 +19,8 @@ use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op, Power, Template};
+use fleet_testing::{Fixture, RedisServer};
 use prost::Message;
 use support::*;
 use tokio::sync::watch;
@@ -29,42 +30,42 @@ use tonic::transport::{Channel, Endpoint};
 /// cluster-autoscaler's default per-call deadline: it bounds every call of these tests.
 const CA_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Two groups of the same machine (8 cores, 32 GiB) that draw and cost differently, a GPU
-/// group, and a group with no power draw.
+/// Two groups of the same machine (8 cores, 32 GiB) that draw and cost differently, and a bigger
+/// group with no power draw.
 fn yaml(east: (f64, f64), west: (f64, f64)) -> String {
-    format!(
-        r#"groups:
-  - name: east
-    min_size: 0
-    max_size: 2
-    startup: {{ command: ["true"] }}
-    shutdown: {{ command: ["true"] }}
-    template:
-      capacity: {{ cpu: "8", memory: 32Gi }}
-      power: {{ watts: {}, price_per_kwh: {} }}
-  - name: west
-    min_size: 0
-    max_size: 2
-    startup: {{ command: ["true"] }}
-    shutdown: {{ command: ["true"] }}
-    template:
-      capacity: {{ cpu: "8", memory: 32Gi }}
-      power: {{ watts: {}, price_per_kwh: {} }}
-  - name: unpriced
-    min_size: 0
-    max_size: 1
-    startup: {{ command: ["true"] }}
-    shutdown: {{ command: ["true"] }}
-    template: {{ capacity: {{ cpu: "128", memory: 1024Gi }} }}
-slots:
-  - {{ name: e-01, group: east }}
-  - {{ name: e-02, group: east }}
-  - {{ name: w-01, group: west }}
-  - {{ name: w-02, group: west }}
-  - {{ name: u-01, group: unpriced }}
-"#,
-        east.0, east.1, west.0, west.1
-    )
+    fleet_of(Some(east), Some(west))
+}
+
+/// `yaml`, each of east and west with its draw (watts, price per kWh) or none.
+fn fleet_of(east: Option<(f64, f64)>, west: Option<(f64, f64)>) -> String {
+    let group = |name: &str, max: u32, template: Template| {
+        Group::new(name)
+            .min(0)
+            .max(max)
+            .startup(Op::command(["true"]))
+            .shutdown(Op::command(["true"]))
+            .template(template)
+    };
+    let machine = |draw: Option<(f64, f64)>| {
+        let template = Template::new()
+            .capacity("cpu", "8")
+            .capacity("memory", "32Gi");
+        match draw {
+            Some((watts, price)) => template.power(Power::new(watts, price)),
+            None => template,
+        }
+    };
+    let big = Template::new()
+        .capacity("cpu", "128")
+        .capacity("memory", "1024Gi");
+    Fixture::new()
+        .group(group("east", 2, machine(east)))
+        .group(group("west", 2, machine(west)))
+        .group(group("unpriced", 1, big))
+        .slots("east", ["e-01", "e-02"])
+        .slots("west", ["w-01", "w-02"])
+        .slots("unpriced", ["u-01"])
+        .yaml()
 }
 
 fn parsed(text: &str) -> Arc<Config> {
@@ -265,11 +266,7 @@ async fn a_pod_is_priced_at_its_dominant_share_of_the_cheapest_machine_that_hold
     );
 
     // A fleet with no power draw prices nothing, as NodePrice does for such a group.
-    let unpriced = yaml((300.0, 0.2), (500.0, 0.3))
-        .lines()
-        .filter(|l| !l.contains("power:"))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let unpriced = fleet_of(None, None);
     tx.send_replace(parsed(&unpriced));
     let status = pod_price(&mut c, ask(&web, start, hour)).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");

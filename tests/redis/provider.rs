@@ -21,40 +21,52 @@ use fleet::requests::{self, StreakReset};
 use fleet::store::catalog::Catalog;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op, Power, Slot, Template};
+use fleet_testing::{Fixture, RedisServer};
 use prost::Message;
 use redis::aio::MultiplexedConnection;
 use support::*;
 use tonic::Code;
 use tonic::transport::Channel;
 
-const YAML: &str = r#"groups:
-  - name: pool-a
-    min_size: 1
-    max_size: 2
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-  - name: pool-b
-    min_size: 0
-    max_size: 2
-    max_node_provision_time: 40m
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-    timings: { max_attempts: 2, failed_slot_cooldown: 30m }
-    template:
-      labels: { "fleet.dev/pool": b }
-      taints: ["fleet.dev/gpu=true:NoSchedule"]
-      capacity: { cpu: "64", memory: 512Gi, "nvidia.com/gpu": "8" }
-      gpu: { label: fleet.dev/gpu-type, types: [nvidia-a100] }
-      power: { watts: 3500, price_per_kwh: 0.25 }
-    autoscaling_options: { scale_down_unneeded_time: 3m }
-slots:
-  - { name: bench-01, group: pool-a }
-  - { name: bench-02, group: pool-a }
-  - { name: bench-03, group: pool-a, provider_id: "ipmi://10.0.0.3" }
-  - { name: gpu-01, group: pool-b, kubernetes_node: rack1.gpu-01 }
-  - { name: gpu-02, group: pool-b }
-"#;
+/// Two groups, pool-a plain and pool-b of GPU machines with a template, a price and overrides.
+fn yaml() -> String {
+    let noop = || Op::command(["true"]);
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(1)
+                .max(2)
+                .startup(noop())
+                .shutdown(noop()),
+        )
+        .group(
+            Group::new("pool-b")
+                .min(0)
+                .max(2)
+                .provision_time("40m")
+                .startup(noop())
+                .shutdown(noop())
+                .timing("max_attempts", 2)
+                .timing("failed_slot_cooldown", "30m")
+                .template(
+                    Template::new()
+                        .label("fleet.dev/pool", "b")
+                        .taint("fleet.dev/gpu=true:NoSchedule")
+                        .capacity("cpu", "64")
+                        .capacity("memory", "512Gi")
+                        .capacity("nvidia.com/gpu", "8")
+                        .gpu("fleet.dev/gpu-type", ["nvidia-a100"])
+                        .power(Power::new(3500.0, 0.25)),
+                )
+                .autoscaling_option("scale_down_unneeded_time", "3m"),
+        )
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .slot(Slot::new("bench-03", "pool-a").provider_id("ipmi://10.0.0.3"))
+        .slot(Slot::new("gpu-01", "pool-b").kubernetes_node("rack1.gpu-01"))
+        .slots("pool-b", ["gpu-02"])
+        .yaml()
+}
 
 async fn provider(server: &RedisServer) -> CloudProviderClient<Channel> {
     let store = ClaimStore::new(conn(server).await, Keys::default());
@@ -62,7 +74,7 @@ async fn provider(server: &RedisServer) -> CloudProviderClient<Channel> {
 }
 
 fn config_rx() -> tokio::sync::watch::Receiver<Arc<config::Config>> {
-    let cfg = Arc::new(config::parse(YAML, Path::new("t.yaml")).unwrap());
+    let cfg = Arc::new(config::parse(&yaml(), Path::new("t.yaml")).unwrap());
     let (tx, rx) = tokio::sync::watch::channel(cfg);
     std::mem::drop(tx);
     rx
@@ -387,7 +399,7 @@ async fn increase(c: &mut CloudProviderClient<Channel>, id: &str, delta: i32) ->
 /// Claims `slot` of pool-b as a request would and fails it at its deadline, as the controller
 /// would: the slot's digest then counts one more failure.
 async fn claim_and_fail(store: &ClaimStore<MultiplexedConnection>, slot: &str) -> Claim {
-    let config = config::parse(YAML, Path::new("t.yaml")).unwrap();
+    let config = config::parse(&yaml(), Path::new("t.yaml")).unwrap();
     let catalog = Catalog::of(&config);
     let g = catalog.group(&group("pool-b")).unwrap();
     let now = store.now().await.unwrap();
@@ -483,7 +495,7 @@ async fn failed_claims_are_creating_with_an_error_until_deleted_and_spent_slots_
     assert_eq!(target_of(&mut c, "pool-b").await, 1);
 
     // The operator's reset: the slot is offered again, and its next claim is attempt 1.
-    let catalog = Catalog::of(&config::parse(YAML, Path::new("t.yaml")).unwrap());
+    let catalog = Catalog::of(&config::parse(&yaml(), Path::new("t.yaml")).unwrap());
     let now = store.now().await.unwrap();
     assert_eq!(
         requests::reset_failure_streak(
@@ -846,22 +858,19 @@ async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
     increase(&mut c, "pool-a", 1).await.unwrap();
 }
 
-const CROWD: &str = r#"groups:
-  - name: crowd
-    min_size: 2
-    max_size: 6
-    startup: { command: ["true"] }
-    shutdown: { command: ["true"] }
-slots:
-  - { name: s-01, group: crowd }
-  - { name: s-02, group: crowd }
-  - { name: s-03, group: crowd }
-  - { name: s-04, group: crowd }
-  - { name: s-05, group: crowd }
-  - { name: s-06, group: crowd }
-  - { name: s-07, group: crowd }
-  - { name: s-08, group: crowd }
-"#;
+/// One group of eight slots, of which at least two and at most six are wanted.
+fn crowd() -> String {
+    Fixture::new()
+        .group(
+            Group::new("crowd")
+                .min(2)
+                .max(6)
+                .startup(Op::command(["true"]))
+                .shutdown(Op::command(["true"])),
+        )
+        .slots("crowd", (1..=8).map(|i| format!("s-{i:02}")))
+        .yaml()
+}
 
 // cluster-autoscaler calls concurrently: 200 racing IncreaseSize, DeleteNodes and
 // DecreaseTargetSize calls on one group, while a stand-in for the controller boots the pending
@@ -871,7 +880,7 @@ slots:
 async fn two_hundred_concurrent_changes_keep_min_max_and_one_live_claim_per_slot() {
     use rand::{Rng, SeedableRng};
     let server = server();
-    let cfg = Arc::new(config::parse(CROWD, Path::new("t.yaml")).unwrap());
+    let cfg = Arc::new(config::parse(&crowd(), Path::new("t.yaml")).unwrap());
     let (_tx, rx) = tokio::sync::watch::channel(cfg);
     let store = ClaimStore::new(conn(&server).await, Keys::default());
     let mut c = serve(Provider::new(rx, store.clone())).await;

@@ -17,27 +17,35 @@ use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+use fleet_testing::{Fixture, RedisServer};
 use support::*;
 use tokio_util::sync::CancellationToken;
 
+/// A group of two slots whose startup makes the bench beat (a machine that boots at once) and
+/// whose shutdown makes it read DOWN.
+fn pool(server: &RedisServer) -> Group {
+    Group::new("pool-a")
+        .min(0)
+        .max(2)
+        .ungated()
+        .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+        .env("REDIS", server.url())
+        .startup(Op::sh(BOOTS))
+        .shutdown(Op::sh(POWERS_OFF))
+        .timing("job_monitor_poll_interval", "100ms")
+}
+
+/// The configuration of `group` and its two slots.
+fn yaml_of(group: Group) -> String {
+    Fixture::new()
+        .group(group)
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .yaml()
+}
+
 fn yaml(server: &RedisServer) -> String {
-    format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 2
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, REDIS: {redis:?} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-  - {{ name: bench-01, group: pool-a }}
-  - {{ name: bench-02, group: pool-a }}
-"#,
-        bin = env!("CARGO_BIN_EXE_fleet"),
-        redis = server.url()
-    )
+    yaml_of(pool(server))
 }
 
 async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
@@ -379,15 +387,11 @@ async fn failing_setup() -> (
     Controller<redis::aio::MultiplexedConnection, Exec>,
 ) {
     let server = server();
-    let text = yaml(&server)
-        .replace(
-            r#"startup: { command: ["sh", "-c", "\"$BIN\" --redis \"$REDIS\" beat \"$FLEET_SLOT\" --ttl 1h"]"#,
-            r#"startup: { command: ["sh", "-c", "echo no power on the rack >&2; exit 3"]"#,
-        )
-        .replace(
-            "timings: { job_monitor_poll_interval: 100ms }",
-            "timings: { job_monitor_poll_interval: 100ms, max_attempts: 1 }",
-        );
+    let text = yaml_of(
+        pool(&server)
+            .startup(Op::sh("echo no power on the rack >&2; exit 3"))
+            .timing("max_attempts", 1),
+    );
     assert!(
         text.contains("exit 3") && text.contains("max_attempts"),
         "{text}"
@@ -625,10 +629,7 @@ async fn describe_explains_the_deadline_as_it_was_set() {
         .and_then(|rest| rest.split(')').next())
         .unwrap_or_else(|| panic!("{table}"))
         .to_owned();
-    let changed = yaml(&server).replace(
-        "job_monitor_poll_interval: 100ms",
-        "job_monitor_poll_interval: 100ms, readiness_gate_timeout: 1m",
-    );
+    let changed = yaml_of(pool(&server).timing("readiness_gate_timeout", "1m"));
     let cfg = config::parse(&changed, Path::new("t.yaml")).unwrap();
     Catalog::of(&cfg)
         .publish(&mut conn(&server).await, &Keys::default())

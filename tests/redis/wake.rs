@@ -7,12 +7,10 @@
 
 use crate::support;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use fleet::config;
 use fleet::domain::claim::{Claim, ConditionKind, Move, Phase};
 use fleet::domain::name::{ClaimName, GroupName};
 use fleet::reconcile::{Controller, Faults, Wake};
@@ -20,7 +18,8 @@ use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use support::*;
@@ -219,16 +218,18 @@ impl World {
     /// listens.
     async fn start(&mut self) {
         let server = &self.server;
-        let slots: String = SLOTS
-            .iter()
-            .map(|s| format!("  - {{ name: {s}, group: {GROUP} }}\n"))
-            .collect();
-        let text = format!(
-            "groups:\n  - name: {GROUP}\n    min_size: 0\n    max_size: 3\n    readiness_taints: []\n    \
-             startup: {{ command: [\"true\"] }}\n    shutdown: {{ command: [\"true\"] }}\n    \
-             timings: {{ machine_gone_grace: 1h }}\nslots:\n{slots}"
-        );
-        let cfg = config::parse(&text, Path::new("wake.yaml")).unwrap();
+        let cfg = Fixture::new()
+            .group(
+                Group::new(GROUP)
+                    .min(0)
+                    .max(3)
+                    .ungated()
+                    .startup(Op::command(["true"]))
+                    .shutdown(Op::command(["true"]))
+                    .timing("machine_gone_grace", "1h"),
+            )
+            .slots(GROUP, SLOTS)
+            .config();
         let (_, rx) = tokio::sync::watch::channel(Arc::new(cfg));
         let ctl = Controller::new(
             rx,

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
-use fleet::testing::{Options, RedisServer};
+use fleet_testing::fixture::{Group, Op};
+use fleet_testing::{Fixture, Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 
 use super::*;
@@ -32,24 +33,24 @@ pub fn yaml(port: u16) -> String {
 /// own user (TTL 1h, then 0) on the server at `port`.
 pub fn pool(port: u16, slots: &[&str]) -> String {
     let redis = "redis://$FLEET_SLOT:pw-$FLEET_SLOT@127.0.0.1:$PORT/";
-    let mut text = format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: {max}
-    readiness_taints: []
-    startup: {{ command: ["sh", "-c", "\"$BIN\" --redis \"{redis}\" beat \"$FLEET_SLOT\" --ttl 1h"], env: {{ BIN: {bin:?}, PORT: "{port}" }} }}
-    shutdown: {{ command: ["sh", "-c", "\"$BIN\" --redis \"{redis}\" beat \"$FLEET_SLOT\" --ttl 0"], env: {{ BIN: {bin:?}, PORT: "{port}" }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-slots:
-"#,
-        max = slots.len(),
-        bin = env!("CARGO_BIN_EXE_fleet"),
-    );
-    for slot in slots {
-        text.push_str(&format!("  - {{ name: {slot}, group: pool-a }}\n"));
-    }
-    text
+    let beat = |ttl: &str| {
+        Op::sh(&format!(
+            r#""$BIN" --redis "{redis}" beat "$FLEET_SLOT" --ttl {ttl}"#
+        ))
+    };
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .ungated()
+                .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+                .env("PORT", port.to_string())
+                .startup(beat("1h"))
+                .shutdown(beat("0"))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", slots)
+        .yaml()
 }
 
 impl Acl {

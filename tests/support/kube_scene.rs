@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::config::{self, Config};
+use fleet::config::Config;
 use fleet::domain::claim::{Claim, OperationKind, Phase, Reason};
 use fleet::domain::name::{ClaimName, GroupName};
 use fleet::kubernetes::events::Events;
@@ -21,7 +21,8 @@ use fleet::store::keys::Keys;
 use fleet::store::lease::{Lease, Signal};
 use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
-use fleet::testing::RedisServer;
+use fleet_testing::fixture::{Group, JobPod, Op, Slot};
+use fleet_testing::{Fixture, RedisServer};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use redis::aio::MultiplexedConnection;
@@ -47,22 +48,23 @@ pub const INTERVAL: Duration = Duration::from_millis(100);
 pub const GRACE: Duration = Duration::from_millis(300);
 
 /// One group whose startup and shutdown are Jobs, gated by Cilium's taint, and its one slot bound
-/// to the Node `bench-01`; `timings` adds to the group's timings.
+/// to the Node `bench-01`; `timings` (like `"uncordon_timeout: 2s"`) adds to the group's timings.
 pub fn config(timings: &str) -> Config {
-    let text = format!(
-        r#"groups:
-  - name: pool-a
-    min_size: 0
-    max_size: 1
-    readiness_taints: ["{CILIUM}:NoExecute"]
-    startup: {{ job: {{ image: "registry.example/power:1.4", args: ["on"] }}, timeout: 10s }}
-    shutdown: {{ job: {{ image: "registry.example/power:1.4", args: ["off"] }}, timeout: 10s }}
-    timings: {{ job_monitor_poll_interval: 100ms{timings} }}
-slots:
-  - {{ name: bench-01, group: pool-a, kubernetes_node: bench-01 }}
-"#
-    );
-    config::parse(&text, Path::new("kube.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    let power =
+        |arg: &str| Op::job(JobPod::new("registry.example/power:1.4").args([arg])).timeout("10s");
+    Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(1)
+                .readiness_taints([format!("{CILIUM}:NoExecute")])
+                .startup(power("on"))
+                .shutdown(power("off"))
+                .timing("job_monitor_poll_interval", "100ms")
+                .timings(timings),
+        )
+        .slot(Slot::new("bench-01", "pool-a").kubernetes_node("bench-01"))
+        .config()
 }
 
 pub fn group() -> GroupName {

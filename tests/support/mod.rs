@@ -10,13 +10,13 @@ use std::time::Duration;
 use fleet::domain::name::{BenchName, Reason};
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
-use fleet::testing::RedisServer;
+use fleet_testing::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 /// A private redis-server that listens on a loopback port too (for processes that reach it by
 /// `redis://`, or a test that reads its port).
 pub fn tcp_server() -> RedisServer {
-    RedisServer::with(fleet::testing::Options {
+    RedisServer::with(fleet_testing::Options {
         tcp: true,
         ..Default::default()
     })

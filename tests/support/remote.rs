@@ -7,6 +7,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use fleet::store::connect::Endpoint;
+use fleet_testing::Fixture;
+use fleet_testing::fixture::{Group, Op};
 
 /// Runs the fleet binary with `--redis url`.
 pub fn fleet(url: &str, args: &[&str]) -> Output {
@@ -90,49 +92,38 @@ pub fn serve_config_with(
     flags: &[&str],
     log: Option<&Path>,
 ) -> PathBuf {
-    let path = dir.join("fleet.yaml");
     let logged = |kind: &str| match log {
-        Some(_) => format!(r#"echo \"$FLEET_SLOT ${{FLEET_CLAIM:--}} {kind}\" >> \"$LOG\"; "#),
+        Some(_) => format!(r#"echo "$FLEET_SLOT ${{FLEET_CLAIM:--}} {kind}" >> "$LOG"; "#),
         None => String::new(),
     };
+    let flags: Vec<String> = flags.iter().map(|f| format!(r#""{f}""#)).collect();
     let beat = |kind: &str, ttl: &str| {
-        format!(
-            r#"["sh", "-c", "{}\"$BIN\" --redis \"$REDIS\" {flags} beat \"$FLEET_SLOT\" --ttl {ttl}"]"#,
+        Op::sh(&format!(
+            r#"{}"$BIN" --redis "$REDIS" {} beat "$FLEET_SLOT" --ttl {ttl}"#,
             logged(kind),
-            flags = flags
-                .iter()
-                .map(|f| format!(r#"\"{f}\""#))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
+            flags.join(" ")
+        ))
     };
-    let bin = env!("CARGO_BIN_EXE_fleet");
-    let mut env = format!("BIN: {bin:?}, REDIS: {url:?}");
-    if let Some(log) = log {
-        env.push_str(&format!(", LOG: {:?}", log.display().to_string()));
-    }
-    let mut yaml = String::from("groups:\n");
-    let mut slots = String::from("slots:\n");
-    for (group, names) in groups {
-        yaml.push_str(&format!(
-            r#"  - name: {group}
-    min_size: 0
-    max_size: {max}
-    readiness_taints: []
-    startup: {{ command: {startup}, env: {{ {env} }} }}
-    shutdown: {{ command: {shutdown}, env: {{ {env} }} }}
-    timings: {{ job_monitor_poll_interval: 100ms }}
-"#,
-            max = names.len(),
-            startup = beat("startup", "1h"),
-            shutdown = beat("shutdown", "0"),
-        ));
-        for name in *names {
-            slots.push_str(&format!("  - {{ name: {name}, group: {group} }}\n"));
+    let mut fixture = Fixture::new();
+    for (group, _) in groups {
+        let mut pool = Group::new(group)
+            .min(0)
+            .ungated()
+            .env("BIN", env!("CARGO_BIN_EXE_fleet"))
+            .env("REDIS", url);
+        if let Some(log) = log {
+            pool = pool.env("LOG", log.display().to_string());
         }
+        fixture = fixture.group(
+            pool.startup(beat("startup", "1h"))
+                .shutdown(beat("shutdown", "0"))
+                .timing("job_monitor_poll_interval", "100ms"),
+        );
     }
-    std::fs::write(&path, yaml + &slots).unwrap();
-    path
+    for (group, names) in groups {
+        fixture = fixture.slots(group, *names);
+    }
+    fixture.write(dir)
 }
 
 /// The lines of an operations log that `serve_config_with` wrote (none when there is no file

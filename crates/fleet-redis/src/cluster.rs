@@ -12,7 +12,7 @@
 //! error to its caller, whose own schedule retries (the agent's next beat, the controller's next
 //! pass, `fleet state`'s one retry), and a MOVED makes the driver read the slot map again first.
 //!
-//! [`query_by_tag`]: super::conn::query_by_tag
+//! [`query_by_tag`]: crate::conn::query_by_tag
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -21,8 +21,8 @@ use std::sync::Arc;
 use redis::ProtocolVersion;
 use redis::aio::AsyncPushSender;
 
-use super::connect::{ConnectError, Endpoint};
-use super::url::ClusterUrl;
+use crate::connect::{ConnectError, Endpoint};
+use crate::url::ClusterUrl;
 
 impl ClusterUrl {
     /// The URL redis-rs reads for one node of the list: `redis[s]://[userinfo@]host:port`.
@@ -44,12 +44,12 @@ impl Endpoint {
     /// The client of a Cluster URL: its nodes, its user, TLS with the CA file where one is
     /// given, every connect and call bounded by the timeout, and no retry by the driver. With
     /// `push`, the connections speak RESP3 and deliver their pushes there (the wake listener's).
-    pub(crate) fn cluster_client(
+    pub fn cluster_client(
         &self,
         url: &ClusterUrl,
         push: Option<Arc<dyn AsyncPushSender>>,
     ) -> Result<ClusterClient, ConnectError> {
-        super::connect::install_crypto_provider();
+        crate::connect::install_crypto_provider();
         let invalid = |source| ConnectError::InvalidUrl {
             url: self.redacted(),
             source,
@@ -84,7 +84,7 @@ impl Endpoint {
     /// bounded by the timeout. One primary, not every node: a plain `PING` goes to all of them,
     /// and one stuck replica would then refuse every verb (found by `tests/process/cluster.rs`, a replica
     /// stopped with SIGSTOP).
-    pub(crate) async fn cluster(
+    pub async fn cluster(
         &self,
         url: &ClusterUrl,
         push: Option<Arc<dyn AsyncPushSender>>,
@@ -118,8 +118,8 @@ mod tests {
     use super::*;
 
     fn url(text: &str) -> ClusterUrl {
-        match super::super::url::parse(text) {
-            Ok(super::super::url::Target::Cluster(c)) => c,
+        match crate::url::parse(text) {
+            Ok(crate::url::Target::Cluster(c)) => c,
             other => panic!("{text}: {other:?}"),
         }
     }
@@ -139,7 +139,7 @@ mod tests {
             "redis+cluster://u:pw@127.0.0.1:1,127.0.0.1:2",
             std::time::Duration::from_secs(1),
         );
-        let Ok(super::super::url::Target::Cluster(u)) = endpoint.target() else {
+        let Ok(crate::url::Target::Cluster(u)) = endpoint.target() else {
             panic!("a cluster URL");
         };
         assert!(endpoint.cluster_client(&u, None).is_ok());

@@ -17,11 +17,11 @@ use redis::{
     Cmd, ErrorKind, FromRedisValue, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
-use super::connect::{ConnectError, Endpoint};
-use super::sentinel::Followed;
-use super::url::Target;
+use crate::connect::{ConnectError, Endpoint};
+use crate::sentinel::Followed;
+use crate::url::Target;
 
-pub use super::sentinel::is_failover;
+pub use crate::sentinel::is_failover;
 
 /// A connection to Redis's primary, of any URL form fleet takes.
 #[derive(Clone)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
-use super::url::{self, Target};
+use crate::url::{self, Target};
 
 /// Every URL form fleet takes, for the messages that refuse one.
 pub const VALID_URLS: &str = "use redis://[user:password@]host:port[/db], rediss://... for TLS, \
@@ -46,7 +46,7 @@ impl Password {
     }
 
     /// The password itself, for the one place that sends it (an `AUTH`).
-    pub(crate) fn expose(&self) -> &str {
+    pub fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -208,13 +208,13 @@ impl Endpoint {
 
     /// The client of one server at `server_url` (this URL, or one a Sentinel URL names), with
     /// the CA file where one is given. Errors name this endpoint's URL, redacted.
-    pub(crate) fn client_for(&self, server_url: &str) -> Result<Client, ConnectError> {
+    pub fn client_for(&self, server_url: &str) -> Result<Client, ConnectError> {
         self.client_as(server_url, None)
     }
 
     /// `client_for`, authenticating with `auth` rather than the user info of `server_url` (a
     /// sentinel asked with the sentinels' own credentials).
-    pub(crate) fn client_as(
+    pub fn client_as(
         &self,
         server_url: &str,
         auth: Option<&SentinelAuth>,
@@ -302,7 +302,7 @@ impl Endpoint {
         }
     }
 
-    pub(crate) fn unreachable(&self, source: redis::RedisError) -> ConnectError {
+    pub fn unreachable(&self, source: redis::RedisError) -> ConnectError {
         let cause = if source.is_timeout() {
             let tls = self.url.starts_with("rediss");
             format!(
@@ -469,7 +469,7 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// TLS goes through rustls with the ring provider; installing it twice is harmless.
-pub(crate) fn install_crypto_provider() {
+pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

@@ -30,8 +30,8 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Valu
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::connect::{ConnectError, Endpoint, SentinelAuth, cause};
-use super::url::SentinelUrl;
+use crate::connect::{ConnectError, Endpoint, SentinelAuth, cause};
+use crate::url::SentinelUrl;
 
 /// The Redis error codes by which a server says it is no longer the primary to write to.
 const NOT_PRIMARY: [&str; 3] = ["READONLY", "NOREPLICAS", "MASTERDOWN"];
@@ -77,7 +77,7 @@ fn says_not_primary(value: &Value) -> bool {
 
 /// The primary a Sentinel URL names, followed across failovers. Shared by every clone of a
 /// `Conn`.
-pub(crate) struct Followed {
+pub struct Followed {
     url: SentinelUrl,
     endpoint: Endpoint,
     /// The current connection and its generation; `None` until found, and after a failure.
@@ -102,10 +102,7 @@ struct Search {
 
 impl Followed {
     /// Finds the primary and connects, within the call timeout.
-    pub(crate) async fn open(
-        endpoint: &Endpoint,
-        url: SentinelUrl,
-    ) -> Result<Followed, ConnectError> {
+    pub async fn open(endpoint: &Endpoint, url: SentinelUrl) -> Result<Followed, ConnectError> {
         let followed = Followed {
             url,
             endpoint: endpoint.clone(),
@@ -120,12 +117,12 @@ impl Followed {
         }
     }
 
-    pub(crate) fn db(&self) -> i64 {
+    pub fn db(&self) -> i64 {
         self.url.db
     }
 
     /// Sends one command to the primary.
-    pub(crate) async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
         let (mut conn, generation) = self.connection().await?;
         let reply = conn.req_packed_command(cmd).await;
         self.judge(generation, reply.as_ref().map(std::slice::from_ref));
@@ -133,7 +130,7 @@ impl Followed {
     }
 
     /// Sends a pipeline to the primary.
-    pub(crate) async fn commands(
+    pub async fn commands(
         &self,
         pipeline: &redis::Pipeline,
         offset: usize,
@@ -208,7 +205,7 @@ impl Followed {
 
     /// A client for the primary the sentinels name now, for a connection of its own (the wake
     /// listener's subscription): found again when the shared connection is lost.
-    pub(crate) async fn primary_client(&self) -> RedisResult<redis::Client> {
+    pub async fn primary_client(&self) -> RedisResult<redis::Client> {
         self.connection().await?;
         let addr = self
             .last
@@ -232,7 +229,7 @@ impl Followed {
             RedisError::from((
                 ErrorKind::InvalidClientConfig,
                 "Sentinel",
-                crate::store::connect::chain(&e),
+                crate::connect::chain(&e),
             ))
         })
     }
@@ -438,7 +435,7 @@ impl Followed {
             RedisError::from((
                 ErrorKind::InvalidClientConfig,
                 "Sentinel",
-                crate::store::connect::chain(&e),
+                crate::connect::chain(&e),
             ))
         })?;
         let timeout = self.endpoint.timeout;

@@ -1,4 +1,5 @@
-//! A real `redis-server`, started privately: for the tests, the benchmarks and the local stack.
+//! fleet's test support: a real `redis-server`, started privately, for tests and benchmarks, and
+//! the configuration files they give fleet (`fixture`).
 //!
 //! Each server lives in its own temporary directory and listens on a unix socket there (or on a
 //! free loopback port); it is killed, and its directory removed, when the handle drops. A missing
@@ -10,12 +11,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::store::connect::Endpoint;
+use fleet::store::connect::Endpoint;
 
 mod cluster;
+pub mod fixture;
 mod sentinel;
 mod tls;
 pub use cluster::{ClusterOptions, RedisCluster, SlotMove};
+pub use fixture::Fixture;
 pub use sentinel::{Failover, MASTER, SentinelOptions, SentinelSet};
 pub use tls::{TestCa, TlsFiles};
 
@@ -174,7 +177,7 @@ impl Drop for RedisServer {
 
 /// A client of `url` for the harness's own connections, trusting `ca` (for `rediss://`).
 pub(crate) fn client(url: &str, ca: Option<&Path>) -> redis::RedisResult<redis::Client> {
-    crate::store::connect::install_crypto_provider();
+    fleet::store::connect::install_crypto_provider();
     match ca {
         None => redis::Client::open(url),
         Some(ca) => {

@@ -16,7 +16,6 @@
 mod actions;
 pub mod frame;
 pub mod html;
-pub mod listen;
 
 use std::sync::Arc;
 use std::time::Duration;

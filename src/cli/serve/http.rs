@@ -3,6 +3,7 @@
 //! of the metrics and of the live page, on one listener or, with `--ui-addr`, on two. The server
 //! itself (the Host check, the caps, the timeouts) is `telemetry::listener`.
 
+#[cfg(feature = "page")]
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +15,9 @@ use tracing::{info, warn};
 use crate::telemetry::listener::{self, Gate, Hosts, Limits, Server};
 use crate::telemetry::{self, Health, Metrics};
 
+#[cfg(feature = "page")]
+use super::super::page::{Actions, Feed, actions_min_token, router};
 use super::super::{Ctx, Error};
-use super::{Actions, Feed, actions_min_token, router};
 
 /// Under this descriptor limit, operations and HTTP peers may run a controller out of them.
 const LOW_NOFILE: u64 = 4_096;
@@ -24,6 +26,7 @@ const LOW_NOFILE: u64 = 4_096;
 /// browser sends nothing else in a header, and the server reads nothing else from one, so any
 /// other token could never authenticate: it is refused at start (exit 2), naming the first
 /// character that is not, and where.
+#[cfg(feature = "page")]
 pub fn token(path: &Path) -> Result<String, Error> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::usage(format!("reading --ui-token-file {}: {e}", path.display())))?;
@@ -52,6 +55,7 @@ pub fn token(path: &Path) -> Result<String, Error> {
 
 /// The first character of `token` that is not printable ASCII, and its position (from 1, in
 /// characters), in words; `None` when every one is.
+#[cfg(feature = "page")]
 fn not_printable(token: &[u8]) -> Option<String> {
     let text = match std::str::from_utf8(token) {
         Ok(text) => text,
@@ -113,11 +117,13 @@ pub struct Http {
     /// has its own.
     pub metrics: TcpListener,
     /// `--ui-addr`'s listener.
+    #[cfg(feature = "page")]
     pub ui: Option<TcpListener>,
     pub limits: Limits,
     /// The `--ui-host` names.
     pub hosts: Vec<String>,
     /// The token that turns the actions on.
+    #[cfg(feature = "page")]
     pub token: Option<String>,
     /// The pass interval: the page's reads, and `/readyz`'s window (five of them).
     pub interval: Duration,
@@ -125,7 +131,8 @@ pub struct Http {
 
 impl Http {
     /// Starts the page's reader (on a connection of its own, once a pass interval) and the
-    /// servers, on `tasks`; they end at `ctx.shutdown`.
+    /// servers, on `tasks`; they end at `ctx.shutdown`. Built without the `page` feature, the
+    /// metrics listener serves the metrics and the health endpoints alone.
     pub async fn start(
         self,
         ctx: &Ctx,
@@ -137,26 +144,7 @@ impl Http {
             metrics.http_connections.clone(),
             metrics.page_streams.clone(),
         );
-        let actions = self.token.map(|token| {
-            Actions::new(
-                token,
-                ctx.endpoint.clone(),
-                ctx.keys.clone(),
-                ctx.shutdown.clone(),
-            )
-        });
-        let conn = ctx.endpoint.open_lasting().await?;
-        let feed = Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
-        let (tx, rx) = feed.channel();
-        tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
-        let page = router(
-            rx,
-            actions,
-            health.clone(),
-            gate.clone(),
-            ctx.shutdown.clone(),
-        );
-        let health_routes = telemetry::routes((metrics, health), self.interval * 5);
+        let health_routes = telemetry::routes((metrics, health.clone()), self.interval * 5);
         let hosts = Hosts::new(self.hosts);
         let serve = |listener, app| {
             Server {
@@ -167,15 +155,40 @@ impl Http {
             }
             .run(ctx.shutdown.clone())
         };
-        match self.ui {
-            None => {
-                tasks.spawn(serve(self.metrics, health_routes.merge(page)));
-            }
-            Some(ui) => {
-                tasks.spawn(serve(self.metrics, health_routes));
-                tasks.spawn(serve(ui, page));
+        #[cfg(feature = "page")]
+        {
+            let actions = self.token.map(|token| {
+                Actions::new(
+                    token,
+                    ctx.endpoint.clone(),
+                    ctx.keys.clone(),
+                    ctx.shutdown.clone(),
+                )
+            });
+            let conn = ctx.endpoint.open_lasting().await?;
+            let feed = Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
+            let (tx, rx) = feed.channel();
+            tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
+            let page = router(
+                rx,
+                actions,
+                health.clone(),
+                gate.clone(),
+                ctx.shutdown.clone(),
+            );
+            match self.ui {
+                None => {
+                    tasks.spawn(serve(self.metrics, health_routes.merge(page)));
+                }
+                Some(ui) => {
+                    tasks.spawn(serve(self.metrics, health_routes));
+                    tasks.spawn(serve(ui, page));
+                }
             }
         }
+        // Built without the page: the metrics and the health endpoints alone.
+        #[cfg(not(feature = "page"))]
+        tasks.spawn(serve(self.metrics, health_routes));
         Ok(())
     }
 }

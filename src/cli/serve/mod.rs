@@ -5,6 +5,9 @@
 //! An invalid configuration at start is exit 2 with every problem listed. A new version of the
 //! file (seen within a second, or on SIGHUP) is validated first: a bad one is refused with its
 //! problems logged, and the running one is kept.
+//!
+//! What a feature of the build brings is a file of its own: `cluster` (`kubernetes`), `grpc`
+//! (`provider`), and in `http` the page (`page`). A flag for a part the build lacks is refused.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -14,17 +17,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::{self, Config};
-use crate::kubernetes::client::{self, Connected, Settings};
-use crate::kubernetes::events::Events;
-use crate::kubernetes::jobs::{JobRunner, Reporter as JobReporter};
-use crate::kubernetes::nodes::KubeNodes;
-use crate::lifecycle::{Dispatch, Exec, ReportTo, Runner};
-use crate::power::watch::Reader;
-use crate::provider::server::{TlsError, TlsFiles};
-use crate::provider::{self, service::Provider};
+use crate::lifecycle::{Exec, ReportTo, Runner};
+#[cfg(feature = "provider")]
+use crate::provider::service::Provider;
+use crate::reconcile::bmc::Reader;
 use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
@@ -35,9 +34,14 @@ use crate::store::replicas::{Replicas, Wanted};
 use crate::telemetry::listener;
 use crate::telemetry::{Health, Metrics};
 
-use super::page::listen;
 use super::reload::{check_drivers, check_kubernetes, config_error, hangups, reload, warn_about};
 use super::{Ctx, Error, args};
+
+#[cfg(feature = "kubernetes")]
+mod cluster;
+#[cfg(feature = "provider")]
+mod grpc;
+mod http;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -178,6 +182,7 @@ async fn warn_without_persistence(conn: &mut Conn) {
 /// What `fleet serve` listens on, bound before anything is published so a port in use fails
 /// the start.
 struct Listeners {
+    #[cfg(feature = "provider")]
     grpc: tokio::net::TcpListener,
     metrics: tokio::net::TcpListener,
     /// The live page's own, with `--ui-addr`.
@@ -187,25 +192,20 @@ struct Listeners {
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
         self.check_lease()?;
-        let token = self
-            .ui_token_file
-            .as_deref()
-            .map(listen::token)
-            .transpose()?;
-        let config = config::load(&self.config).map_err(config_error)?;
-        check_drivers(&self.config, &config).map_err(config_error)?;
-        check_kubernetes(&config, self.kubernetes)?;
+        self.check_built()?;
+        #[cfg(feature = "page")]
+        let token = self.ui_token_file.as_deref().map(http::token).transpose()?;
+        let config = self.load()?;
+        #[cfg(feature = "kubernetes")]
         let kube = self.kube().await?;
+        #[cfg(feature = "provider")]
         let (tls, transport) = self.tls()?;
+        #[cfg(not(feature = "provider"))]
+        let transport = "none: built without the provider";
         let listeners = self.bind().await?;
         warn_about(&config);
         let conn = ctx.endpoint.open_lasting().await?;
-        let mut publisher = conn.clone();
-        warn_without_persistence(&mut publisher).await;
-        Catalog::of(&config)
-            .publish(&mut publisher, &ctx.keys)
-            .await
-            .map_err(|e| Error::Runtime(e.into()))?;
+        let publisher = publish(ctx, &conn, &config).await?;
         let hup = hangups();
         self.log_started(ctx, &config, &listeners, transport);
         let (tx, rx) = watch::channel(Arc::new(config));
@@ -213,9 +213,13 @@ impl Args {
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
-        self.http(listeners.metrics, listeners.ui, token)?
-            .start(ctx, (metrics.clone(), health.clone()), &tasks)
-            .await?;
+        self.http(
+            listeners.metrics,
+            #[cfg(feature = "page")]
+            (listeners.ui, token),
+        )?
+        .start(ctx, (metrics.clone(), health.clone()), &tasks)
+        .await?;
         tasks.spawn(reload(
             (self.config.clone(), hup),
             self.kubernetes,
@@ -227,16 +231,20 @@ impl Args {
         ));
         // One leadership signal: the controller announces it, the provider and its server follow.
         let (signal, leadership) = Signal::new();
-        let provider = Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
-            .with_leadership(leadership.clone())
-            .with_metrics(metrics.clone());
-        tasks.spawn(serve_provider(
-            listeners.grpc,
-            tls,
-            provider,
-            leadership.clone(),
-            shutdown.clone(),
-        ));
+        #[cfg(feature = "provider")]
+        {
+            let provider =
+                Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
+                    .with_leadership(leadership.clone())
+                    .with_metrics(metrics.clone());
+            tasks.spawn(grpc::serve_provider(
+                listeners.grpc,
+                tls,
+                provider,
+                leadership.clone(),
+                shutdown.clone(),
+            ));
+        }
         // WAIT blocks its connection: the replication gate has one of its own.
         let acks = ctx.endpoint.open_lasting().await?;
         let parts = Parts {
@@ -248,21 +256,25 @@ impl Args {
             signal,
             shutdown,
         };
-        match kube {
-            None => {
-                let runner = Exec::new(WRAPPER).reporting_to(report_to(ctx));
-                self.control(ctx, parts, NoNodes, runner).await;
-            }
-            Some(k) => {
-                self.control_in_cluster(ctx, parts, k, leadership, &tasks)
-                    .await
-            }
+        #[cfg(feature = "kubernetes")]
+        if let Some(k) = kube {
+            self.control_in_cluster(ctx, parts, k, leadership, &tasks)
+                .await;
+            return self.stopped(tasks).await;
         }
-        // The controller has stopped: the listeners and the reload end on the same token.
-        tasks.close();
-        tasks.wait().await;
-        info!("fleet serve stopped");
-        Ok(())
+        #[cfg(not(feature = "kubernetes"))]
+        drop(leadership);
+        let runner = Exec::new(WRAPPER).reporting_to(report_to(ctx));
+        self.control(ctx, parts, NoNodes, runner).await;
+        self.stopped(tasks).await
+    }
+
+    /// The configuration, checked for what a start needs besides its validity.
+    fn load(&self) -> Result<Config, Error> {
+        let config = config::load(&self.config).map_err(config_error)?;
+        check_drivers(&self.config, &config).map_err(config_error)?;
+        check_kubernetes(&config, self.kubernetes)?;
+        Ok(config)
     }
 
     /// The HTTP side (SPEC §4.8, §4.13): the metrics and the page on their listeners, under the
@@ -270,17 +282,50 @@ impl Args {
     fn http(
         &self,
         metrics: tokio::net::TcpListener,
-        ui: Option<tokio::net::TcpListener>,
-        token: Option<String>,
-    ) -> Result<listen::Http, Error> {
-        Ok(listen::Http {
+        #[cfg(feature = "page")] (ui, token): (Option<tokio::net::TcpListener>, Option<String>),
+    ) -> Result<http::Http, Error> {
+        Ok(http::Http {
             metrics,
+            #[cfg(feature = "page")]
             ui,
-            limits: listen::limits()?,
+            limits: http::limits()?,
             hosts: self.ui_hosts.clone(),
+            #[cfg(feature = "page")]
             token,
             interval: self.interval,
         })
+    }
+
+    /// The controller has stopped: the listeners and the reload end on the same token.
+    async fn stopped(&self, tasks: tokio_util::task::TaskTracker) -> Result<(), Error> {
+        tasks.close();
+        tasks.wait().await;
+        info!("fleet serve stopped");
+        Ok(())
+    }
+
+    /// Flags for a part this build does not hold are refused (exit 2), never ignored: a
+    /// provider or a page that silently is not there is worse than no start.
+    fn check_built(&self) -> Result<(), Error> {
+        let mut unbuilt: Vec<(&str, &str)> = Vec::new();
+        if cfg!(not(feature = "kubernetes")) && self.kubernetes {
+            unbuilt.push(("--kubernetes", "kubernetes"));
+        }
+        if cfg!(not(feature = "provider"))
+            && (self.tls_cert.is_some() || self.tls_key.is_some() || self.tls_client_ca.is_some())
+        {
+            unbuilt.push(("--tls-cert, --tls-key, --tls-client-ca", "provider"));
+        }
+        if cfg!(not(feature = "page")) && (self.ui_addr.is_some() || self.ui_token_file.is_some()) {
+            unbuilt.push(("--ui-addr, --ui-token-file", "page"));
+        }
+        match unbuilt.first() {
+            None => Ok(()),
+            Some((flags, feature)) => Err(Error::usage(format!(
+                "{flags}: this fleet was built without the `{feature}` feature; use a build \
+                 with it (the default build has every feature)"
+            ))),
+        }
     }
 
     /// The leader renews its lease once a pass, so a lease no longer than a pass lapses between
@@ -299,28 +344,9 @@ impl Args {
         )))
     }
 
-    /// The provider's TLS configuration and the name of its transport. A file that cannot be
-    /// read is a runtime failure; flags that do not go together are the caller's input.
-    fn tls(&self) -> Result<(Option<tonic::transport::ServerTlsConfig>, &'static str), Error> {
-        let tls_files = TlsFiles {
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            client_ca: self.tls_client_ca.clone(),
-        };
-        let tls = tls_files.load().map_err(|e| match e {
-            TlsError::Read { .. } => Error::Runtime(e.into()),
-            _ => Error::Usage(e.into()),
-        })?;
-        let transport = match (&tls, &self.tls_client_ca) {
-            (None, _) => "plaintext",
-            (Some(_), None) => "TLS",
-            (Some(_), Some(_)) => "mutual TLS",
-        };
-        Ok((tls, transport))
-    }
-
     /// Binds the provider's port, then the metrics port, then the page's with `--ui-addr`.
     async fn bind(&self) -> Result<Listeners, Error> {
+        #[cfg(feature = "provider")]
         let grpc = tokio::net::TcpListener::bind(self.grpc_addr)
             .await
             .map_err(|e| {
@@ -346,10 +372,23 @@ impl Args {
                 )
             })?),
         };
-        Ok(Listeners { grpc, metrics, ui })
+        Ok(Listeners {
+            #[cfg(feature = "provider")]
+            grpc,
+            metrics,
+            ui,
+        })
     }
 
     fn log_started(&self, ctx: &Ctx, config: &Config, listeners: &Listeners, transport: &str) {
+        #[cfg(feature = "provider")]
+        let grpc = listeners
+            .grpc
+            .local_addr()
+            .map_or(self.grpc_addr, |a| a)
+            .to_string();
+        #[cfg(not(feature = "provider"))]
+        let grpc = "none";
         info!(
             config = %self.config.display(),
             groups = config.groups.len(),
@@ -357,61 +396,10 @@ impl Args {
             redis = %ctx.endpoint.redacted(),
             metrics = %listeners.metrics.local_addr().map_or(self.metrics_addr, |a| a),
             ui = %listeners.ui.as_ref().and_then(|l| l.local_addr().ok()).map_or_else(|| "metrics".to_owned(), |a| a.to_string()),
-            grpc = %listeners.grpc.local_addr().map_or(self.grpc_addr, |a| a),
+            grpc = %grpc,
             transport,
             "fleet serve started"
         );
-    }
-
-    /// The Kubernetes client, with `--kubernetes`. Building it contacts nothing: an API server
-    /// out of reach is blindness for the bound slots, not a failed start; a configuration that
-    /// cannot be found or read is the caller's input (exit 2).
-    async fn kube(&self) -> Result<Option<Connected>, Error> {
-        if !self.kubernetes {
-            return Ok(None);
-        }
-        let settings = Settings {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.kube_context.clone(),
-            namespace: self.kube_namespace.clone(),
-        };
-        let connected = client::connect(&settings)
-            .await
-            .map_err(|e| Error::Usage(e.into()))?;
-        info!(namespace = %connected.namespace, "Kubernetes: watching the Nodes, Jobs in this namespace");
-        Ok(Some(connected))
-    }
-
-    /// The controller with Kubernetes: the Nodes watched (claim moves told as Events), Job
-    /// operations beside commands, and the Job reporter while this process leads.
-    async fn control_in_cluster(
-        &self,
-        ctx: &Ctx,
-        parts: Parts,
-        k: Connected,
-        leadership: watch::Receiver<Option<String>>,
-        tasks: &tokio_util::task::TaskTracker,
-    ) {
-        let stop = parts.shutdown.clone();
-        let reporter = JobReporter::new(
-            k.client.clone(),
-            &k.namespace,
-            ClaimStore::new(parts.conn.clone(), ctx.keys.clone()),
-        );
-        tasks.spawn(reporter.run(leadership, stop.clone()));
-        let events = Events::start(
-            k.client.clone(),
-            k.namespace.clone(),
-            self.holder(),
-            parts.metrics.kubernetes_events_dropped.clone(),
-            stop.clone(),
-        );
-        let nodes = KubeNodes::start(k.client.clone(), stop).with_events(events);
-        let runner = Dispatch {
-            commands: Exec::new(WRAPPER).reporting_to(report_to(ctx)),
-            jobs: JobRunner::new(k.client, &k.namespace),
-        };
-        self.control(ctx, parts, nodes, runner).await;
     }
 
     /// This process's name in the lease, and the reporting instance of its Events.
@@ -490,6 +478,18 @@ struct Parts {
     shutdown: CancellationToken,
 }
 
+/// Publishes the configuration's catalog (after a warning if Redis keeps nothing across a
+/// restart), and returns the connection that publishes it again on a reload.
+async fn publish(ctx: &Ctx, conn: &Conn, config: &Config) -> Result<Conn, Error> {
+    let mut publisher = conn.clone();
+    warn_without_persistence(&mut publisher).await;
+    Catalog::of(config)
+        .publish(&mut publisher, &ctx.keys)
+        .await
+        .map_err(|e| Error::Runtime(e.into()))?;
+    Ok(publisher)
+}
+
 /// Where an operation's wrapper reports its outcome: the store this process uses.
 fn report_to(ctx: &Ctx) -> ReportTo {
     ReportTo {
@@ -498,31 +498,5 @@ fn report_to(ctx: &Ctx) -> ReportTo {
         sentinel_auth: ctx.endpoint.sentinel_auth.clone(),
         timeout: ctx.endpoint.timeout,
         prefix: ctx.keys.prefix().to_owned(),
-    }
-}
-
-/// Serves cluster-autoscaler's provider until `shutdown`; a provider that stops on its own stops
-/// the whole of `fleet serve`, since the autoscaler can no longer reach it.
-async fn serve_provider(
-    grpc: tokio::net::TcpListener,
-    tls: Option<tonic::transport::ServerTlsConfig>,
-    provider: Provider<Conn>,
-    leadership: watch::Receiver<Option<String>>,
-    shutdown: CancellationToken,
-) {
-    if let Err(e) = provider::server::serve(
-        grpc,
-        tls,
-        Arc::new(provider),
-        Some(leadership),
-        shutdown.clone(),
-    )
-    .await
-    {
-        error!(
-            error = crate::store::connect::chain(&e),
-            "the cluster-autoscaler provider stopped; stopping fleet serve"
-        );
-        shutdown.cancel();
     }
 }

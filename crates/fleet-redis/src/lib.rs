@@ -1,0 +1,18 @@
+//! fleet's Redis transport: how fleet reaches Redis, whatever the topology, and nothing of what it
+//! stores there (SPEC §1, §2.7). The records (keys, claims, presence, fences) are `fleet::store`,
+//! above this crate; they reach it as `fleet::store::{connect, conn, ...}`.
+//!
+//! - [`url`]: the `redis://`, `rediss://`, `redis+unix://`, `redis+sentinel://` and
+//!   `redis+cluster://` URLs, read without echoing a password.
+//! - [`connect`]: an endpoint (URL, CA, Sentinel credentials, timeout) and its connections.
+//! - [`sentinel`]: a primary found and followed through Sentinels.
+//! - [`cluster`]: a Redis Cluster's client.
+//! - [`conn`]: one connection type over every topology, and calls split by hash tag.
+//! - [`counting`]: a connection that counts its round trips, for the tests of the store's bound.
+
+pub mod cluster;
+pub mod conn;
+pub mod connect;
+pub mod counting;
+pub mod sentinel;
+pub mod url;
