@@ -204,6 +204,17 @@ fn ipmi_target(driver: &IpmiDriver) -> Result<IpmiTarget, String> {
     })
 }
 
+/// The BMC a driver reads its power from, as one name for every slot it serves (a Redfish
+/// endpoint, an IPMI host and port): the leader reads one BMC's slots one after the other.
+/// `None` for a driver with no reading (Wake-on-LAN).
+pub fn bmc_of(driver: &Driver) -> Option<String> {
+    match &driver.kind {
+        DriverKind::Wol(_) => None,
+        DriverKind::Redfish(r) => Some(r.endpoint.clone()),
+        DriverKind::Ipmi(i) => Some(format!("ipmi {}:{}", i.host, i.port)),
+    }
+}
+
 /// The BMC's power reading of a slot's machine (Redfish, IPMI), for the controller's second
 /// observation (`bmc: on|off|unknown` beside the heartbeat, SPEC §4.10, `reconcile::bmc`): `None`
 /// for a driver with no reading (Wake-on-LAN). A BMC that cannot be read is the error, which its

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::config::{Config, Driver, DriverKind};
+use crate::config::{Config, Driver};
 use crate::domain::claim::{Claim, OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, GroupName};
 use crate::domain::operation::{REPORT_SLACK, SlotOp};
@@ -42,7 +42,7 @@ use crate::store::claims::{ClaimStore, GroupClaims};
 use crate::store::keys::Keys;
 
 use crate::power::PowerState;
-use crate::power::drive::read_state;
+use crate::power::drive::{bmc_of, read_state};
 
 /// How often each BMC is read by default.
 pub const EVERY: Duration = Duration::from_secs(60);
@@ -279,17 +279,13 @@ fn report(turns: &[Turn], confirm: &mut Confirm) {
     debug!(read, skipped, unknown, "bmc readings taken");
 }
 
-/// The slots with a BMC, by BMC: a Redfish endpoint or an IPMI host and port, so the slots one
-/// BMC serves are read one after the other. Wake-on-LAN has no reading.
+/// The slots with a BMC, by BMC (`drive::bmc_of`), so the slots one BMC serves are read one
+/// after the other.
 fn chains(config: &Config) -> BTreeMap<String, Vec<Target>> {
     let mut chains: BTreeMap<String, Vec<Target>> = BTreeMap::new();
     for slot in config.slots.values() {
         let Some(driver) = &slot.driver else { continue };
-        let bmc = match &driver.kind {
-            DriverKind::Wol(_) => continue,
-            DriverKind::Redfish(r) => r.endpoint.clone(),
-            DriverKind::Ipmi(i) => format!("ipmi {}:{}", i.host, i.port),
-        };
+        let Some(bmc) = bmc_of(driver) else { continue };
         chains.entry(bmc).or_default().push(Target {
             group: slot.group.clone(),
             slot: slot.name.clone(),
