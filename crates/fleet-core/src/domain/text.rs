@@ -128,6 +128,16 @@ mod tests {
             first_unsafe("\u{9b}").unwrap().to_string(),
             "character 1 is U+009B, a control character"
         );
+        // The controls a person knows by name are named.
+        for (text, named) in [
+            ("\n", "U+000A (LINE FEED)"),
+            ("\r", "U+000D (CARRIAGE RETURN)"),
+            ("\u{1b}", "U+001B (ESCAPE)"),
+            ("\0", "U+0000 (NUL)"),
+        ] {
+            let said = first_unsafe(text).unwrap().to_string();
+            assert_eq!(said, format!("character 1 is {named}, a control character"));
+        }
     }
 
     // Over every character of the planes where these live: refused exactly when it is a control

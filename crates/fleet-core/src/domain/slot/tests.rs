@@ -482,6 +482,20 @@ fn a_machine_its_old_groups_shutdown_is_darkening_is_never_adopted() {
         kind: OperationKind::Startup,
         ..shutdown_elsewhere(None)
     };
+    // The slot's own record, older than the old group's (which started at t(5)), or started at
+    // the same instant as it (t(0)): only a record started after it replaces it.
+    let later_elsewhere = SlotOp {
+        started_at: t(5),
+        ..shutdown_elsewhere(None)
+    };
+    let own_older = SlotOp {
+        started_at: t(2),
+        ..own_failed_shutdown.clone()
+    };
+    let own_same_instant = SlotOp {
+        started_at: t(0),
+        ..own_failed_shutdown.clone()
+    };
     type Row = (
         &'static str,
         Option<SlotOp>,
@@ -586,6 +600,24 @@ fn a_machine_its_old_groups_shutdown_is_darkening_is_never_adopted() {
             "the slot's own operation since replaced it",
             Some(shutdown_elsewhere(None)),
             Some(own_failed_shutdown),
+            None,
+            Seen::Up,
+            30,
+            true,
+        ),
+        (
+            "the slot's own record is older: the old group's still stands",
+            Some(later_elsewhere),
+            Some(own_older),
+            None,
+            Seen::Up,
+            10,
+            false,
+        ),
+        (
+            "the slot's own record started the same instant: it is the slot's last",
+            Some(shutdown_elsewhere(None)),
+            Some(own_same_instant),
             None,
             Seen::Up,
             30,

@@ -362,3 +362,42 @@ fn a_refused_cordon_is_retried_while_the_machine_goes_down() {
         p.steps
     );
 }
+
+// At most one Node write a pass, over every claim column, presence, Node and whether the
+// controller acts: each carries the resourceVersion the pass read, so a second would be refused
+// by the first one's change. A controller that does not act writes no Node at all.
+#[test]
+fn one_node_write_a_pass_at_most_and_none_without_acting() {
+    let cordon = node::fleet_cordon().to_string();
+    for kind in ["none", "pending", "booting", "ready", "marked", "terminal"] {
+        for seen in [Seen::Down, Seen::Up, Seen::Held] {
+            for (ready, taints) in [(true, vec![]), (false, vec![cordon.as_str()])] {
+                for pid in [None, PID, Some("fleet://other")] {
+                    for acting in [true, false] {
+                        let node = node_view(ready, &taints, pid);
+                        let mut case = bound(seen, kind, node);
+                        case.acting = acting;
+                        let writes = node_writes(&case.plan(t(10)));
+                        let at = format!("{kind} {seen:?} ready={ready} {pid:?} acting={acting}");
+                        assert!(writes.len() <= 1, "{at}: {writes:?}");
+                        assert!(acting || writes.is_empty(), "{at}: {writes:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+// fleet's cordon comes off only for a claim that holds the machine: with no claim that wants it,
+// a Node left cordoned by fleet keeps its cordon.
+#[test]
+fn the_cordon_comes_off_only_for_a_claim_that_holds_the_machine() {
+    let cordon = node::fleet_cordon().to_string();
+    for (kind, lifted) in [("none", false), ("terminal", false), ("ready", true)] {
+        let p = bound(Seen::Down, kind, node_view(true, &[&cordon], PID)).plan(t(10));
+        let uncordons = node_writes(&p).iter().any(
+            |(a, _)| matches!(a, NodeAction::Taints(e) if e.remove.contains(&node::fleet_cordon())),
+        );
+        assert_eq!(uncordons, lifted, "{kind}: {:?}", node_writes(&p));
+    }
+}
