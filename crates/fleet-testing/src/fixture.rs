@@ -1,7 +1,10 @@
 //! Configuration files (fleet.yaml) for the tests and benchmarks, built rather than written by
 //! hand, so a change to the file's format is made here once.
 //!
-//! ```ignore
+//! ```
+//! use fleet_testing::Fixture;
+//! use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
+//! let (bin, url) = ("/usr/bin/fleet", "redis://127.0.0.1:6379");
 //! let text = Fixture::new()
 //!     .group(
 //!         Group::new("pool-a")
@@ -15,6 +18,7 @@
 //!     )
 //!     .slots("pool-a", ["bench-01", "bench-02"])
 //!     .yaml();
+//! assert!(text.contains("pool-a"));
 //! ```
 //!
 //! Every string is written double-quoted (`quote`), so a script's quotes, backslashes and line
