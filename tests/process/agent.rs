@@ -180,50 +180,11 @@ async fn a_final_beat_with_a_hold_promises_a_planned_sleep() {
 
 #[tokio::test]
 async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
-    beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet"), &["agent"]).await;
+    fleet_testing::agent::beats_up_then_stops_on_sigterm(env!("CARGO_BIN_EXE_fleet"), &["agent"])
+        .await;
 }
 
 // `fleet-agent`, the same verb alone, is tested in its own package (cmd/fleet-agent/tests).
-
-/// Starts `exe verb bench-01` beating every 100 ms, waits for a beat that reads UP through the
-/// library, then stops it with SIGTERM: exit 0, and the final beat (TTL 0) reads DOWN.
-async fn beats_up_then_stops_on_sigterm(exe: &str, verb: &[&str]) {
-    let server = server();
-    let mut child = tokio::process::Command::new(exe)
-        .args(["--redis", &server.url()])
-        .args(verb)
-        .args(["bench-01", "--interval", "100ms"])
-        .env("FLEET_LOG", "debug")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    bounded("a beat logged", async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("beat written") {
-                return;
-            }
-        }
-        panic!("the agent ended before beating");
-    })
-    .await;
-    assert_eq!(state(&server).await.0, State::Up);
-    let pid = child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = bounded("agent exit", child.wait()).await.unwrap();
-    assert_eq!(status.code(), Some(0));
-    assert_eq!(
-        state(&server).await.0,
-        State::Down,
-        "the final beat had TTL 0"
-    );
-}
 
 // Issue 11 #8: the agent's stop is bounded by --timeout, and its exit code says whether the final
 // beat landed: with Redis gone it stops within the timeout and exits 1 (it used to exit 0, as if

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use fleet::store::connect::Endpoint;
 
+pub mod agent;
 mod cluster;
 pub mod fixture;
 mod sentinel;
