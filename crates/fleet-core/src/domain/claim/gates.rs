@@ -1,7 +1,11 @@
 //! The gates a live claim passes: the shutdown streak, the readiness gate, and the watch of a ready
 //! claim's machine (SPEC §3.6, §3.7, §4.5).
 
-use super::*;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Claim, ConditionKind, OperationKind, OperationOutcome, Phase, Power, Timings, add};
 
 /// Whether a shutdown may fire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

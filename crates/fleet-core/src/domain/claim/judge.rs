@@ -1,6 +1,8 @@
 //! The claim controller's judgment of one claim (SPEC §3.8), and supersession.
 
-use super::*;
+use chrono::{DateTime, Utc};
+
+use super::{Claim, OperationKind, Power, Reason, Timings, Watch, add, watch_machine};
 
 /// What the claim controller observes of one claim's world.
 #[derive(Clone, Copy, Debug, PartialEq)]

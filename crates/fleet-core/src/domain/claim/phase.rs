@@ -1,6 +1,6 @@
 //! Claim phases, the reasons a claim ends, the legal-move table and cancellation (SPEC §3.2, §3.3).
 
-use super::*;
+use serde::{Deserialize, Serialize};
 
 /// A claim's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,6 +1,9 @@
 //! The digest a slot keeps of its last claim, and the failure streak read from it (SPEC §3.5).
 
-use super::*;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Call, ClaimName, GroupName, Phase, Reason, Timings, add};
 
 /// The digest the slot keeps of its last claim; it outlives the claim's collection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,9 @@
 //! The seed's constants, configurable per group, and the budgets they add up to (SPEC §3.5).
 
-use super::*;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
 
 /// The seed's constants, each configurable per group (SPEC §3.5).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

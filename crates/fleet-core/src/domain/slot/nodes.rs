@@ -3,7 +3,7 @@
 //! left behind. At most one Node write per slot per pass: each carries the resourceVersion the
 //! pass read, so a second one would be refused by the first one's own change.
 
-use super::*;
+use super::{Binding, NodeAction, NodeView, NodeWrite, Planner, Power, Step, TaintEdit, add, node};
 
 impl<'a> Planner<'a> {
     /// The slot's Node, when it is bound to one that exists and is seen.

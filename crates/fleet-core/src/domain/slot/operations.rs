@@ -1,6 +1,11 @@
 //! The slot's operation record and the outcomes of its operations (SPEC §5.4).
 
-use super::*;
+use std::time::Duration;
+
+use super::{
+    Done, Event, Move, NodeState, OpEnd, OperationKind, OperationOutcome, Phase, Planner, Power,
+    Reason, SlotOp, Step, Then, Unreported, Write, fsm, operation,
+};
 
 impl<'a> Planner<'a> {
     /// The slot's operation record (SPEC §5.4): the newest of the store's record, this

@@ -1,7 +1,14 @@
 //! The planner's state and the middle of the pass: the claim controller's judgment, fleet's
 //! cordon, the readiness gate and adoption.
 
-use super::*;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    Binding, CORDON_PREFIX, Claim, ClaimName, Context, Event, Gate, Judgment, Move, OperationKind,
+    Phase, Plan, Planner, Power, Reason, SlotOp, State, Step, Then, View, Write, claim, node,
+};
 
 impl<'a> Planner<'a> {
     pub(super) fn new(mut v: View<'a>, now: DateTime<Utc>) -> Self {

@@ -1,6 +1,12 @@
 //! The input law and the power operations it fires (SPEC §3.1, §3.6, §4.9).
 
-use super::*;
+use chrono::{DateTime, Utc};
+
+use super::{
+    Claim, ClaimInput, Event, Fires, Input, Move, OperationKind, Phase, Planner, Reason,
+    ShutdownGate, SlotOp, Start, Step, Then, UnclaimedShutdown, Write, add, current, fsm, law,
+    operation,
+};
 
 impl<'a> Planner<'a> {
     /// The input law (SPEC §3.1) over the current claim, the power and usability: what fires.

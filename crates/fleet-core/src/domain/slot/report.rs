@@ -1,6 +1,9 @@
 //! The slot's report (SPEC §3.10, §4.7).
 
-use super::*;
+use super::{
+    Claim, ClaimInput, Gate, Input, Phase, Planner, Power, SlotStatus, SlotWaiting, State, claim,
+    current, law, node,
+};
 
 impl<'a> Planner<'a> {
     /// The report (SPEC §3.10): the phase the triple derives, through the one writer, with what
