@@ -13,8 +13,10 @@
 //! - [`provider`] (6): cluster-autoscaler's `externalgrpc` provider; its wire types stay inside.
 //! - [`kubernetes`] (6): the Kubernetes client behind the Nodes port and the Job runner: the
 //!   Node watch and writes, Events, Jobs.
+//! - [`page`] (6): the live page of `fleet serve`; its actions run the verbs `cli` hands it.
 //! - [`reconcile`] (5): the lifecycle controller: the loop, leadership, one pass, the executor
 //!   of `domain::slot`'s plans, and the BMC reading that runs with it.
+//! - [`views`] (5): the read model the verbs and the page share, and what a verb runs with.
 //! - [`requests`] (4): the command layer that makes and ends claims, for `cli` and `provider`.
 //! - [`lifecycle`] (4): the operations that power a slot's machine on and off, and their
 //!   wrapper's work (a command, or a driver of `power`).
@@ -34,6 +36,8 @@ pub use fleet_core::domain;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod lifecycle;
+#[cfg(feature = "page")]
+pub mod page;
 pub mod power;
 #[cfg(feature = "provider")]
 pub mod provider;
@@ -41,4 +45,5 @@ pub mod reconcile;
 pub mod requests;
 pub mod store;
 pub mod telemetry;
+pub mod views;
 pub use fleet_core::units;

@@ -19,7 +19,7 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let (store, catalog, c, now) = super::views::find_claim(ctx, &self.claim).await?;
+        let (store, catalog, c, now) = crate::views::find_claim(ctx, &self.claim).await?;
         let ttl = catalog
             .group(&c.group)
             .map_or(std::time::Duration::from_secs(3600), |g| {

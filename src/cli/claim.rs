@@ -31,7 +31,7 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let request = super::views::slot_request(ctx, &self.slot).await?;
+        let request = crate::views::slot_request(ctx, &self.slot).await?;
         let c = requests::claim_free_slot(&request.store, &request.group, &self.slot)
             .await
             .map_err(request_error)?;
@@ -45,7 +45,7 @@ impl Args {
             self.slot
         )?;
         if let Some(text) =
-            super::views::controller_notice(request.controller.as_ref(), request.now)
+            crate::views::controller_notice(request.controller.as_ref(), request.now)
         {
             writeln!(out, "note: {text}")?;
         }
@@ -141,7 +141,7 @@ async fn write_last_output(
     c: &Claim,
     out: &mut (dyn Write + Send),
 ) -> Result<(), Error> {
-    let tail = super::views::last_output(store, &c.group, &c.name).await;
+    let tail = crate::views::last_output(store, &c.group, &c.name).await;
     if !tail.is_empty() {
         writeln!(out, "output of its last operation:")?;
         // An operation's output is the script's, not fleet's: shown as text, never as what a

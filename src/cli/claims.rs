@@ -6,8 +6,8 @@ use std::io::Write;
 use crate::domain::name::BenchName;
 
 use super::output::{grid, moment};
-use super::views::{World, claim_row};
 use super::{Ctx, Error, WideFormat};
+use crate::views::{World, claim_row};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

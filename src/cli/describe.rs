@@ -15,8 +15,8 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::claims::Entry;
 
 use super::output::{clock, grid, human_ms, moment, relative};
-use super::views::{ClaimRow, SlotRow, World, claim_row, rfc3339, slot_rows};
 use super::{Ctx, Error, ViewFormat};
+use crate::views::{ClaimRow, SlotRow, World, claim_row, rfc3339, slot_rows};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -150,7 +150,7 @@ impl Args {
         if self.format.is_json() {
             return Ok(super::output::json(out, &d, false)?);
         }
-        super::views::notice(out, &world, false)?;
+        crate::views::notice(out, &world, false)?;
         let now = world.now;
         write_slot(out, &d.slot, &history, now)?;
         write_claim(out, claim.as_ref(), d.deadline.as_deref(), now)?;
@@ -412,7 +412,7 @@ fn explain_deadline(c: &Claim, group: &GroupName, world: &World) -> Option<Strin
 
 /// The BMC's reading in words: its state, how long ago it was read, and why it is unknown; `-`
 /// without a BMC or a current reading (SPEC §4.10).
-fn bmc_line(bmc: Option<&super::views::BmcRow>, now: DateTime<Utc>) -> String {
+fn bmc_line(bmc: Option<&crate::views::BmcRow>, now: DateTime<Utc>) -> String {
     let Some(b) = bmc else {
         return "-".to_owned();
     };

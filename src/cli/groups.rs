@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use super::output::{clock, grid, relative};
-use super::views::{World, group_rows};
 use super::{Ctx, Error, WideFormat};
+use crate::views::{World, group_rows};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -55,7 +55,7 @@ impl Args {
 
     fn frame(&self, world: &World, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let rows = group_rows(world);
-        super::views::notice(out, world, self.format.is_json())?;
+        crate::views::notice(out, world, self.format.is_json())?;
         if self.format.is_json() {
             return Ok(super::output::json(out, &rows, self.watch.watch)?);
         }

@@ -23,8 +23,6 @@ pub mod hold;
 pub mod live;
 pub mod operation;
 pub mod output;
-#[cfg(feature = "page")]
-pub mod page;
 pub mod register;
 pub mod release;
 #[cfg(feature = "serve")]
@@ -35,7 +33,6 @@ pub mod reset_attempts;
 pub mod serve;
 pub mod slots;
 pub mod state;
-pub mod views;
 pub mod watch;
 
 use std::io::Write;
@@ -45,11 +42,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::requests::RequestError;
-use crate::store::conn::Conn;
-use crate::store::connect::{ConnectError, DEFAULT_URL, Endpoint};
+use crate::store::connect::{DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
-use crate::store::presence::{Presence, PresenceError};
+
+pub use crate::views::{Ctx, Error, request_error};
 
 /// fleet's version and the commit it was built from.
 pub const VERSION: &str = concat!(
@@ -111,6 +107,26 @@ pub struct Global {
     /// Log format on stderr.
     #[arg(long, env = "FLEET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain, global = true)]
     pub log_format: LogFormat,
+}
+
+impl Global {
+    /// What a verb runs with, from these flags.
+    pub fn ctx(&self, shutdown: CancellationToken, tty: bool) -> Ctx {
+        let mut endpoint = Endpoint::new(self.redis.clone(), self.timeout);
+        endpoint.ca_file = self.redis_ca.clone();
+        endpoint.sentinel_auth = self.sentinel_password_file.clone().map(|password| {
+            crate::store::connect::SentinelAuth {
+                user: self.sentinel_user.clone(),
+                password,
+            }
+        });
+        Ctx {
+            endpoint,
+            keys: self.prefix.clone(),
+            shutdown,
+            tty,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -199,120 +215,6 @@ impl WideFormat {
     }
 }
 
-/// What a verb runs with: where Redis is, the key namer, and the shutdown signal.
-#[derive(Clone, Debug)]
-pub struct Ctx {
-    pub endpoint: Endpoint,
-    pub keys: Keys,
-    /// Cancelled on SIGINT or SIGTERM: the agent and `--watch` stop on it.
-    pub shutdown: CancellationToken,
-    /// Whether stdout is a terminal (a `--watch` table then redraws in place).
-    pub tty: bool,
-}
-
-impl Ctx {
-    pub fn new(global: &Global, shutdown: CancellationToken, tty: bool) -> Self {
-        let mut endpoint = Endpoint::new(global.redis.clone(), global.timeout);
-        endpoint.ca_file = global.redis_ca.clone();
-        endpoint.sentinel_auth = global.sentinel_password_file.clone().map(|password| {
-            crate::store::connect::SentinelAuth {
-                user: global.sentinel_user.clone(),
-                password,
-            }
-        });
-        Self {
-            endpoint,
-            keys: global.prefix.clone(),
-            shutdown,
-            tty,
-        }
-    }
-
-    /// Connects and returns the presence store, bounded by `--timeout`.
-    pub async fn presence(&self) -> Result<Presence<Conn>, Error> {
-        let conn = self.endpoint.open().await?;
-        Ok(Presence::new(conn, self.keys.clone()))
-    }
-}
-
-/// A verb's failure, with the exit code it maps to.
-#[derive(Debug)]
-pub enum Error {
-    /// Bad input: a name, a duration, a flag, a URL. Exit 2.
-    Usage(anyhow::Error),
-    /// The world failed: Redis unreachable, a call timed out. Exit 1.
-    Runtime(anyhow::Error),
-}
-
-impl Error {
-    pub fn usage(message: impl std::fmt::Display) -> Self {
-        Error::Usage(anyhow::anyhow!("{message}"))
-    }
-
-    /// Whether this is a write to a pipe whose reader closed it.
-    fn is_broken_pipe(&self) -> bool {
-        let (Error::Usage(e) | Error::Runtime(e)) = self;
-        e.chain().any(|cause| {
-            cause
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-        })
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Usage(_) => 2,
-            Error::Runtime(_) => 1,
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Usage(e) | Error::Runtime(e) => {
-                f.write_str(&crate::store::connect::chain(e.as_ref()))
-            }
-        }
-    }
-}
-
-impl From<ConnectError> for Error {
-    fn from(e: ConnectError) -> Self {
-        if e.is_invalid_input() {
-            Error::Usage(e.into())
-        } else {
-            Error::Runtime(e.into())
-        }
-    }
-}
-
-impl From<PresenceError> for Error {
-    fn from(e: PresenceError) -> Self {
-        Error::Runtime(e.into())
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::Runtime(anyhow::Error::new(e).context("writing the output"))
-    }
-}
-
-/// Maps a request's failure: a refusal the user can act on is exit 2, the store failing exit 1.
-/// A slot that spent its attempts is exit 1: the world failed there, not the request.
-pub fn request_error(e: RequestError) -> Error {
-    match e {
-        RequestError::Store(_) | RequestError::Spent { .. } => Error::Runtime(e.into()),
-        RequestError::SlotTaken { .. }
-        | RequestError::NoSuchClaim(_)
-        | RequestError::Ended { .. }
-        | RequestError::Raced(_)
-        | RequestError::NotMarkable(..)
-        | RequestError::PoweringOff { .. } => Error::Usage(e.into()),
-    }
-}
-
 impl Command {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         match self {
@@ -386,7 +288,7 @@ pub async fn run_verb(
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let ctx = Ctx::new(global, shutdown, tty);
+    let ctx = global.ctx(shutdown, tty);
     let mut out = std::io::stdout();
     match verb(&ctx, &mut out).await {
         Ok(()) => 0,

@@ -17,7 +17,7 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let (store, _, c, now) = super::views::find_claim(ctx, &self.claim).await?;
+        let (store, _, c, now) = crate::views::find_claim(ctx, &self.claim).await?;
         requests::reset_shutdown_attempts(&store, &c, now)
             .await
             .map_err(request_error)?;

@@ -17,9 +17,9 @@ pub struct Args {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        let super::views::SlotRequest {
+        let crate::views::SlotRequest {
             store, group, now, ..
-        } = super::views::slot_request(ctx, &self.slot).await?;
+        } = crate::views::slot_request(ctx, &self.slot).await?;
         match requests::reset_failure_streak(&store, &group, &self.slot, now)
             .await
             .map_err(request_error)?

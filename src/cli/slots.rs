@@ -7,8 +7,8 @@ use std::io::Write;
 use crate::domain::name::GroupName;
 
 use super::output::{grid, relative};
-use super::views::{World, slot_rows};
 use super::{Ctx, Error, ViewFormat};
+use crate::views::{World, slot_rows};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -69,7 +69,7 @@ impl Args {
             .into_iter()
             .filter(|r| self.group.as_ref().is_none_or(|g| r.group == g.as_str()))
             .collect();
-        super::views::notice(out, world, self.format.is_json())?;
+        crate::views::notice(out, world, self.format.is_json())?;
         if self.format.is_json() {
             return Ok(super::output::json(out, &rows, self.watch.watch)?);
         }

@@ -7,7 +7,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use fleet::cli::{Cli, Ctx};
+use fleet::cli::Cli;
 use fleet_testing::RedisServer;
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +18,7 @@ async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
     let mut argv = vec!["fleet", "--redis", &url];
     argv.extend_from_slice(args);
     let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    let ctx = Ctx::new(&cli.global, CancellationToken::new(), false);
+    let ctx = cli.global.ctx(CancellationToken::new(), false);
     let mut out = Vec::new();
     let code = match bounded("verb", cli.command.run(&ctx, &mut out)).await {
         Ok(()) => 0,
@@ -186,7 +186,7 @@ async fn watch_redraws_until_shutdown() {
     ])
     .unwrap();
     let shutdown = CancellationToken::new();
-    let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+    let ctx = cli.global.ctx(shutdown.clone(), false);
     // A writer that cancels the watch once it has written three frames (one JSON array a line).
     struct Frames {
         buf: Vec<u8>,
@@ -602,7 +602,7 @@ async fn state_watch_shows_a_redis_error_and_keeps_trying() {
     ])
     .unwrap();
     let shutdown = CancellationToken::new();
-    let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+    let ctx = cli.global.ctx(shutdown.clone(), false);
     /// Kills the server after the first frame, restarts it once an error is shown, and stops
     /// when the rows are back.
     struct Outage {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use fleet::cli::{Cli, Ctx};
+use fleet::cli::Cli;
 use fleet::config;
 use fleet::lifecycle::Exec;
 use fleet::reconcile::Controller;
@@ -53,7 +53,7 @@ async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
     let mut argv = vec!["fleet", "--redis", &url];
     argv.extend_from_slice(args);
     let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    let ctx = Ctx::new(&cli.global, CancellationToken::new(), false);
+    let ctx = cli.global.ctx(CancellationToken::new(), false);
     let mut out = Vec::new();
     let code = match bounded("verb", cli.command.run(&ctx, &mut out)).await {
         Ok(()) => 0,
@@ -545,7 +545,7 @@ async fn claim_wait_follows_the_claim_to_ready_or_failed() {
         Cli::try_parse_from(["fleet", "--redis", &url, "claim", "bench-02", "--wait"]).unwrap();
     let interrupted = CancellationToken::new();
     interrupted.cancel();
-    let ctx = Ctx::new(&cli.global, interrupted, false);
+    let ctx = cli.global.ctx(interrupted, false);
     let mut out = Vec::new();
     let err = bounded("an interrupted wait", cli.command.run(&ctx, &mut out))
         .await
@@ -575,7 +575,7 @@ async fn views_watch_like_state_does() {
         argv.extend(["--watch", "--interval", "100ms"]);
         let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
         let shutdown = CancellationToken::new();
-        let ctx = Ctx::new(&cli.global, shutdown.clone(), false);
+        let ctx = cli.global.ctx(shutdown.clone(), false);
         let mut out = Frames {
             buf: Vec::new(),
             blank_lines: 0,

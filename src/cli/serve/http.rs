@@ -15,9 +15,9 @@ use tracing::{info, warn};
 use crate::telemetry::listener::{self, Gate, Hosts, Limits, Server};
 use crate::telemetry::{self, Health, Metrics};
 
-#[cfg(feature = "page")]
-use super::super::page::{Actions, Feed, actions_min_token, router};
 use super::super::{Ctx, Error};
+#[cfg(feature = "page")]
+use crate::page::{Actions, Feed, actions_min_token, router};
 
 /// Under this descriptor limit, operations and HTTP peers may run a controller out of them.
 const LOW_NOFILE: u64 = 4_096;
@@ -160,9 +160,11 @@ impl Http {
             let actions = self.token.map(|token| {
                 Actions::new(
                     token,
-                    ctx.endpoint.clone(),
-                    ctx.keys.clone(),
-                    ctx.shutdown.clone(),
+                    Ctx {
+                        tty: false,
+                        ..ctx.clone()
+                    },
+                    std::sync::Arc::new(PageVerbs),
                 )
             });
             let conn = ctx.endpoint.open_lasting().await?;
@@ -190,5 +192,42 @@ impl Http {
         #[cfg(not(feature = "page"))]
         tasks.spawn(serve(self.metrics, health_routes));
         Ok(())
+    }
+}
+
+/// The page's actions run by the command line's verbs (SPEC §4.13).
+#[cfg(feature = "page")]
+struct PageVerbs;
+
+#[cfg(feature = "page")]
+impl crate::page::Verbs for PageVerbs {
+    fn run<'a>(
+        &'a self,
+        act: crate::page::Act,
+        ctx: &'a Ctx,
+        out: &'a mut Vec<u8>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+        use crate::page::Act;
+        Box::pin(async move {
+            match act {
+                Act::Claim(slot) => {
+                    super::super::claim::Args { slot, wait: false }
+                        .run(ctx, out)
+                        .await
+                }
+                Act::Cancel(claim) => super::super::cancel::Args { claim }.run(ctx, out).await,
+                Act::Hold(name, reason) => {
+                    super::super::hold::Args {
+                        name,
+                        reason,
+                        register: false,
+                        for_: None,
+                    }
+                    .run(ctx, out)
+                    .await
+                }
+                Act::Release(name) => super::super::release::Args { name }.run(ctx, out).await,
+            }
+        })
     }
 }

@@ -1,7 +1,8 @@
-//! What the views read: the catalog (with the controller's status), every group's claims,
-//! every slot's status with each group's last scaling call, and every slot's BMC reading, in four
-//! round trips whatever the number of groups, and the rows built from them (SPEC §4.7). Rows are
-//! built from domain values.
+//! The read model the verbs and the live page share (SPEC §4.7). What the views read: the catalog
+//! (with the controller's status), every group's claims, every slot's status with each group's
+//! last scaling call, and every slot's BMC reading, in four round trips whatever the number of
+//! groups, and the rows built from them. Rows are built from domain values. Beside them, the energy
+//! report (`energy`) and what a verb or an action runs with and how it fails (`Ctx`, `Error`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -15,7 +16,11 @@ use crate::store::catalog::{Catalog, ControllerStatus};
 use crate::store::claims::{ClaimStore, LastScale, SlotStatus, SlotWaiting};
 use crate::store::conn::Conn;
 
-use super::{Ctx, Error};
+mod ctx;
+pub mod energy;
+pub mod time;
+
+pub use ctx::{Ctx, Error, request_error};
 
 /// Everything the views show, read once.
 pub struct World {
@@ -250,7 +255,7 @@ pub fn waiting_text(w: &SlotWaiting, time: fn(DateTime<Utc>) -> String) -> Strin
 fn waiting_texts(w: Option<&SlotWaiting>) -> (Option<String>, Option<String>) {
     (
         w.map(|w| waiting_text(w, rfc3339)),
-        w.map(|w| waiting_text(w, super::output::clock)),
+        w.map(|w| waiting_text(w, time::clock)),
     )
 }
 
@@ -422,7 +427,7 @@ pub async fn find_claim(
     let store = ClaimStore::new(conn, ctx.keys.clone());
     let c = crate::requests::find_claim(&store, &catalog.group_names(), name)
         .await
-        .map_err(super::request_error)?;
+        .map_err(request_error)?;
     let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
     Ok((store, catalog, c, now))
 }
@@ -473,8 +478,8 @@ pub fn controller_notice(
     Some(match blind.until {
         Some(until) => format!(
             "blind until {} ({}): {}; no machine is powered on or off until then",
-            super::output::clock(until),
-            super::output::relative(until, now),
+            time::clock(until),
+            time::relative(until, now),
             blind.why
         ),
         None => format!("blind: {}; no machine is powered on or off", blind.why),
@@ -524,7 +529,7 @@ mod tests {
             assert!(json.ends_with("until 2026-11-30T14:02:11.250Z"), "{json}");
             let table = table.unwrap();
             assert!(
-                table.ends_with(&format!("until {}", super::super::output::clock(until))),
+                table.ends_with(&format!("until {}", time::clock(until))),
                 "{table}"
             );
         }

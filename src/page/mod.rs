@@ -33,7 +33,7 @@ use crate::store::keys::Keys;
 use crate::telemetry::Health;
 use crate::telemetry::listener::{Connection, Gate, Place};
 
-pub use actions::{Actions, BODY_MAX};
+pub use actions::{Act, Actions, BODY_MAX, Verbs};
 
 /// The shortest token `--ui-token-file` may hold.
 pub fn actions_min_token() -> usize {

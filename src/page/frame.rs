@@ -17,8 +17,8 @@ use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::store::presence::Presence;
 
-use super::super::Error;
-use super::super::views::{self, ClaimRow, GroupRow, SlotRow, World};
+use crate::views::Error;
+use crate::views::{self, ClaimRow, GroupRow, SlotRow, World};
 
 /// How many failed claims the page lists, newest first.
 const FAILURES: usize = 6;
@@ -186,7 +186,7 @@ async fn energy(world: &World, conn: Conn, keys: &Keys) -> Result<HashMap<String
     if drawn.is_empty() {
         return Ok(HashMap::new());
     }
-    let report = super::super::energy::read_report(conn, keys, &drawn, ENERGY_SINCE).await?;
+    let report = crate::views::energy::read_report(conn, keys, &drawn, ENERGY_SINCE).await?;
     Ok(report
         .groups
         .into_iter()

@@ -11,8 +11,11 @@
 //! never answers, so a page elsewhere cannot act through an operator's browser. A follower
 //! refuses every action, as the provider refuses changes there. An action runs the very verb the
 //! command line runs (`fleet claim`, `cancel`, `hold`, `release`), with the same checks and the
-//! same words back.
+//! same words back: the page parses what was asked into an `Act`, and `fleet serve` hands in the
+//! `Verbs` that run it, so the page sits beside the command line rather than under it.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,15 +24,12 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::domain::name::{BenchName, ClaimName, Reason};
-use crate::store::connect::Endpoint;
-use crate::store::keys::Keys;
 use crate::telemetry::Health;
 
-use super::super::{Ctx, Error};
+use crate::views::{Ctx, Error};
 
 /// The shortest token `--ui-token-file` may hold.
 pub const MIN_TOKEN: usize = 16;
@@ -38,14 +38,36 @@ pub const BODY_MAX: usize = 4 * 1024;
 /// How long an action's body may take to arrive once its head passed.
 const BODY_READ: Duration = Duration::from_secs(10);
 
-/// What the actions need: the token, the CSRF token, and how to reach the store.
+/// What the actions need: the token, the CSRF token, what a verb runs with, and the verbs.
 #[derive(Clone)]
 pub struct Actions {
     token: Arc<String>,
     csrf: Arc<String>,
-    endpoint: Endpoint,
-    keys: Keys,
-    shutdown: CancellationToken,
+    ctx: Ctx,
+    verbs: Arc<dyn Verbs>,
+}
+
+/// An action the page was asked for, its target read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Claim this slot (`fleet claim SLOT`, without waiting).
+    Claim(BenchName),
+    /// Cancel this claim (`fleet cancel CLAIM`).
+    Cancel(ClaimName),
+    /// Hold this bench, for this reason (`fleet hold BENCH --reason`).
+    Hold(BenchName, Reason),
+    /// Release this bench (`fleet release BENCH`).
+    Release(BenchName),
+}
+
+/// Runs an `Act` as the command line's verb of the same name runs it, writing the verb's words.
+pub trait Verbs: Send + Sync {
+    fn run<'a>(
+        &'a self,
+        act: Act,
+        ctx: &'a Ctx,
+        out: &'a mut Vec<u8>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 }
 
 /// An action's body.
@@ -59,16 +81,15 @@ struct Asked {
 
 impl Actions {
     /// Actions with `token` (read from `--ui-token-file`) and a CSRF token of this process's own.
-    pub fn new(token: String, endpoint: Endpoint, keys: Keys, shutdown: CancellationToken) -> Self {
+    pub fn new(token: String, ctx: Ctx, verbs: Arc<dyn Verbs>) -> Self {
         let csrf: String = (0..16)
             .map(|_| format!("{:02x}", rand::random::<u8>()))
             .collect();
         Actions {
             token: Arc::new(token),
             csrf: Arc::new(csrf),
-            endpoint,
-            keys,
-            shutdown,
+            ctx,
+            verbs,
         }
     }
 
@@ -178,50 +199,28 @@ impl Actions {
 
     /// Runs the verb of `action` on what was asked, writing its words to `out`.
     async fn run(&self, action: &str, asked: Asked, out: &mut Vec<u8>) -> Result<(), Error> {
-        let ctx = Ctx {
-            endpoint: self.endpoint.clone(),
-            keys: self.keys.clone(),
-            shutdown: self.shutdown.clone(),
-            tty: false,
-        };
-        let bench = || BenchName::parse(&asked.target).map_err(Error::usage);
-        match action {
-            "claim" => {
-                super::super::claim::Args {
-                    slot: bench()?,
-                    wait: false,
-                }
-                .run(&ctx, out)
-                .await
-            }
-            "cancel" => {
-                super::super::cancel::Args {
-                    claim: ClaimName::parse(&asked.target).map_err(Error::usage)?,
-                }
-                .run(&ctx, out)
-                .await
-            }
-            "hold" => {
-                let why = asked.reason.as_deref().unwrap_or("held from the page");
-                super::super::hold::Args {
-                    name: bench()?,
-                    reason: Reason::parse(why).map_err(Error::usage)?,
-                    register: false,
-                    for_: None,
-                }
-                .run(&ctx, out)
-                .await
-            }
-            "release" => {
-                super::super::release::Args { name: bench()? }
-                    .run(&ctx, out)
-                    .await
-            }
-            other => Err(Error::usage(format!(
-                "no action {other:?}: the page's actions are claim, cancel, hold and release"
-            ))),
-        }
+        let act = act_of(action, asked)?;
+        self.verbs.run(act, &self.ctx, out).await
     }
+}
+
+/// What `action` asks for, its target and reason read as the verb's arguments are.
+fn act_of(action: &str, asked: Asked) -> Result<Act, Error> {
+    let bench = || BenchName::parse(&asked.target).map_err(Error::usage);
+    Ok(match action {
+        "claim" => Act::Claim(bench()?),
+        "cancel" => Act::Cancel(ClaimName::parse(&asked.target).map_err(Error::usage)?),
+        "hold" => {
+            let why = asked.reason.as_deref().unwrap_or("held from the page");
+            Act::Hold(bench()?, Reason::parse(why).map_err(Error::usage)?)
+        }
+        "release" => Act::Release(bench()?),
+        other => {
+            return Err(Error::usage(format!(
+                "no action {other:?}: the page's actions are claim, cancel, hold and release"
+            )));
+        }
+    })
 }
 
 /// The body's length as its head declares it, when it does.
@@ -272,6 +271,44 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn asked(target: &str, reason: Option<&str>) -> Asked {
+        Asked {
+            target: target.to_owned(),
+            reason: reason.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn each_action_reads_its_target_as_its_verb_does() {
+        let bench = |n: &str| BenchName::parse(n).unwrap();
+        assert_eq!(
+            act_of("claim", asked("b-1", None)).unwrap(),
+            Act::Claim(bench("b-1"))
+        );
+        assert_eq!(
+            act_of("cancel", asked("c-7", None)).unwrap(),
+            Act::Cancel(ClaimName::parse("c-7").unwrap())
+        );
+        assert_eq!(
+            act_of("hold", asked("b-1", Some("disk swap"))).unwrap(),
+            Act::Hold(bench("b-1"), Reason::parse("disk swap").unwrap())
+        );
+        assert_eq!(
+            act_of("hold", asked("b-1", None)).unwrap(),
+            Act::Hold(bench("b-1"), Reason::parse("held from the page").unwrap())
+        );
+        assert_eq!(
+            act_of("release", asked("b-1", None)).unwrap(),
+            Act::Release(bench("b-1"))
+        );
+        for (action, target) in [("claim", "Not A Name"), ("drop", "b-1")] {
+            let e = act_of(action, asked(target, None)).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{action} {target}: {e}");
+        }
+        let e = act_of("drop", asked("b-1", None)).unwrap_err();
+        assert!(e.to_string().contains("claim, cancel, hold and release"), "{e}");
+    }
 
     #[test]
     fn tokens_compare_whole() {
