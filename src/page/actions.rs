@@ -307,7 +307,10 @@ mod tests {
             assert_eq!(e.exit_code(), 2, "{action} {target}: {e}");
         }
         let e = act_of("drop", asked("b-1", None)).unwrap_err();
-        assert!(e.to_string().contains("claim, cancel, hold and release"), "{e}");
+        assert!(
+            e.to_string().contains("claim, cancel, hold and release"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
-use super::write::Written;
+use super::hands::{Detail, Hands, Written};
 use super::{Controller, Nodes};
 use super::{NodeWarning, NodeWriteError};
 use crate::domain::node::Binding;
@@ -100,7 +100,7 @@ where
             readiness_taints: &group.readiness_taints,
             node_taints: &group.node_taints,
             provider_id: &slot.provider_id,
-            binding: self.binding(slot),
+            binding: self.bindings().of(slot),
             off_since: self.memory.off_since.get(&key).copied(),
             may_start: seen.may_start,
             bench: seen.bench,
@@ -140,8 +140,9 @@ where
                 ..SlotOutcome::default()
             },
         };
+        let mut hands = self.hands();
         for step in plan.steps {
-            if !self.act(&mut a, step).await {
+            if !hands.act(&mut a, step).await {
                 return a.out;
             }
         }
@@ -152,7 +153,14 @@ where
         a.out.status = plan.status;
         a.out
     }
+}
 
+impl<C, R, N> Hands<'_, C, R, N>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+    R: Runner,
+    N: Nodes,
+{
     /// Takes one step. Returns false when the slot stops here.
     async fn act(&mut self, a: &mut Acting<'_>, step: Step) -> bool {
         match step {
@@ -308,7 +316,11 @@ where
 
     /// A claim write of the plan, with what it means beyond the claim.
     async fn claim_write(&mut self, a: &mut Acting<'_>, w: Write) -> bool {
-        let extra = (w.operation, w.duration_ms, w.detail.clone());
+        let extra = Detail {
+            operation: w.operation,
+            duration_ms: w.duration_ms,
+            detail: w.detail.clone(),
+        };
         if self
             .write_checked(&w.old, &w.next, w.event, a.now, Some(extra), None)
             .await
@@ -387,7 +399,11 @@ where
             OperationKind::Startup => Event::Booting,
             OperationKind::Shutdown => Event::Shutdown,
         };
-        let extra = Some((Some(op.kind), None, None));
+        let extra = Some(Detail {
+            operation: Some(op.kind),
+            duration_ms: None,
+            detail: None,
+        });
         let written = match self
             .write_checked(c, next, event, a.now, extra, Some(&op))
             .await
@@ -518,7 +534,7 @@ where
         let said = self.memory.mismatched.get(&a.slot.name) == Some(&found);
         if !said {
             warn!(slot = %a.slot.name, node, found, expected = a.slot.provider_id, "the slot's Node names another provider ID: cluster-autoscaler cannot match it; fleet leaves it alone");
-            if let Binding::Bound(Some(n)) = self.binding(a.slot) {
+            if let Binding::Bound(Some(n)) = self.bindings.of(a.slot) {
                 self.nodes.warned(NodeWarning {
                     node: n.name.clone(),
                     uid: n.uid.clone(),

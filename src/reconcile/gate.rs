@@ -14,10 +14,11 @@ use crate::domain::slot::Recorded;
 use crate::lifecycle::Runner;
 use crate::store::replicas::Acks;
 
+use super::Nodes;
 use super::act::Acting;
-use super::{Controller, Nodes};
+use super::hands::Hands;
 
-impl<C, R, N> Controller<C, R, N>
+impl<C, R, N> Hands<'_, C, R, N>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     R: Runner,
@@ -77,7 +78,7 @@ where
     /// `slot`: always without a gate; never when the acknowledgements fall short or the gate
     /// cannot be asked (the operation waits for the next pass, recorded).
     async fn replicated(&self, group: &GroupName, slot: &BenchName) -> bool {
-        let Some(replicas) = &self.replicas else {
+        let Some(replicas) = self.replicas else {
             return true;
         };
         match replicas.confirm(group).await {

@@ -31,6 +31,16 @@ pub(super) struct Leading<C> {
     pub signal: Signal,
 }
 
+impl<C: ConnectionLike + Clone + Send> Leading<C> {
+    /// The lease holder id of this controller, for the operations it fires.
+    pub(super) fn holder(&self) -> String {
+        self.lease
+            .as_ref()
+            .map(|l| l.id().to_owned())
+            .unwrap_or_default()
+    }
+}
+
 impl<C> Leading<C> {
     pub fn new() -> Self {
         Leading {

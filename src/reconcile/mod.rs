@@ -22,8 +22,10 @@
 mod act;
 pub mod bmc;
 mod budget;
+mod cursor;
 mod energy;
 mod gate;
+mod hands;
 mod leadership;
 mod memory;
 mod nodes;
@@ -31,7 +33,6 @@ mod operations;
 mod pass;
 mod sight;
 mod wake;
-mod write;
 
 use leadership::Leading;
 pub use nodes::{ClaimMove, NoNodes, NodeWarning, NodeWriteError, Nodes};

@@ -130,55 +130,51 @@ impl NodeViews {
     }
 }
 
+/// How the slots are bound to Kubernetes this pass: with Kubernetes on, every slot's machine is
+/// meant to join as a Node.
+#[derive(Clone, Copy)]
+pub(super) enum Bindings<'v> {
+    /// Kubernetes is off: no slot is bound.
+    Unbound,
+    /// The Nodes could not be read, or cannot be trusted (SPEC §5.2).
+    Unseen,
+    /// The Nodes as read this pass.
+    Seen(&'v NodeViews),
+}
+
+impl<'v> Bindings<'v> {
+    /// The bindings the Nodes port and this pass's read of the Nodes give.
+    pub(super) fn new(nodes: &impl Nodes, views: Option<&'v NodeViews>, nodes_blind: bool) -> Self {
+        if !nodes.observed() {
+            return Bindings::Unbound;
+        }
+        match views {
+            Some(views) if !nodes_blind => Bindings::Seen(views),
+            _ => Bindings::Unseen,
+        }
+    }
+
+    pub(super) fn of(self, slot: &Slot) -> Binding<'v> {
+        match self {
+            Bindings::Unbound => Binding::Unbound,
+            Bindings::Unseen => Binding::Unseen,
+            Bindings::Seen(views) => Binding::Bound(views.of(slot)),
+        }
+    }
+}
+
 impl<C, R, N> Controller<C, R, N>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
     R: Runner,
     N: Nodes,
 {
-    /// Tells the Nodes port of a claim move that landed.
-    pub(super) fn tell_move(
-        &self,
-        group: &crate::config::Group,
-        slot: &Slot,
-        next: &crate::domain::claim::Claim,
-    ) {
-        if !self.nodes.observed() {
-            return;
-        }
-        let node = match self.binding(slot) {
-            Binding::Bound(Some(n)) => Some((n.name.clone(), n.uid.clone())),
-            _ => None,
-        };
-        self.nodes.moved(ClaimMove {
-            group: next.group.clone(),
-            slot: next.slot.clone(),
-            claim: next.name.clone(),
-            attempt: next.attempt,
-            to: next.phase,
-            reason: next.reason,
-            operation: next.operation.as_ref().map(|o| (o.kind, o.started_at)),
-            node,
-            job: next.operation.as_ref().is_some_and(|o| {
-                let op = match o.kind {
-                    OperationKind::Startup => &group.startup,
-                    OperationKind::Shutdown => &group.shutdown,
-                };
-                // A slot's driver runs its operations, never its group's Job (SPEC §4.10).
-                slot.driver.is_none() && matches!(op.run, crate::config::Run::Job(_))
-            }),
-        });
-    }
-
-    /// How a slot is bound to Kubernetes this pass: with Kubernetes on, every slot's machine is
-    /// meant to join as a Node.
-    pub(super) fn binding(&self, slot: &Slot) -> Binding<'_> {
-        if !self.nodes.observed() {
-            return Binding::Unbound;
-        }
-        match &self.node_views {
-            Some(views) if !self.seeing.nodes_blind => Binding::Bound(views.of(slot)),
-            _ => Binding::Unseen,
-        }
+    /// How the slots are bound this pass.
+    pub(super) fn bindings(&self) -> Bindings<'_> {
+        Bindings::new(
+            &self.nodes,
+            self.node_views.as_ref(),
+            self.seeing.nodes_blind,
+        )
     }
 }

@@ -2,7 +2,6 @@
 //! outcome comes back through a channel and the next pass (or `operation_ended`) takes it. What
 //! an outcome means for its claim is the planner's (`domain::slot`).
 
-use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::warn;
 
@@ -13,11 +12,11 @@ use tokio_util::task::TaskTracker;
 
 use std::sync::Arc;
 
-use crate::config::{Config, Group, Run, Slot};
-use crate::domain::claim::{Claim, OperationKind};
+use crate::config::Config;
+use crate::domain::claim::OperationKind;
 use crate::domain::name::BenchName;
 use crate::domain::slot::Done;
-use crate::lifecycle::{Request, Runner};
+use crate::lifecycle::Runner;
 
 use super::{Controller, Map, Nodes};
 
@@ -48,7 +47,7 @@ impl Flight {
     }
 
     /// The variables `config` reads a secret from, every operation's request carries them.
-    fn secret_env(&mut self, config: &Arc<Config>) -> Vec<String> {
+    pub(super) fn secret_env(&mut self, config: &Arc<Config>) -> Vec<String> {
         match &self.secrets {
             Some((read, names)) if Arc::ptr_eq(read, config) => names.clone(),
             _ => {
@@ -66,68 +65,6 @@ where
     R: Runner,
     N: Nodes,
 {
-    /// Runs an operation in its wrapper; its outcome comes back through `done_rx`, and the next
-    /// pass takes it (`take_ended`).
-    pub(super) fn spawn(
-        &mut self,
-        group: &Group,
-        slot: &Slot,
-        c: Option<&Claim>,
-        kind: OperationKind,
-        started_at: DateTime<Utc>,
-    ) {
-        let op = match kind {
-            OperationKind::Startup => &group.startup,
-            OperationKind::Shutdown => &group.shutdown,
-        };
-        // A slot's driver runs both of its operations, whatever its group names (SPEC §4.10);
-        // a group that names none has a driver on every slot (the configuration holds it).
-        let (command, job) = match (&slot.driver, &op.run) {
-            (Some(_), _) | (None, Run::Driver) => (Vec::new(), None),
-            (None, Run::Command(command)) => (command.clone(), None),
-            (None, Run::Job(job)) => (Vec::new(), Some(job.clone())),
-        };
-        let request = Request {
-            kind,
-            slot: slot.name.clone(),
-            group: group.name.clone(),
-            claim: c.map(|c| c.name.clone()),
-            attempt: c.map_or(0, |c| c.attempt),
-            provider_id: slot.provider_id.clone(),
-            command,
-            env: op.env.clone(),
-            dir: op.dir.clone(),
-            timeout: op.timeout,
-            controller: self.holder(),
-            started_at,
-            job,
-            fence: self.leading.token.clone(),
-            driver: slot.driver.clone(),
-            secret_env: self.flight.secret_env(&self.config.borrow()),
-        };
-        self.flight.running.insert(slot.name.clone(), kind);
-        let (runner, done, slot_name) = (
-            self.runner.clone(),
-            self.flight.done_tx.clone(),
-            slot.name.clone(),
-        );
-        let claim = request.claim.clone();
-        self.flight.tasks.spawn(async move {
-            let report = runner.run(request).await;
-            let _ = done.send((
-                slot_name,
-                Done {
-                    kind,
-                    claim,
-                    started_at: Some(started_at),
-                    outcome: report.outcome,
-                    duration: report.duration,
-                    tail: report.tail,
-                },
-            ));
-        });
-    }
-
     /// Takes the outcomes of the operations that ended since the last pass.
     pub(super) fn take_ended(&mut self) {
         while let Ok((slot, done)) = self.flight.done_rx.try_recv() {

@@ -18,13 +18,14 @@ use crate::domain::name::{BenchName, GroupName};
 use crate::domain::operation::SlotOp;
 use crate::domain::sight::NodeSight;
 use crate::domain::slot::{self, Step};
-use crate::domain::state::Bench;
+
 use crate::lifecycle::Runner;
 use crate::store::claims::{ClaimStoreError, GroupClaims, SlotStatus};
 use crate::store::presence::{Named, PresenceError, Snapshot};
 
 use super::act::Seen;
 use super::budget;
+use super::cursor::Benches;
 use super::energy::Sighting;
 use super::nodes::NodeViews;
 use super::{Controller, Map, Nodes, PassError, PassReport, Sight};
@@ -343,7 +344,7 @@ where
             unreadable.insert(slot.to_string());
         }
         let mut ops = read.operations.by_slot;
-        let holder = self.holder();
+        let holder = self.leading.holder();
         let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
         for c in read.claims {
             by_slot.entry(c.slot.clone()).or_default().push(c);
@@ -473,7 +474,7 @@ where
     /// Takes the steps for claims whose slot left the configuration, each on its own. Returns the
     /// writes made.
     async fn departed(
-        &self,
+        &mut self,
         group: &GroupName,
         timings: &claim::Timings,
         steps: Vec<Step>,
@@ -482,7 +483,12 @@ where
         let mut writes = 0;
         for step in steps {
             match step {
-                Step::Write(w) if self.write(&w.old, &w.next, w.event, now, None).await => {
+                Step::Write(w)
+                    if self
+                        .hands()
+                        .write(&w.old, &w.next, w.event, now, None)
+                        .await =>
+                {
                     writes += 1;
                     info!(%group, slot = %w.old.slot, claim = %w.old.name, "the slot left the configuration; claim failed SlotDeleted");
                 }
@@ -548,98 +554,6 @@ where
                 };
                 let n = counts.get(&(group, phase.as_str())).copied().unwrap_or(0);
                 self.metrics.slots.get_or_create(&labels).set(n);
-            }
-        }
-    }
-}
-
-/// A snapshot's benches (sorted by name), found for slots walked in name order: each lookup
-/// starts where the last one ended, and looks a few benches ahead before it searches the rest,
-/// so a group whose slots are most of the benches in their stretch costs a step or two a slot,
-/// and any other a search of what lies ahead. A name before the last one found is searched for
-/// in the whole. The same answers as a search of the whole for each name.
-pub(super) struct Benches<'a> {
-    benches: &'a [Bench],
-    at: usize,
-}
-
-impl<'a> Benches<'a> {
-    /// How far ahead a lookup steps before it searches.
-    const STEPS: usize = 4;
-
-    pub(super) fn new(snapshot: &'a Snapshot) -> Benches<'a> {
-        Benches {
-            benches: &snapshot.benches,
-            at: 0,
-        }
-    }
-
-    pub(super) fn find(&mut self, name: &BenchName) -> Option<&'a Bench> {
-        let behind = self.at > 0 && self.benches[self.at - 1].name >= *name;
-        if behind {
-            let found = self.benches.binary_search_by(|b| b.name.cmp(name));
-            return found.ok().map(|i| &self.benches[i]);
-        }
-        let ahead = &self.benches[self.at..];
-        let step = ahead.iter().take(Self::STEPS).position(|b| b.name >= *name);
-        let at = match step {
-            Some(i) => i,
-            None => ahead
-                .binary_search_by(|b| b.name.cmp(name))
-                .unwrap_or_else(|i| i),
-        };
-        self.at += at;
-        let bench = self.benches.get(self.at).filter(|b| b.name == *name)?;
-        self.at += 1;
-        Some(bench)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::state::Reading;
-    use proptest::prelude::*;
-
-    fn bench(name: &str) -> Bench {
-        Bench {
-            name: BenchName::parse(name).expect("valid"),
-            load: None,
-            cores: None,
-            reading: Reading::Missing,
-            requested_hold: None,
-        }
-    }
-
-    proptest! {
-        // Whatever the order of the names asked for (ascending, as a pass walks them, or not),
-        // the cursor finds exactly the benches a search of the whole finds.
-        #[test]
-        fn the_cursor_finds_what_a_search_of_the_whole_finds(
-            there in proptest::collection::btree_set(0u16..400, 0..200),
-            mut asked in proptest::collection::vec(0u16..420, 0..300),
-            sorted in any::<bool>(),
-        ) {
-            let name = |i: u16| format!("b-{i:03}");
-            let snapshot = Snapshot {
-                now: DateTime::default(),
-                benches: there.iter().map(|&i| bench(&name(i))).collect(),
-                foreign: Vec::new(),
-                problems: Vec::new(),
-            };
-            if sorted {
-                asked.sort();
-            }
-            let mut cursor = Benches::new(&snapshot);
-            for i in asked {
-                let wanted = BenchName::parse(&name(i)).expect("valid");
-                let found = cursor.find(&wanted).map(|b| b.name.clone());
-                let searched = snapshot
-                    .benches
-                    .binary_search_by(|b| b.name.cmp(&wanted))
-                    .ok()
-                    .map(|j| snapshot.benches[j].name.clone());
-                prop_assert_eq!(found, searched);
             }
         }
     }

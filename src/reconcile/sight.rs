@@ -21,7 +21,8 @@ use crate::store::claims::GroupClaims;
 use crate::store::lease::Generation;
 use crate::store::presence::Snapshot;
 
-use super::pass::{Benches, Observed};
+use super::cursor::Benches;
+use super::pass::Observed;
 use super::{Controller, Nodes, Set, Sight};
 
 impl<C, R, N> Controller<C, R, N>
