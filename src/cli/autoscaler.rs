@@ -191,7 +191,7 @@ fn write_groups(
     json: bool,
 ) -> std::io::Result<()> {
     if json {
-        return super::output::json(out, rows, false);
+        return super::output::json_rows(out, "autoscaler-groups", rows, false);
     }
     grid(
         out,
@@ -211,7 +211,7 @@ fn write_nodes(
     json: bool,
 ) -> std::io::Result<()> {
     if json {
-        return super::output::json(out, rows, false);
+        return super::output::json_rows(out, "autoscaler-nodes", rows, false);
     }
     grid(
         out,
@@ -231,7 +231,7 @@ fn write_template(
     json: bool,
 ) -> std::io::Result<()> {
     if json {
-        return super::output::json(out, row, false);
+        return super::output::json_doc(out, "autoscaler-template", row, false);
     }
     writeln!(out, "name:     {}", row.name)?;
     for (k, v) in &row.labels {

@@ -90,7 +90,12 @@ impl Args {
         claims.sort_by_key(|c| (c.requested_at, c.name.clone()));
         let rows: Vec<_> = claims.iter().map(|c| claim_row(c, world)).collect();
         if self.format.is_json() {
-            return Ok(super::output::json(out, &rows, self.watch.watch)?);
+            return Ok(super::output::json_rows(
+                out,
+                "claims",
+                &rows,
+                self.watch.watch,
+            )?);
         }
         let now = world.now;
         let lines = claims.iter().zip(&rows).map(|(c, r)| {

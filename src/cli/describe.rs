@@ -148,7 +148,7 @@ impl Args {
             timeline: timeline.iter().map(EntryRow::from).collect(),
         };
         if self.format.is_json() {
-            return Ok(super::output::json(out, &d, false)?);
+            return Ok(super::output::json_doc(out, "describe", &d, false)?);
         }
         crate::views::notice(out, &world, false)?;
         let now = world.now;

@@ -69,7 +69,7 @@ impl Args {
             .collect();
         let report = read_report(conn, &ctx.keys, &groups, self.since).await?;
         if self.format.is_json() {
-            return Ok(super::output::json(out, &report, false)?);
+            return Ok(super::output::json_doc(out, "energy", &report, false)?);
         }
         for p in &report.problems {
             writeln!(out, "warning: {p}").map_err(|e| Error::Runtime(e.into()))?;

@@ -57,7 +57,12 @@ impl Args {
         let rows = group_rows(world);
         crate::views::notice(out, world, self.format.is_json())?;
         if self.format.is_json() {
-            return Ok(super::output::json(out, &rows, self.watch.watch)?);
+            return Ok(super::output::json_rows(
+                out,
+                "groups",
+                &rows,
+                self.watch.watch,
+            )?);
         }
         let lines = rows.iter().map(|r| Line {
             name: r.name.clone(),

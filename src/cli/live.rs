@@ -1,10 +1,13 @@
-//! `fleet live [NAME...] [--watch]`: the names whose key still counts (UP or HELD), one per line,
-//! sorted.
+//! `fleet live [NAME...] [--up] [-o names|json] [--watch]`: the benches whose key still counts
+//! (UP or HELD; UP alone with `--up`), sorted: one name a line, or JSON rows that say each one's
+//! state and hold.
 
 use std::io::Write;
 
+use serde::Serialize;
+
 use crate::domain::name::BenchName;
-use crate::domain::state;
+use crate::domain::state::State;
 use crate::store::conn::Conn;
 use crate::store::presence::Presence;
 
@@ -15,16 +18,42 @@ pub struct Args {
     /// Benches to ask about (default: every registered bench).
     #[arg(value_name = "NAME")]
     pub names: Vec<BenchName>,
+    /// Only the benches that are UP: those that may take work. Without it, HELD benches are
+    /// listed too (they are there, and say they take no work).
+    #[arg(long)]
+    pub up: bool,
+    /// Output: one name a line, or JSON rows (`fleet schema live`).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = LiveFormat::Names)]
+    pub format: LiveFormat,
     #[command(flatten)]
     pub watch: super::watch::Watch,
+}
+
+/// What `fleet live` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LiveFormat {
+    /// One name a line: what a shell loop reads.
+    Names,
+    /// JSON of the current version; `json=v1` asks for version 1 by name.
+    #[value(alias = "json=v1")]
+    Json,
+}
+
+/// A row of `fleet live -o json`.
+#[derive(Debug, Serialize)]
+struct LiveRow<'a> {
+    name: &'a BenchName,
+    state: State,
+    hold: Option<String>,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let mut presence: Option<Presence<Conn>> = None;
         let watch = self.watch.clone();
+        let json = self.format == LiveFormat::Json;
         watch
-            .run(ctx, out, false, async |out| {
+            .run(ctx, out, json, async |out| {
                 let p = match presence.take() {
                     Some(p) => p,
                     None => ctx.presence().await?,
@@ -37,9 +66,36 @@ impl Args {
                 for problem in &snapshot.problems {
                     eprintln!("warning: {problem}");
                 }
-                // The snapshot is sorted by name, and `live` keeps the order given.
-                for name in state::live(&snapshot.benches, snapshot.now) {
-                    writeln!(out, "{name}")?;
+                // The snapshot is sorted by name, and `live` keeps the order given. Present is
+                // `state::live`'s rule (UP or HELD); `--up` asks the narrower question of who
+                // may take work.
+                let rows: Vec<LiveRow<'_>> = snapshot
+                    .benches
+                    .iter()
+                    .filter_map(|b| {
+                        let verdict = b.verdict(snapshot.now);
+                        let wanted = if self.up {
+                            verdict.state == State::Up
+                        } else {
+                            verdict.state.is_present()
+                        };
+                        wanted.then(|| LiveRow {
+                            name: &b.name,
+                            state: verdict.state,
+                            hold: verdict.hold.as_ref().map(|r| r.as_str().to_owned()),
+                        })
+                    })
+                    .collect();
+                if json {
+                    return Ok(super::output::json_rows(
+                        out,
+                        "live",
+                        &rows,
+                        self.watch.watch,
+                    )?);
+                }
+                for row in &rows {
+                    writeln!(out, "{}", row.name)?;
                 }
                 Ok(())
             })

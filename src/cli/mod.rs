@@ -29,6 +29,7 @@ pub mod release;
 pub mod reload;
 pub mod reset;
 pub mod reset_attempts;
+pub mod schema;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod slots;
@@ -184,6 +185,8 @@ pub enum Command {
     Operation(operation::Args),
     /// Print the shell completion script (bash, zsh, fish, ...).
     Completions(completions::Args),
+    /// Print the JSON Schema of a view's `-o json` output, or list the views.
+    Schema(schema::Args),
     /// Print fleet's version and the git commit it was built from.
     Version,
 }
@@ -192,6 +195,8 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ViewFormat {
     Table,
+    /// JSON of the current version; `json=v1` asks for version 1 by name.
+    #[value(alias = "json=v1")]
     Json,
 }
 
@@ -206,6 +211,8 @@ impl ViewFormat {
 pub enum WideFormat {
     Table,
     Wide,
+    /// JSON of the current version; `json=v1` asks for version 1 by name.
+    #[value(alias = "json=v1")]
     Json,
 }
 
@@ -242,6 +249,7 @@ impl Command {
             Command::Acl(args) => args.run(ctx, out).await,
             Command::Operation(args) => args.run(out).await,
             Command::Completions(args) => args.run(out),
+            Command::Schema(args) => args.run(out),
             Command::Version => {
                 writeln!(out, "fleet {VERSION}")?;
                 Ok(())

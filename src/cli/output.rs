@@ -15,6 +15,8 @@ pub use crate::views::time::{clock, human_ms, moment, relative, time};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Table,
+    /// JSON of the current version; `json=v1` asks for version 1 by name.
+    #[value(alias = "json=v1")]
     Json,
     Tsv,
 }
@@ -36,14 +38,7 @@ pub const TSV_COLUMNS: [&str; 9] = [
 /// under `--watch` (`compact`).
 pub fn rows(out: &mut dyn Write, format: Format, rows: &[Row], compact: bool) -> io::Result<()> {
     match format {
-        Format::Json => {
-            if compact {
-                serde_json::to_writer(&mut *out, rows)?;
-            } else {
-                serde_json::to_writer_pretty(&mut *out, rows)?;
-            }
-            writeln!(out)
-        }
+        Format::Json => json_rows(out, "state", rows, compact),
         Format::Tsv => tsv(out, rows),
         Format::Table => state_table(out, rows, Utc::now(), &std::collections::HashMap::new()),
     }
@@ -132,6 +127,62 @@ pub fn state_table(
     )
 }
 
+/// The version of every `-o json` output (README, "Output contracts"; `schemas/v1.json`). A field
+/// may be added within it; removing, renaming or retyping one makes a new version, and the old
+/// one stays served as `-o json=v1`.
+pub const JSON_VERSION: u32 = 1;
+
+/// A value of a view's output with the name of its schema first: `"schema": "fleet/state/v1"`.
+/// Every row of an array view carries it, as every object of a Kubernetes list carries its
+/// `apiVersion`, so a row read alone still says what it is.
+#[derive(serde::Serialize)]
+struct Versioned<'a, T: serde::Serialize + ?Sized> {
+    schema: &'a str,
+    #[serde(flatten)]
+    value: &'a T,
+}
+
+/// The schema name of `view`'s output: `fleet/<view>/v<JSON_VERSION>`.
+pub fn schema_name(view: &str) -> String {
+    format!("fleet/{view}/v{JSON_VERSION}")
+}
+
+/// Writes a view's rows as one JSON array, each row carrying its schema's name.
+pub fn json_rows<T: serde::Serialize>(
+    out: &mut dyn Write,
+    view: &str,
+    rows: &[T],
+    compact: bool,
+) -> io::Result<()> {
+    let schema = schema_name(view);
+    let rows: Vec<Versioned<'_, T>> = rows
+        .iter()
+        .map(|value| Versioned {
+            schema: &schema,
+            value,
+        })
+        .collect();
+    json(out, &rows, compact)
+}
+
+/// Writes a view's one document as JSON, carrying its schema's name.
+pub fn json_doc<T: serde::Serialize>(
+    out: &mut dyn Write,
+    view: &str,
+    value: &T,
+    compact: bool,
+) -> io::Result<()> {
+    let schema = schema_name(view);
+    json(
+        out,
+        &Versioned {
+            schema: &schema,
+            value,
+        },
+        compact,
+    )
+}
+
 /// Writes `value` as JSON and a newline: the `-o json` of every view, pretty, or on one line
 /// (`compact`, under `--watch`: one document a line).
 pub fn json<T: serde::Serialize + ?Sized>(
@@ -201,9 +252,12 @@ mod tests {
         let obj = value[0].as_object().unwrap();
         let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
         keys.sort();
+        // The TSV's columns and the schema's name (schemas/v1.json), nothing else.
         let mut want = TSV_COLUMNS.to_vec();
+        want.push("schema");
         want.sort();
         assert_eq!(keys, want);
+        assert_eq!(obj["schema"], "fleet/state/v1");
         assert_eq!(obj["state"], "HELD");
         assert_eq!(obj["requested_hold"], serde_json::Value::Null);
     }

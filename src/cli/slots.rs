@@ -71,7 +71,12 @@ impl Args {
             .collect();
         crate::views::notice(out, world, self.format.is_json())?;
         if self.format.is_json() {
-            return Ok(super::output::json(out, &rows, self.watch.watch)?);
+            return Ok(super::output::json_rows(
+                out,
+                "slots",
+                &rows,
+                self.watch.watch,
+            )?);
         }
         grid(
             out,

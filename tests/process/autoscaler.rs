@@ -88,12 +88,14 @@ async fn client(addr: &str) -> CloudProviderClient<Channel> {
 }
 
 fn fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
         .arg("--redis")
         .arg(server.url())
         .args(args)
         .output()
-        .unwrap()
+        .unwrap();
+    support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 async fn target(c: &mut CloudProviderClient<Channel>) -> i32 {

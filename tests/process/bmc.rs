@@ -214,6 +214,7 @@ fn fleet(server: &RedisServer, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("fleet runs");
+    support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -466,6 +467,10 @@ async fn a_slot_without_a_bmc_shows_none_and_a_foreign_reading_spoils_only_its_o
         .args(["--redis", &server.url(), "slots", "-o", "json"])
         .output()
         .unwrap();
+    support::contract::check(
+        &["slots", "-o", "json"],
+        &String::from_utf8_lossy(&o.stdout),
+    );
     assert_eq!(o.status.code(), Some(0));
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for row in rows.as_array().unwrap() {

@@ -24,16 +24,20 @@ async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
         Ok(()) => 0,
         Err(e) => e.exit_code(),
     };
-    (String::from_utf8(out).unwrap(), code)
+    let out = String::from_utf8(out).unwrap();
+    support::contract::check(args, &out);
+    (out, code)
 }
 
 fn fleet(args: &[&str], env: &[(&str, &str)]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(args)
         .envs(env.iter().copied())
         .env_remove("FLEET_REDIS_URL")
         .output()
-        .expect("running fleet")
+        .expect("running fleet");
+    support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 fn stderr(o: &Output) -> String {
@@ -84,10 +88,12 @@ async fn state_json_has_exactly_the_pinned_fields_sorted_by_name() {
                 "load",
                 "name",
                 "requested_hold",
+                "schema",
                 "state",
                 "ttl_ms"
             ]
         );
+        assert_eq!(r["schema"], "fleet/state/v1");
     }
     assert_eq!(rows[0]["state"], "HELD");
     assert_eq!(rows[0]["hold"], "sleeping");
@@ -115,6 +121,91 @@ async fn live_lists_up_and_held_benches_sorted_and_down_ones_not_at_all() {
         run(&server, &["live", "b", "c"]).await,
         ("c\n".to_owned(), 0)
     );
+}
+
+#[tokio::test]
+async fn live_answers_in_json_and_up_alone_leaves_the_held_out() {
+    let server = server();
+    for args in [
+        &["beat", "c"][..],
+        &["beat", "a", "--hold", "x"],
+        &["beat", "b", "--ttl", "0"],
+    ] {
+        assert_eq!(run(&server, args).await.1, 0, "{args:?}");
+    }
+    // UP alone: the benches that may take work.
+    assert_eq!(run(&server, &["live", "--up"]).await, ("c\n".to_owned(), 0));
+    let (out, code) = run(&server, &["live", "-o", "json"]).await;
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            {"schema": "fleet/live/v1", "name": "a", "state": "HELD", "hold": "x"},
+            {"schema": "fleet/live/v1", "name": "c", "state": "UP", "hold": null},
+        ])
+    );
+    // The version asked by name is the same output.
+    let (pinned, _) = run(&server, &["live", "-o", "json=v1"]).await;
+    assert_eq!(pinned, out);
+    let (up, _) = run(&server, &["live", "--up", "-o", "json"]).await;
+    let up: serde_json::Value = serde_json::from_str(&up).unwrap();
+    assert_eq!(up.as_array().map(Vec::len), Some(1));
+    assert_eq!(up[0]["name"], "c");
+}
+
+#[tokio::test]
+async fn an_output_that_breaks_its_schema_is_caught() {
+    let server = server();
+    run(&server, &["beat", "a", "--load", "1.5"]).await;
+    let (out, _) = run(&server, &["state", "-o", "json"]).await;
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    support::contract::validate(&rows);
+    let broken = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut doctored = rows.clone();
+        f(&mut doctored[0]);
+        std::panic::catch_unwind(|| support::contract::validate(&doctored)).is_err()
+    };
+    assert!(broken(&|r| r["state"] = "MAYBE".into()), "an unknown state");
+    assert!(broken(&|r| r["load"] = "high".into()), "a retyped field");
+    assert!(
+        broken(&|r| {
+            r.as_object_mut().unwrap().remove("ttl_ms");
+        }),
+        "a field gone"
+    );
+    assert!(broken(&|r| r["extra"] = 1.into()), "a field the schema lacks");
+    assert!(broken(&|r| r["schema"] = "fleet/state/v9".into()), "a foreign version");
+}
+
+#[tokio::test]
+async fn schema_prints_each_views_schema_and_refuses_an_unknown_view() {
+    let server = server();
+    let (list, code) = run(&server, &["schema"]).await;
+    assert_eq!(code, 0);
+    let views: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for view in [
+        "state", "live", "slots", "claims", "groups", "describe", "energy",
+    ] {
+        assert!(views.contains(&view), "{view} in {list}");
+        let (schema, code) = run(&server, &["schema", view]).await;
+        assert_eq!(code, 0);
+        let schema: serde_json::Value = serde_json::from_str(&schema).unwrap();
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        assert_eq!(schema["title"], format!("fleet/{view}/v1"));
+        assert!(
+            jsonschema::meta::is_valid(&schema),
+            "{view}'s schema is a valid 2020-12 schema"
+        );
+    }
+    let (out, code) = run(&server, &["schema", "nope"]).await;
+    assert_eq!((out.as_str(), code), ("", 2));
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ fn fleet(server: &RedisServer, args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap();
+    support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
     assert_eq!(
         o.status.code(),
         Some(0),

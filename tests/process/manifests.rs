@@ -1598,12 +1598,14 @@ fn redis_as_deployed(password: &str) -> Redis {
 }
 
 fn fleet_cli(url: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(args)
         .env("FLEET_REDIS_URL", url)
         .env("FLEET_TIMEOUT", "5s")
         .output()
-        .unwrap()
+        .unwrap();
+    crate::support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 #[test]

@@ -48,11 +48,13 @@ fn start(server: &RedisServer, config: &Path, grace: &str) -> Serve {
 }
 
 fn fleet(server: &RedisServer, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
         .env("FLEET_REDIS_URL", server.url())
         .args(args)
         .output()
-        .unwrap()
+        .unwrap();
+    support::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 fn stdout(o: &Output) -> String {

@@ -3,5 +3,6 @@
 //! mocked API server.
 
 mod config;
+mod contracts;
 mod hygiene;
 mod kube_contract;

@@ -62,7 +62,11 @@ async fn run(server: &RedisServer, args: &[&str]) -> (String, u8) {
             e.exit_code()
         }
     };
-    (String::from_utf8(out).unwrap(), code)
+    let out = String::from_utf8(out).unwrap();
+    if code == 0 {
+        support::contract::check(args, &out);
+    }
+    (out, code)
 }
 
 async fn setup() -> (

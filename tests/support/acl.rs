@@ -110,12 +110,14 @@ impl Acl {
 
     /// Runs the binary as `user`.
     pub fn fleet(&self, user: &str, args: &[&str]) -> Output {
-        std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
             .arg("--redis")
             .arg(self.url(user))
             .args(args)
             .output()
-            .unwrap()
+            .unwrap();
+        super::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+        o
     }
 
     /// Runs the binary as `user` and expects exit 0; returns its output.

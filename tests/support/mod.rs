@@ -3,6 +3,7 @@
 
 pub mod acl;
 pub mod browser;
+pub mod contract;
 pub mod remote;
 
 use std::time::Duration;
@@ -406,12 +407,14 @@ impl<C: redis::aio::ConnectionLike + Send> redis::aio::ConnectionLike for LoseRe
 
 /// Runs the `fleet` binary against `server` with `args`, and returns what it did.
 pub fn run_fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
         .arg("--redis")
         .arg(server.url())
         .args(args)
         .output()
-        .expect("running fleet")
+        .expect("running fleet");
+    contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 /// `run_fleet` that must succeed: its stdout.

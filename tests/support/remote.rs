@@ -12,11 +12,13 @@ use fleet_testing::fixture::{Group, Op};
 
 /// Runs the fleet binary with `--redis url`.
 pub fn fleet(url: &str, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(["--redis", url])
         .args(args)
         .output()
-        .expect("running fleet")
+        .expect("running fleet");
+    super::contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
 }
 
 /// `fleet` that must succeed: its stdout.
