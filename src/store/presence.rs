@@ -46,7 +46,7 @@ pub use beat::STAMP_TOLERANCE;
 #[cfg(test)]
 pub(crate) use beat::commands as beat_commands;
 
-pub use decode::decode_request;
+pub use decode::{MAX_VALUE, decode_request, reading_of};
 pub use read::Named;
 use read::Registry;
 

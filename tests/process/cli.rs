@@ -174,8 +174,14 @@ async fn an_output_that_breaks_its_schema_is_caught() {
         }),
         "a field gone"
     );
-    assert!(broken(&|r| r["extra"] = 1.into()), "a field the schema lacks");
-    assert!(broken(&|r| r["schema"] = "fleet/state/v9".into()), "a foreign version");
+    assert!(
+        broken(&|r| r["extra"] = 1.into()),
+        "a field the schema lacks"
+    );
+    assert!(
+        broken(&|r| r["schema"] = "fleet/state/v9".into()),
+        "a foreign version"
+    );
 }
 
 #[tokio::test]

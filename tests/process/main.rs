@@ -25,6 +25,7 @@ mod operator;
 mod page;
 mod page_browser;
 mod page_hostile;
+mod protocol;
 mod redfish;
 mod replicas;
 mod sentinel;

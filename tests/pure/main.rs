@@ -6,3 +6,4 @@ mod config;
 mod contracts;
 mod hygiene;
 mod kube_contract;
+mod protocol;

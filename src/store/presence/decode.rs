@@ -110,6 +110,22 @@ impl Got {
     }
 }
 
+/// One bench's reading from its key as a bounded read returns it: `None` for no key, the bytes
+/// of a string key (at most `MAX_VALUE + 1` of them, as `GETRANGE key 0 MAX_VALUE` gives), or
+/// `Err(())` for a key of another type. With `domain::state::decide` and the server's `now`, this
+/// is the whole decision a reader in another language implements (SPEC §2.12,
+/// docs/protocol.md); the test vectors run through it.
+pub fn reading_of(value: Result<Option<&[u8]>, ()>) -> (Reading, Option<f64>, Option<u32>) {
+    match value {
+        Err(()) => Got::OtherType(None),
+        Ok(None) => Got::Missing,
+        Ok(Some([])) => Got::Missing,
+        Ok(Some(b)) if b.len() > MAX_VALUE => Got::TooLarge,
+        Ok(Some(b)) => Got::Value(b.to_vec()),
+    }
+    .reading()
+}
+
 /// One reply of a pipeline that stops at the first error.
 pub(super) fn parse<T: redis::FromRedisValue>(
     value: Option<redis::Value>,
