@@ -280,6 +280,11 @@ fn the_systemd_units_are_hardened_and_valid() {
         "no secret inline in the unit"
     );
     let (agent, settings) = unit("fleet-agent@.service");
+    // The small agent, not `fleet agent` (issue 29): the same flags and variables, 5 MB.
+    assert!(
+        settings.iter().any(|s| s == "ExecStart=/usr/local/bin/fleet-agent %i"),
+        "fleet-agent@ runs fleet-agent: {settings:?}"
+    );
     for want in [
         "DynamicUser=yes",
         "ProtectSystem=strict",
@@ -300,8 +305,11 @@ fn the_systemd_units_are_hardened_and_valid() {
         (serve, "fleet-serve.service"),
         (agent, "fleet-agent@x.service"),
     ] {
+        // verify checks that ExecStart names an executable: `fleet-agent` is another package's
+        // binary, so `fleet`'s stands in for it.
         let text = std::fs::read_to_string(&path)
             .unwrap()
+            .replace("/usr/local/bin/fleet-agent", env!("CARGO_BIN_EXE_fleet"))
             .replace("/usr/local/bin/fleet", env!("CARGO_BIN_EXE_fleet"));
         let copy = dir.path().join(path.file_name().unwrap());
         std::fs::write(&copy, text).unwrap();
