@@ -1,5 +1,5 @@
 # The two commands of the quick start: `make up` runs the local stack, `make test` runs the tests.
-.PHONY: up test lint bench deps
+.PHONY: up test lint bench deps dist
 
 up:
 	scripts/up.sh
@@ -36,3 +36,7 @@ bench: deps
 	cargo bench --bench wake
 	cargo bench --bench page
 	cargo bench --bench load
+
+# Installable artifacts of fleet and fleet-agent with their unit files (scripts/dist.sh): dist/.
+dist:
+	scripts/dist.sh

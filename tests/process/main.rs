@@ -13,6 +13,7 @@ mod browser_smoke;
 mod budget;
 mod cli;
 mod cluster;
+mod dist;
 mod drivers;
 mod energy;
 mod hostile;

@@ -282,7 +282,9 @@ fn the_systemd_units_are_hardened_and_valid() {
     let (agent, settings) = unit("fleet-agent@.service");
     // The small agent, not `fleet agent` (issue 29): the same flags and variables, 5 MB.
     assert!(
-        settings.iter().any(|s| s == "ExecStart=/usr/local/bin/fleet-agent %i"),
+        settings
+            .iter()
+            .any(|s| s == "ExecStart=/usr/local/bin/fleet-agent %i"),
         "fleet-agent@ runs fleet-agent: {settings:?}"
     );
     for want in [

@@ -976,6 +976,42 @@ async fn a_name_in_the_join_set_counts_only_once_its_own_bench_beats_and_a_warm_
     assert_eq!(key, None);
 }
 
+// The version-skew policy (README, "Running the agent as a service"): this release reads the
+// beats of the previous release's agents as it reads its own, hold, TTL, load and cores alike.
+#[tokio::test]
+async fn a_beat_of_the_previous_release_reads_as_a_beat_of_this_one() {
+    let server = server();
+    let keys = Keys::default();
+    let mut old = conn(&server).await;
+    previous_beat_with(
+        &mut old,
+        &keys,
+        "bench-01",
+        45_000,
+        ["patching", "3.5", "12"],
+    )
+    .await
+    .unwrap();
+    previous_beat(&mut old, &keys, "bench-02", 45_000)
+        .await
+        .unwrap();
+    let p = presence(&server).await;
+    p.beat(&beat("bench-03", Duration::from_secs(45)))
+        .await
+        .unwrap();
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02", "bench-03"]);
+    let rows: Vec<_> = snap.benches.iter().map(|b| b.row(snap.now)).collect();
+    assert_eq!(rows[0].state, State::Held);
+    assert_eq!(rows[0].hold.as_deref(), Some("patching"));
+    assert_eq!((rows[0].load, rows[0].cores), (Some(3.5), Some(12)));
+    for row in &rows {
+        assert_eq!(row.ttl_ms, Some(45_000), "{}", row.name);
+        assert_eq!(row.error, None, "{}", row.name);
+    }
+    assert_eq!((rows[1].state, rows[2].state), (State::Up, State::Up));
+}
+
 // SPEC §2.5, §7: a join set past its bound is not read at all. A million names (what one bench
 // of the previous ACL file could add in seconds) cost a read one `SCARD`: the registry proper is
 // read, as fast as without them, and the snapshot names the key and its repair.

@@ -499,6 +499,17 @@ pub async fn previous_beat<C: redis::aio::ConnectionLike>(
     bench: &str,
     ttl_ms: u64,
 ) -> redis::RedisResult<redis::Value> {
+    previous_beat_with(conn, keys, bench, ttl_ms, ["", "", ""]).await
+}
+
+/// `previous_beat` with that release's explicit hold, load and cores (`""` for none).
+pub async fn previous_beat_with<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    keys: &Keys,
+    bench: &str,
+    ttl_ms: u64,
+    [hold, load, cores]: [&str; 3],
+) -> redis::RedisResult<redis::Value> {
     const SCRIPT: &str = include_str!("../fixtures/beat-0.1.lua");
     let n = name(bench);
     redis::cmd("EVAL")
@@ -508,9 +519,9 @@ pub async fn previous_beat<C: redis::aio::ConnectionLike>(
         .arg(keys.joined_key(&n))
         .arg(bench)
         .arg(ttl_ms)
-        .arg("")
-        .arg("")
-        .arg("")
+        .arg(hold)
+        .arg(load)
+        .arg(cores)
         .arg(keys.hold_requests())
         .arg(keys.joined())
         .arg(keys.off_request(&n))
