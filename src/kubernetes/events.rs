@@ -1,5 +1,6 @@
 //! Kubernetes Events for claim moves (SPEC §3.12 8): one Event per move the store accepted,
-//! about the slot's Node when it is bound to one, else about the operation's Job, published
+//! about the slot's Node when it is bound to one, else about the operation's Job, else about the
+//! claim as a `NodeClaim`, published
 //! through kube's `Recorder` (a repeat within its cache window becomes a series patch).
 //!
 //! The pass never waits for the API server: a move is queued (bounded), and one task publishes
@@ -16,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::domain::claim::{OperationKind, Phase};
+use crate::domain::claim::{OperationKind, Phase, Reason};
 use crate::reconcile::{ClaimMove, NodeWarning};
 
 use super::CALL_TIMEOUT;
@@ -25,51 +26,117 @@ use super::jobs::spec;
 /// How many moves wait for publication before new ones are dropped.
 pub const QUEUE: usize = 256;
 
-/// The Event a move is told as: type, reason, action, note.
+/// The Event's reason for a move (SPEC §3.12 8): what happened to the claim, in the words of
+/// its timeline (§4.4).
+pub fn reason_of(m: &ClaimMove) -> &'static str {
+    let cancelled = matches!(
+        m.reason,
+        Some(Reason::DeletedByHand | Reason::CancelledByDecreaseTargetSize)
+    );
+    match (m.from, m.to) {
+        _ if m.deleted => "ClaimCancelled",
+        (None, _) => "ClaimCreated",
+        (_, Phase::Failed | Phase::Completed) if m.reason == Some(Reason::Superseded) => {
+            "ClaimSuperseded"
+        }
+        (_, Phase::Failed | Phase::Completed) if cancelled => "ClaimCancelled",
+        (_, Phase::Pending) => "ClaimPending",
+        (_, Phase::Booting) => "ClaimBooting",
+        (_, Phase::Ready) => "ClaimReady",
+        (_, Phase::Failed) => "ClaimFailed",
+        (_, Phase::Completed) => "ClaimCompleted",
+    }
+}
+
+/// The Event a move is told as: type, reason, action, and a note with the attempt, the
+/// operation or its Job, the deadline and how long the claim and its operation took.
 pub fn event(m: &ClaimMove) -> Event {
-    let (reason, type_) = match m.to {
-        Phase::Pending => ("ClaimPending", EventType::Normal),
-        Phase::Booting => ("ClaimBooting", EventType::Normal),
-        Phase::Ready => ("ClaimReady", EventType::Normal),
-        Phase::Failed => ("ClaimFailed", EventType::Warning),
-        Phase::Completed => ("ClaimCompleted", EventType::Normal),
+    let reason = reason_of(m);
+    let type_ = if reason == "ClaimFailed" {
+        EventType::Warning
+    } else {
+        EventType::Normal
     };
     let why = m
         .reason
         .map(|r| format!(" ({})", r.as_str()))
         .unwrap_or_default();
+    let what = match (m.from, m.deleted) {
+        (_, true) => "was cancelled while pending (deleted)".to_owned(),
+        (None, false) => format!("was made, {}{why}", m.to),
+        (Some(from), false) => format!("moved {from} -> {}{why}", m.to),
+    };
+    let mut note = format!(
+        "claim {} of slot {} (group {}, attempt {}) {what}; {} since requested",
+        m.claim,
+        m.slot,
+        m.group,
+        m.attempt,
+        span((m.at - m.requested_at).to_std().unwrap_or_default()),
+    );
+    if let Some((kind, started_at)) = m.operation {
+        let run = if m.job {
+            format!("Job {}", job_name(m, kind, started_at))
+        } else {
+            "the operation wrapper".to_owned()
+        };
+        let took = m
+            .operation_took
+            .map_or_else(|| "running".to_owned(), |d| format!("took {}", span(d)));
+        note.push_str(&format!("; {} ({run}) {took}", kind.as_str()));
+    }
+    if let Some(deadline) = m.deadline_at {
+        note.push_str(&format!(
+            "; deadline {}",
+            deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
+    }
     Event {
         type_,
         reason: reason.to_owned(),
-        note: Some(format!(
-            "claim {} of slot {} (group {}, attempt {}) is {}{why}",
-            m.claim, m.slot, m.group, m.attempt, m.to
-        )),
+        note: Some(note),
         action: "ClaimMove".to_owned(),
         secondary: None,
     }
 }
 
+/// A span for a note: whole seconds, `41s`, `2m10s`.
+fn span(d: std::time::Duration) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(d.as_secs()))
+        .to_string()
+        .replace(' ', "")
+}
+
 /// What the Event is about: the Node when bound, else the claim's Job when its operation is
-/// one; `None` when it is about neither (no Event: nothing in the cluster shows the claim).
-pub fn regarding(m: &ClaimMove, namespace: &str) -> Option<ObjectReference> {
+/// one, else the claim itself as a `NodeClaim` of `fleet.dev/v1` in fleet's namespace (SPEC
+/// §3.12 8): the seed's object, which lives in Redis rather than the API, named so that
+/// `kubectl get events --field-selector involvedObject.kind=NodeClaim` finds every claim's.
+pub fn regarding(m: &ClaimMove, namespace: &str) -> ObjectReference {
     if let Some((name, uid)) = &m.node {
-        return Some(ObjectReference {
+        return ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("Node".to_owned()),
             name: Some(name.clone()),
             uid: Some(uid.clone()),
             ..ObjectReference::default()
-        });
+        };
     }
-    let (kind, started_at) = m.operation.filter(|_| m.job)?;
-    Some(ObjectReference {
-        api_version: Some("batch/v1".to_owned()),
-        kind: Some("Job".to_owned()),
-        name: Some(job_name(m, kind, started_at)),
+    if let Some((kind, started_at)) = m.operation.filter(|_| m.job && !m.deleted) {
+        return ObjectReference {
+            api_version: Some("batch/v1".to_owned()),
+            kind: Some("Job".to_owned()),
+            name: Some(job_name(m, kind, started_at)),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectReference::default()
+        };
+    }
+    ObjectReference {
+        api_version: Some("fleet.dev/v1".to_owned()),
+        kind: Some("NodeClaim".to_owned()),
+        name: Some(m.claim.to_string()),
         namespace: Some(namespace.to_owned()),
         ..ObjectReference::default()
-    })
+    }
 }
 
 /// The name the Job runner gave the claim's operation's Job (the same deterministic name).
@@ -95,7 +162,7 @@ impl Told {
     /// The Event and its object; `None` when it is about no object.
     fn event(&self, namespace: &str) -> Option<(Event, ObjectReference)> {
         match self {
-            Told::Move(m) => Some((event(m), regarding(m, namespace)?)),
+            Told::Move(m) => Some((event(m), regarding(m, namespace))),
             Told::Warning(w) => Some((
                 Event {
                     type_: EventType::Warning,

@@ -22,6 +22,7 @@ use crate::store::claims::{ClaimStoreError, Created, Event, SlotStatus};
 use crate::store::operations::Unclaimed;
 
 use super::hands::{Detail, Hands, Written};
+use super::memory::SeenClaim;
 use super::{Controller, Nodes};
 use super::{NodeWarning, NodeWriteError};
 use crate::domain::node::Binding;
@@ -89,6 +90,7 @@ where
     ) -> SlotOutcome {
         let phases = claims.iter().map(|c| (c.name.clone(), c.phase)).collect();
         let key = (group.name.clone(), slot.name.clone());
+        let read = self.tell_others_moves(group, slot, &claims, now);
         let uncertain = self.memory.uncertain.remove(&slot.name);
         let unreported = SlotStatus::default();
         let view = View {
@@ -123,13 +125,7 @@ where
         };
         let plan = slot::plan(view, now);
         self.memory.remember_sight(&key, &plan, now);
-        self.memory.displaced.remove(&key);
-        if let Some(op) = plan.op {
-            self.memory.remember_op(&key, op);
-        }
-        if let Some(u) = plan.uncertain {
-            self.memory.uncertain.insert(slot.name.clone(), u);
-        }
+        self.memory.remember_plan(&key, plan.op, plan.uncertain);
         let mut a = Acting {
             group,
             slot,
@@ -140,11 +136,13 @@ where
                 ..SlotOutcome::default()
             },
         };
-        let mut hands = self.hands();
-        for step in plan.steps {
-            if !hands.act(&mut a, step).await {
-                return a.out;
-            }
+        let stopped = !self.hands().act_all(&mut a, plan.steps).await;
+        if let Some(read) = read {
+            let left = SeenClaim::left(&read, &a.out.phases, now);
+            self.memory.claims_seen.insert(key.clone(), left);
+        }
+        if stopped {
+            return a.out;
         }
         if let Some(power) = plan.power {
             let (group, slot) = key;
@@ -152,6 +150,26 @@ where
         }
         a.out.status = plan.status;
         a.out
+    }
+
+    /// With Kubernetes on, tells the moves another writer made to the slot's claims since this
+    /// controller's last pass of it (SPEC §3.12 8), and returns the claims as read, for the
+    /// memory the next pass compares with; `None` without Kubernetes (nothing is kept).
+    fn tell_others_moves(
+        &mut self,
+        group: &Group,
+        slot: &Slot,
+        claims: &[Claim],
+        now: DateTime<Utc>,
+    ) -> Option<Vec<SeenClaim>> {
+        if !self.nodes.observed() {
+            return None;
+        }
+        let key = (group.name.clone(), slot.name.clone());
+        if let Some(before) = self.memory.claims_seen.remove(&key) {
+            self.hands().tell_others(group, slot, &before, claims, now);
+        }
+        Some(claims.iter().map(SeenClaim::of).collect())
     }
 }
 
@@ -161,6 +179,16 @@ where
     R: Runner,
     N: Nodes,
 {
+    /// Takes the plan's steps in order. Returns false when the slot stopped at one.
+    async fn act_all(&mut self, a: &mut Acting<'_>, steps: Vec<Step>) -> bool {
+        for step in steps {
+            if !self.act(a, step).await {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Takes one step. Returns false when the slot stops here.
     async fn act(&mut self, a: &mut Acting<'_>, step: Step) -> bool {
         match step {
@@ -332,7 +360,7 @@ where
         replace(&mut a.out.phases, &w.next);
         a.out.writes += 1;
         if w.old.phase != w.next.phase {
-            self.tell_move(a.group, a.slot, &w.next);
+            self.tell_move(a.group, a.slot, Some(w.old.phase), &w.next, a.now);
         }
         if w.then.settles {
             self.flight.finished.remove(slot);
@@ -369,7 +397,7 @@ where
                     .inc();
                 a.out.writes += 1;
                 a.out.phases.push((c.name.clone(), c.phase));
-                self.tell_move(a.group, a.slot, &c);
+                self.tell_move(a.group, a.slot, None, &c, a.now);
                 true
             }
             Ok(other) => {
@@ -432,7 +460,7 @@ where
             return false;
         }
         if c.phase != next.phase {
-            self.tell_move(a.group, a.slot, next);
+            self.tell_move(a.group, a.slot, Some(c.phase), next, a.now);
         }
         match op.kind {
             OperationKind::Startup => {

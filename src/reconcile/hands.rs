@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
 
-use crate::domain::claim::{Claim, OperationKind, Reason};
-use crate::domain::name::BenchName;
+use crate::domain::claim::{Claim, OperationKind, Phase, Reason};
+use crate::domain::name::{BenchName, ClaimName};
 use crate::domain::operation::SlotOp;
 use crate::domain::slot::Done;
 use crate::lifecycle::Runner;
@@ -29,7 +29,7 @@ use crate::store::replicas::Replicas;
 use crate::telemetry::{KindLabel, Metrics, MoveLabels, OperationLabels, ReasonLabel};
 
 use super::leadership::Leading;
-use super::memory::Memory;
+use super::memory::{Memory, SeenClaim};
 use super::nodes::{Bindings, ClaimMove};
 use super::operations::Flight;
 use super::{Controller, Nodes};
@@ -283,30 +283,31 @@ where
         });
     }
 
-    /// Tells the Nodes port of a claim move that landed.
+    /// Tells the Nodes port of a claim move that landed: `from` the phase before (`None`: a
+    /// claim new to this controller), to `next`, at the pass's time `now`.
     pub(super) fn tell_move(
         &self,
         group: &crate::config::Group,
         slot: &Slot,
-        next: &crate::domain::claim::Claim,
+        from: Option<Phase>,
+        next: &Claim,
+        now: DateTime<Utc>,
     ) {
         if !self.nodes.observed() {
             return;
         }
-        let node = match self.bindings.of(slot) {
-            Binding::Bound(Some(n)) => Some((n.name.clone(), n.uid.clone())),
-            _ => None,
-        };
+        let operation = next.operation.as_ref();
         self.nodes.moved(ClaimMove {
             group: next.group.clone(),
-            slot: next.slot.clone(),
-            claim: next.name.clone(),
-            attempt: next.attempt,
-            to: next.phase,
+            from,
+            deleted: false,
+            at: now,
+            requested_at: next.requested_at,
+            deadline_at: next.deadline_at,
+            operation_took: operation.and_then(|o| (o.finished_at? - o.started_at).to_std().ok()),
             reason: next.reason,
-            operation: next.operation.as_ref().map(|o| (o.kind, o.started_at)),
-            node,
-            job: next.operation.as_ref().is_some_and(|o| {
+            operation: operation.map(|o| (o.kind, o.started_at)),
+            job: operation.is_some_and(|o| {
                 let op = match o.kind {
                     OperationKind::Startup => &group.startup,
                     OperationKind::Shutdown => &group.shutdown,
@@ -314,6 +315,73 @@ where
                 // A slot's driver runs its operations, never its group's Job (SPEC §4.10).
                 slot.driver.is_none() && matches!(op.run, crate::config::Run::Job(_))
             }),
+            ..self.claim_move(slot, &next.name, next.attempt, next.phase, now)
         });
+    }
+
+    /// Tells the moves another writer made to the slot's claims since this controller left them
+    /// (`before`), as the pass reads them now: a claim made (`fleet claim`, the provider), one
+    /// moved, and a pending one deleted (cancelled). Only moves that landed are seen, so a
+    /// refused one is never told (SPEC §3.12 8).
+    pub(super) fn tell_others(
+        &self,
+        group: &crate::config::Group,
+        slot: &Slot,
+        before: &[SeenClaim],
+        claims: &[Claim],
+        now: DateTime<Utc>,
+    ) {
+        if !self.nodes.observed() {
+            return;
+        }
+        for c in claims {
+            match before.iter().find(|b| b.name == c.name) {
+                None => self.tell_move(group, slot, None, c, now),
+                Some(b) if b.phase != c.phase => self.tell_move(group, slot, Some(b.phase), c, now),
+                Some(_) => {}
+            }
+        }
+        for gone in before {
+            if gone.phase == Phase::Pending && !claims.iter().any(|c| c.name == gone.name) {
+                self.nodes.moved(ClaimMove {
+                    from: Some(Phase::Pending),
+                    deleted: true,
+                    requested_at: gone.requested_at,
+                    ..self.claim_move(slot, &gone.name, gone.attempt, Phase::Pending, now)
+                });
+            }
+        }
+    }
+
+    /// A move of claim `name` of `slot` to `to`, with the slot's Node when it is bound to one.
+    fn claim_move(
+        &self,
+        slot: &Slot,
+        name: &ClaimName,
+        attempt: u32,
+        to: Phase,
+        now: DateTime<Utc>,
+    ) -> ClaimMove {
+        let node = match self.bindings.of(slot) {
+            Binding::Bound(Some(n)) => Some((n.name.clone(), n.uid.clone())),
+            _ => None,
+        };
+        ClaimMove {
+            group: slot.group.clone(),
+            slot: slot.name.clone(),
+            claim: name.clone(),
+            attempt,
+            to,
+            reason: None,
+            operation: None,
+            node,
+            job: false,
+            from: Some(to),
+            deleted: false,
+            at: now,
+            requested_at: now,
+            deadline_at: None,
+            operation_took: None,
+        }
     }
 }

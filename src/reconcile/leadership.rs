@@ -89,8 +89,7 @@ where
                 // A new leadership expects no written mark: it checks those it sets.
                 self.seeing.written = None;
                 // The previous leader wrote the statuses: read them again.
-                self.memory.loaded = false;
-                self.memory.statuses.clear();
+                self.memory.forget_store();
                 self.metrics.leader.set(1);
                 self.health.following(false);
                 self.leading.signal.announce(self.leading.token.as_deref());

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
+use crate::domain::claim::Phase;
 use crate::domain::law::Power;
-use crate::domain::name::{BenchName, GroupName};
+use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::domain::operation::{OpEnd, SlotOp};
 use crate::domain::slot::{self, Step};
 use crate::store::claims::SlotStatus;
@@ -45,12 +46,83 @@ pub(super) struct Memory {
     pub(super) mismatched: Map<BenchName, String>,
     /// The leader's copies of the slots' energy ledgers (SPEC §4.12).
     pub(super) energy: energy::Ledgers,
+    /// Each slot's claims as this controller left them after its last pass of the slot, kept
+    /// only with Kubernetes on: the next pass tells the moves others made in between (a claim
+    /// made by `fleet claim` or the provider, a pending one cancelled) as Events (SPEC §3.12 8).
+    pub(super) claims_seen: Map<(GroupName, BenchName), Vec<SeenClaim>>,
     /// The configured slots' benches, as the presence read takes them, with the configuration
     /// they were built from: built again only when the configuration changes (SPEC §4.5).
     pub(super) slots_read: Option<(Arc<Config>, Arc<crate::store::presence::Named>)>,
 }
 
+/// A claim as a pass left it: enough to tell a move of it that another writer makes.
+#[derive(Clone, Debug)]
+pub(super) struct SeenClaim {
+    pub(super) name: ClaimName,
+    pub(super) phase: Phase,
+    pub(super) attempt: u32,
+    pub(super) requested_at: DateTime<Utc>,
+}
+
+impl SeenClaim {
+    pub(super) fn of(c: &crate::domain::claim::Claim) -> Self {
+        SeenClaim {
+            name: c.name.clone(),
+            phase: c.phase,
+            attempt: c.attempt,
+            requested_at: c.requested_at,
+        }
+    }
+
+    /// The slot's claims as a pass left them: the phases after its steps, of the claims it read
+    /// (a claim it made, by adoption, counts from `now`).
+    pub(super) fn left(
+        read: &[SeenClaim],
+        phases: &[(ClaimName, Phase)],
+        now: DateTime<Utc>,
+    ) -> Vec<SeenClaim> {
+        phases
+            .iter()
+            .map(|(name, phase)| {
+                let was = read.iter().find(|r| &r.name == name);
+                SeenClaim {
+                    name: name.clone(),
+                    phase: *phase,
+                    attempt: was.map_or(0, |r| r.attempt),
+                    requested_at: was.map_or(now, |r| r.requested_at),
+                }
+            })
+            .collect()
+    }
+}
+
 impl Memory {
+    /// What a slot's plan leaves for the next pass: the operation it records (the one before
+    /// kept aside, `displaced`) and one whose record's reply was lost.
+    pub(super) fn remember_plan(
+        &mut self,
+        key: &(GroupName, BenchName),
+        op: Option<SlotOp>,
+        uncertain: Option<Recorded>,
+    ) {
+        self.displaced.remove(key);
+        if let Some(op) = op {
+            self.remember_op(key, op);
+        }
+        if let Some(u) = uncertain {
+            self.uncertain.insert(key.1.clone(), u);
+        }
+    }
+
+    /// The store is not what this controller last wrote (a new leadership, a store that lost
+    /// writes, a new generation): what it remembers of the store's records is read again, and
+    /// no difference from them is told as a move.
+    pub(super) fn forget_store(&mut self) {
+        self.loaded = false;
+        self.statuses.clear();
+        self.claims_seen.clear();
+    }
+
     /// The controller's memory of the slot's operation becomes `op`; another operation it
     /// replaces is kept aside for this pass (`Memory::displaced`), for the gate to put back if
     /// `op` is not fired.

@@ -75,6 +75,18 @@ pub struct ClaimMove {
     pub node: Option<(String, String)>,
     /// The claim's operation runs as a Kubernetes Job.
     pub job: bool,
+    /// The phase it moved from; `None` for a claim made since the controller's last pass (made
+    /// by `fleet claim`, the provider, or adopted).
+    pub from: Option<Phase>,
+    /// A pending claim deleted (cancelled): `to` is the phase it had.
+    pub deleted: bool,
+    /// When the move was seen to land: the pass's server time.
+    pub at: DateTime<Utc>,
+    pub requested_at: DateTime<Utc>,
+    /// The end of the claim's boot window, while it has one.
+    pub deadline_at: Option<DateTime<Utc>>,
+    /// How long the claim's operation ran, once it ended.
+    pub operation_took: Option<std::time::Duration>,
 }
 
 /// No Kubernetes: usability is the bench's presence alone, and no slot is bound.

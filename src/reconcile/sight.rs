@@ -135,8 +135,7 @@ where
             warn!(
                 "the store lost writes this controller made (a failover to a replica that had not received them): blind for the grace, then machines found on are adopted"
             );
-            self.memory.loaded = false;
-            self.memory.statuses.clear();
+            self.memory.forget_store();
         }
         if self.seeing.generation.as_deref() != Some(marker.as_str()) {
             if marker == fresh {
@@ -145,8 +144,7 @@ where
                     "the store has no generation marker (first start, or Redis came back empty): blind for the grace, then machines found on are adopted"
                 );
             }
-            self.memory.loaded = false;
-            self.memory.statuses.clear();
+            self.memory.forget_store();
             self.seeing.generation = Some(marker);
         }
         wiped.map(|(blind_until_ms, adopt_until_ms)| sight::Wipe {

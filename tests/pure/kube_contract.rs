@@ -425,6 +425,13 @@ fn claim_move(to: Phase, node: bool) -> ClaimMove {
         )),
         node: node.then(|| ("node-01".to_owned(), "uid-1".to_owned())),
         job: true,
+        from: Some(Phase::Booting),
+        deleted: false,
+        at: chrono::DateTime::from_timestamp_millis(1_800_000_130_000).unwrap(),
+        requested_at: chrono::DateTime::from_timestamp_millis(1_800_000_000_000).unwrap(),
+        deadline_at: (to == Phase::Booting)
+            .then(|| chrono::DateTime::from_timestamp_millis(1_800_000_600_000).unwrap()),
+        operation_took: Some(std::time::Duration::from_secs(41)),
     }
 }
 
@@ -548,15 +555,143 @@ async fn a_full_event_queue_drops_and_counts() {
     stop.cancel();
 }
 
-// A move about neither a Node nor a Job is no Event.
+// SPEC §3.12 8: a move about neither a Node nor a Job is about the claim itself, a NodeClaim of
+// fleet.dev/v1 in fleet's namespace.
 #[test]
-fn a_move_about_no_object_is_no_event() {
+fn a_move_about_no_node_or_job_is_about_the_claim_as_a_nodeclaim() {
     let mut m = claim_move(Phase::Ready, false);
     m.job = false;
-    assert_eq!(events::regarding(&m, "fleet"), None);
+    let about = events::regarding(&m, "fleet");
+    assert_eq!(
+        serde_json::to_value(&about).unwrap(),
+        json!({"apiVersion": "fleet.dev/v1", "kind": "NodeClaim", "name": "bench-01-1", "namespace": "fleet"})
+    );
     assert_eq!(
         events::event(&claim_move(Phase::Completed, true)).reason,
         "ClaimCompleted"
+    );
+}
+
+// SPEC §3.12 8: every accepted move has its Event's reason, and the note carries the attempt, the
+// operation or its Job, the deadline and how long the move took.
+#[test]
+fn every_kind_of_move_has_its_reason_and_a_note_that_says_it_whole() {
+    let moved = |from: Option<Phase>, to: Phase, reason: Option<Reason>, deleted: bool| {
+        let mut m = claim_move(to, false);
+        (m.from, m.reason, m.deleted) = (from, reason, deleted);
+        events::event(&m)
+    };
+    let cases = [
+        (None, Phase::Pending, None, false, "ClaimCreated", "Normal"),
+        (
+            None,
+            Phase::Ready,
+            Some(Reason::Adopted),
+            false,
+            "ClaimCreated",
+            "Normal",
+        ),
+        (
+            Some(Phase::Pending),
+            Phase::Booting,
+            None,
+            false,
+            "ClaimBooting",
+            "Normal",
+        ),
+        (
+            Some(Phase::Booting),
+            Phase::Ready,
+            None,
+            false,
+            "ClaimReady",
+            "Normal",
+        ),
+        (
+            Some(Phase::Booting),
+            Phase::Failed,
+            Some(Reason::DeadlineExceeded),
+            false,
+            "ClaimFailed",
+            "Warning",
+        ),
+        (
+            Some(Phase::Pending),
+            Phase::Failed,
+            Some(Reason::Superseded),
+            false,
+            "ClaimSuperseded",
+            "Normal",
+        ),
+        (
+            Some(Phase::Ready),
+            Phase::Completed,
+            Some(Reason::Superseded),
+            false,
+            "ClaimSuperseded",
+            "Normal",
+        ),
+        (
+            Some(Phase::Ready),
+            Phase::Completed,
+            Some(Reason::DeletedByHand),
+            false,
+            "ClaimCancelled",
+            "Normal",
+        ),
+        (
+            Some(Phase::Ready),
+            Phase::Completed,
+            Some(Reason::CancelledByDecreaseTargetSize),
+            false,
+            "ClaimCancelled",
+            "Normal",
+        ),
+        (
+            Some(Phase::Pending),
+            Phase::Pending,
+            None,
+            true,
+            "ClaimCancelled",
+            "Normal",
+        ),
+        (
+            Some(Phase::Ready),
+            Phase::Completed,
+            Some(Reason::NodeDeleted),
+            false,
+            "ClaimCompleted",
+            "Normal",
+        ),
+    ];
+    for (from, to, reason, deleted, want, type_) in cases {
+        let e = moved(from, to, reason, deleted);
+        assert_eq!(
+            e.reason, want,
+            "{from:?} -> {to:?} ({reason:?}, deleted {deleted})"
+        );
+        assert_eq!(format!("{:?}", e.type_), type_, "{want}");
+    }
+    let mut booting = claim_move(Phase::Booting, false);
+    booting.from = Some(Phase::Pending);
+    booting.operation_took = None;
+    let note = events::event(&booting).note.unwrap();
+    assert!(note.starts_with("claim bench-01-1 of slot bench-01 (group pool-a, attempt 1) moved pending -> booting; 2m10s since requested; startup (Job fleet-startup-bench-01-"), "{note}");
+    assert!(
+        note.ends_with(") running; deadline 2027-01-15T08:10:00Z"),
+        "{note}"
+    );
+    let ready = events::event(&claim_move(Phase::Ready, true)).note.unwrap();
+    assert!(
+        ready.contains("moved booting -> ready") && ready.contains("took 41s"),
+        "{ready}"
+    );
+    let cancelled = moved(Some(Phase::Pending), Phase::Pending, None, true)
+        .note
+        .unwrap();
+    assert!(
+        cancelled.contains("was cancelled while pending (deleted)"),
+        "{cancelled}"
     );
 }
 

@@ -528,7 +528,21 @@ struct TestNodes(
     Arc<std::sync::Mutex<std::collections::HashMap<String, fleet::domain::node::NodeView>>>,
     /// Set: the API server cannot be reached.
     Arc<std::sync::atomic::AtomicBool>,
+    /// The claim moves told, in order (each an Event with Kubernetes).
+    Arc<std::sync::Mutex<Vec<fleet::reconcile::ClaimMove>>>,
 );
+
+impl TestNodes {
+    /// The moves told since the last call: (claim, from, to, deleted).
+    fn told(&self) -> Vec<(String, Option<Phase>, Phase, bool)> {
+        self.2
+            .lock()
+            .unwrap()
+            .drain(..)
+            .map(|m| (m.claim.to_string(), m.from, m.to, m.deleted))
+            .collect()
+    }
+}
 
 impl fleet::reconcile::Nodes for TestNodes {
     async fn read(&self) -> Result<Vec<fleet::domain::node::NodeView>, String> {
@@ -540,6 +554,10 @@ impl fleet::reconcile::Nodes for TestNodes {
 
     fn observed(&self) -> bool {
         true
+    }
+
+    fn moved(&self, m: fleet::reconcile::ClaimMove) {
+        self.2.lock().unwrap().push(m);
     }
 
     /// Applies the write as the API server would: refused when the Node changed since it was
@@ -567,6 +585,90 @@ impl fleet::reconcile::Nodes for TestNodes {
         }
         Ok(())
     }
+}
+
+// Issue 29, SPEC §3.12 8: every claim move the store accepted is told once (an Event with
+// Kubernetes), whoever made it: the controller's own, and those another writer made between two
+// passes (a claim made by `fleet claim` or the provider, a pending one cancelled). A refused
+// request is no move, so nothing is told of it. bench-02's claim is kept pending by the power-on
+// budget: one start a minute, bench-01's.
+#[tokio::test]
+async fn every_accepted_move_is_told_once_whoever_made_it_and_a_refused_one_never() {
+    let server = server();
+    let cfg = Fixture::new()
+        .group(
+            pool("pool-a", &server, BOOTS, POWERS_OFF, FAST)
+                .power_on(fleet_testing::fixture::PowerOn::new().per_minute(1)),
+        )
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .config();
+    let catalog = fleet::store::catalog::Catalog::of(&cfg);
+    let (_tx, rx) = watch::channel(Arc::new(cfg));
+    let nodes = TestNodes::default();
+    let mut ctl = Controller::new(
+        rx,
+        Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(exec(&server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+    .with_nodes(nodes.clone());
+    let store = ClaimStore::new(conn(&server).await, Keys::default());
+    ctl.pass().await.unwrap();
+    assert_eq!(nodes.told(), [], "no claim, no move");
+
+    let pending = Some(Phase::Pending);
+    request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        nodes.told(),
+        [
+            ("bench-01-1".into(), None, Phase::Pending, false),
+            ("bench-01-1".into(), pending, Phase::Booting, false),
+        ],
+        "the claim made between passes, then the controller's own move"
+    );
+    bounded("startup", ctl.operation_ended()).await;
+
+    let waiting = request_claim(&server, "pool-a", "bench-02", "bench-02-1").await;
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        nodes.told(),
+        [("bench-02-1".into(), None, Phase::Pending, false)],
+        "made, and waiting for the budget: no more"
+    );
+    ctl.pass().await.unwrap();
+    assert_eq!(nodes.told(), [], "a steady pass tells nothing");
+
+    // A claim on a slot that holds a live one is refused: no move, nothing told.
+    let now = store.now().await.unwrap();
+    let refused = fleet::requests::claim_slot(
+        &store,
+        catalog.group(&GroupName::parse("pool-a").unwrap()).unwrap(),
+        &BenchName::parse("bench-02").unwrap(),
+        now,
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    // The pending claim cancelled (`fleet cancel`, DecreaseTargetSize): deleted, and told.
+    let cancelled = fleet::requests::cancel(
+        &store,
+        &waiting,
+        Reason::CancelledByDecreaseTargetSize,
+        now,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(cancelled, fleet::requests::Cancelled::Deleted));
+    ctl.pass().await.unwrap();
+    assert_eq!(
+        nodes.told(),
+        [("bench-02-1".into(), pending, Phase::Pending, true)]
+    );
+    ctl.pass().await.unwrap();
+    assert_eq!(nodes.told(), [], "told once");
 }
 
 /// One slot, bench-01, bound to its Node, with the Cilium readiness taint as the group's gate.

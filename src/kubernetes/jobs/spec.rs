@@ -32,6 +32,10 @@ pub const OPERATION_LABEL: &str = "fleet.dev/operation";
 pub const SLOT_LABEL: &str = "fleet.dev/slot-digest";
 /// A digest of the claim's name; absent on a shutdown no claim asked for.
 pub const CLAIM_LABEL: &str = "fleet.dev/claim-digest";
+/// The slot's name as a label value (`label_value`): `kubectl get jobs -l fleet.dev/slot=NAME`.
+pub const SLOT_NAME_LABEL: &str = "fleet.dev/slot";
+/// The claim's name as a label value; absent on a shutdown no claim asked for.
+pub const CLAIM_NAME_LABEL: &str = "fleet.dev/claim";
 
 pub const GROUP_ANNOTATION: &str = "fleet.dev/group";
 pub const SLOT_ANNOTATION: &str = "fleet.dev/slot";
@@ -112,6 +116,19 @@ pub fn name_of(op: &Identity) -> String {
     }
 }
 
+/// A name as a label value (SPEC §3.12 9): the name itself when it has at most 63 characters
+/// (a bench's or claim's name is already of a label value's characters, starting and ending with
+/// a letter or digit); a longer one is its first 46 characters, less a trailing `-` or `.`, then
+/// `-` and the first 16 hex digits of its SHA-256.
+pub fn label_value(name: &str) -> String {
+    const MAX: usize = 63;
+    if name.len() <= MAX {
+        return name.to_owned();
+    }
+    let head = name[..46].trim_end_matches(['-', '.']);
+    format!("{head}-{}", digest(name, 16))
+}
+
 /// The labels of the Job and of its pods.
 pub fn labels(request: &Request) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
@@ -122,9 +139,14 @@ pub fn labels(request: &Request) -> BTreeMap<String, String> {
             SLOT_LABEL.to_owned(),
             digest(request.slot.as_str(), LABEL_DIGEST),
         ),
+        (
+            SLOT_NAME_LABEL.to_owned(),
+            label_value(request.slot.as_str()),
+        ),
     ]);
     if let Some(claim) = &request.claim {
         labels.insert(CLAIM_LABEL.to_owned(), digest(claim.as_str(), LABEL_DIGEST));
+        labels.insert(CLAIM_NAME_LABEL.to_owned(), label_value(claim.as_str()));
     }
     labels
 }

@@ -199,8 +199,8 @@ pub fn decide(input: Input) -> Outcome {
     }
 }
 
-/// The report a triple derives (the slot's phase). Same function as the state: they cannot
-/// disagree.
+/// The report a triple derives (the slot's phase), from the same row as the state. The slot's
+/// report for a HELD bench is taken from the row it would take UP (SPEC §3.1, §4.5 step 8).
 pub fn report(input: Input) -> Report {
     decide(input).report
 }

@@ -188,10 +188,12 @@ fn the_labels_select_fleets_jobs_by_group_operation_slot_and_claim() {
             ("fleet.dev/group".into(), "pool-a".into()),
             ("fleet.dev/operation".into(), "startup".into()),
             ("fleet.dev/slot-digest".into(), digest("bench-01.rack1", 32)),
+            ("fleet.dev/slot".into(), "bench-01.rack1".into()),
             (
                 "fleet.dev/claim-digest".into(),
                 digest("bench-01-2-abcd", 32)
             ),
+            ("fleet.dev/claim".into(), "bench-01-2-abcd".into()),
         ])
     );
     let unclaimed = request(OperationKind::Shutdown, None);
@@ -208,6 +210,31 @@ fn the_labels_select_fleets_jobs_by_group_operation_slot_and_claim() {
     for value in labels(&long).values() {
         assert!(value.len() <= 63, "{value}");
     }
+    // The rule that maps it (SPEC §3.12 9): a label value, the name's head and its digest.
+    let mapped = &labels(&long)["fleet.dev/slot"];
+    assert_eq!(
+        mapped,
+        &format!("{}-{}", "a".repeat(46), digest(long.slot.as_str(), 16))
+    );
+    assert!(is_label_value(mapped), "{mapped}");
+    let dotted = ["b".repeat(45), "c".repeat(63), "d".repeat(63)].join(".");
+    let value = label_value(&dotted);
+    assert!(
+        value.starts_with(&format!("{}-", "b".repeat(45))),
+        "{value}"
+    );
+    assert!(is_label_value(&value), "{value}");
+    assert_eq!(label_value("bench-01"), "bench-01");
+}
+
+/// A label value: at most 63 characters of `[A-Za-z0-9._-]`, starting and ending with a letter or
+/// digit.
+fn is_label_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && v.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 #[test]
@@ -254,6 +281,8 @@ fn expected_body(name: &str) -> serde_json::Value {
                 "fleet.dev/operation": "startup",
                 "fleet.dev/slot-digest": digest("bench-01.rack1", 32),
                 "fleet.dev/claim-digest": digest("bench-01-2-abcd", 32),
+                "fleet.dev/slot": "bench-01.rack1",
+                "fleet.dev/claim": "bench-01-2-abcd",
             },
             "annotations": {
                 "fleet.dev/group": "pool-a",
@@ -278,6 +307,8 @@ fn expected_body(name: &str) -> serde_json::Value {
                         "fleet.dev/operation": "startup",
                         "fleet.dev/slot-digest": digest("bench-01.rack1", 32),
                         "fleet.dev/claim-digest": digest("bench-01-2-abcd", 32),
+                        "fleet.dev/slot": "bench-01.rack1",
+                        "fleet.dev/claim": "bench-01-2-abcd",
                     },
                 },
                 "spec": {
