@@ -246,6 +246,9 @@ fn write_template(
     for c in &row.conditions {
         writeln!(out, "condition: {c}")?;
     }
+    for d in &row.devices {
+        writeln!(out, "device:   {d}")?;
+    }
     writeln!(
         out,
         "legacy field 1 carries the same bytes: {}",

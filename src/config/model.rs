@@ -201,6 +201,33 @@ pub struct Template {
     pub capacity: BTreeMap<String, Quantity>,
     pub gpu: Option<Gpu>,
     pub power: Option<PowerDraw>,
+    /// The DRA devices of each machine, told to cluster-autoscaler as ResourceSlices (SPEC §6.3).
+    pub devices: Vec<Devices>,
+}
+
+/// One kind of DRA device a machine has: `count` devices of `driver`, named `<name>-0` to
+/// `<name>-<count - 1>`, each with the same attributes and capacity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Devices {
+    /// The DRA driver, a DNS subdomain like `gpu.example.com`.
+    pub driver: String,
+    /// The devices' name before their index, a DNS label.
+    pub name: String,
+    pub count: u32,
+    /// Qualified names (`model`, `gpu.example.com/family`) to values.
+    pub attributes: BTreeMap<String, DeviceAttribute>,
+    /// Qualified names to quantities, like `memory: 80Gi`.
+    pub capacity: BTreeMap<String, Quantity>,
+}
+
+/// A device attribute's value, as `resource.k8s.io/v1` types it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceAttribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    /// A semantic version (semver.org 2.0.0).
+    Version(String),
 }
 
 /// Which node label names the GPU type, and the types the group offers.

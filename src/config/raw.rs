@@ -201,6 +201,33 @@ pub(super) struct RawTemplate {
     pub(super) gpu: Option<RawGpu>,
     #[serde(default)]
     pub(super) power: Option<RawPower>,
+    /// The DRA devices each machine has (SPEC §6.3), as ResourceSlices of the template.
+    #[serde(default)]
+    pub(super) devices: Vec<RawDevices>,
+}
+
+/// One kind of device a machine of the group has, `count` of them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDevices {
+    pub(super) driver: String,
+    #[serde(default)]
+    pub(super) name: Option<String>,
+    pub(super) count: u32,
+    #[serde(default)]
+    pub(super) attributes: BTreeMap<String, RawAttribute>,
+    #[serde(default)]
+    pub(super) capacity: BTreeMap<String, String>,
+}
+
+/// A device attribute's value: a bool, an integer, a string, or `{version: "1.2.3"}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawAttribute {
+    Bool(bool),
+    Int(i64),
+    Version { version: String },
+    String(String),
 }
 
 #[derive(Deserialize)]

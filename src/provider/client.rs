@@ -119,6 +119,8 @@ pub struct TemplateRow {
     pub conditions: Vec<String>,
     /// Whether legacy field 1 carries the same bytes as field 2.
     pub legacy_field_matches: bool,
+    /// The DRA devices of `resourceSliceBytes`, one `driver/device` each.
+    pub devices: Vec<String>,
 }
 
 /// A connected client.
@@ -297,7 +299,19 @@ impl Client {
             .into_inner();
         let node = super::k8s::Node::decode(answer.node_bytes.as_slice())
             .map_err(ClientError::Template)?;
-        Ok(template_row(&node, answer.node_info == answer.node_bytes))
+        let mut row = template_row(&node, answer.node_info == answer.node_bytes);
+        for bytes in &answer.resource_slice_bytes {
+            let slice = super::k8s::ResourceSlice::decode(bytes.as_slice())
+                .map_err(ClientError::Template)?;
+            let spec = slice.spec.unwrap_or_default();
+            let driver = spec.driver.unwrap_or_default();
+            row.devices.extend(
+                spec.devices
+                    .into_iter()
+                    .map(|d| format!("{driver}/{}", d.name.unwrap_or_default())),
+            );
+        }
+        Ok(row)
     }
 }
 
@@ -364,5 +378,6 @@ fn template_row(node: &super::k8s::Node, legacy_field_matches: bool) -> Template
             })
             .collect(),
         legacy_field_matches,
+        devices: Vec::new(),
     }
 }

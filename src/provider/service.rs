@@ -229,7 +229,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
             // The same bytes in the legacy field: a Node message and bytes share a wire type.
             node_info: bytes.clone(),
             node_bytes: bytes,
-            resource_slice_bytes: Vec::new(),
+            resource_slice_bytes: template::resource_slice_bytes(group),
         }))
     }
 

@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 use prost::Message;
 
 use super::k8s::{
-    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, ObjectMeta, Quantity, Taint,
+    Device, DeviceAttribute as K8sAttribute, DeviceCapacity, Node, NodeCondition, NodeSpec,
+    NodeStatus, NodeSystemInfo, ObjectMeta, Quantity, ResourcePool, ResourceSlice,
+    ResourceSliceSpec, Taint,
 };
-use crate::config::{Group, Template};
+use crate::config::{DeviceAttribute, Group, Template};
 
 /// The label fleet puts on every template with the group's name.
 pub const GROUP_LABEL: &str = "fleet.dev/group";
@@ -123,6 +125,80 @@ fn status(group: &Group, template: &Template, os: String, arch: String) -> NodeS
 /// The template encoded as plain protobuf (no `k8s\0` envelope), or `None` without a template.
 pub fn node_bytes(group: &Group) -> Option<Vec<u8>> {
     node(group).map(|n| n.encode_to_vec())
+}
+
+/// The template's DRA devices as `resource.k8s.io/v1` ResourceSlices (SPEC §6.3): one a driver,
+/// on the template node (`nodeName`), in a pool of the node's name at generation 1 that this one
+/// slice makes whole. cluster-autoscaler simulates them with the template node, so a pod whose
+/// ResourceClaim needs such a device makes it choose the group from zero. Empty without devices.
+pub fn resource_slices(group: &Group) -> Vec<ResourceSlice> {
+    let Some(template) = group.template.as_ref() else {
+        return Vec::new();
+    };
+    let node = format!("template-{}", group.name);
+    let mut drivers: BTreeMap<&str, Vec<Device>> = BTreeMap::new();
+    for set in &template.devices {
+        let devices = drivers.entry(set.driver.as_str()).or_default();
+        for i in 0..set.count {
+            devices.push(Device {
+                name: Some(format!("{}-{i}", set.name)),
+                attributes: set
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), attribute(v)))
+                    .collect(),
+                capacity: set
+                    .capacity
+                    .iter()
+                    .map(|(k, q)| {
+                        let value = Quantity {
+                            string: Some(q.as_str().to_owned()),
+                        };
+                        (k.clone(), DeviceCapacity { value: Some(value) })
+                    })
+                    .collect(),
+            });
+        }
+    }
+    drivers
+        .into_iter()
+        .enumerate()
+        .map(|(i, (driver, devices))| ResourceSlice {
+            metadata: Some(ObjectMeta {
+                name: Some(format!("{node}-{i}")),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(ResourceSliceSpec {
+                driver: Some(driver.to_owned()),
+                pool: Some(ResourcePool {
+                    name: Some(node.clone()),
+                    generation: Some(1),
+                    resource_slice_count: Some(1),
+                }),
+                node_name: Some(node.clone()),
+                devices,
+            }),
+        })
+        .collect()
+}
+
+/// The slices encoded, each as plain protobuf: `resourceSliceBytes`.
+pub fn resource_slice_bytes(group: &Group) -> Vec<Vec<u8>> {
+    resource_slices(group)
+        .iter()
+        .map(Message::encode_to_vec)
+        .collect()
+}
+
+fn attribute(value: &DeviceAttribute) -> K8sAttribute {
+    let mut a = K8sAttribute::default();
+    match value {
+        DeviceAttribute::Bool(b) => a.bool = Some(*b),
+        DeviceAttribute::Int(n) => a.int = Some(*n),
+        DeviceAttribute::String(s) => a.string = Some(s.clone()),
+        DeviceAttribute::Version(v) => a.version = Some(v.clone()),
+    }
+    a
 }
 
 #[cfg(test)]

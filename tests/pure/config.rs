@@ -552,6 +552,54 @@ fn every_invalid_value_is_refused_naming_its_place_and_what_is_valid() {
             "like 16, 500m or 64Gi",
         ),
         (
+            "a DRA driver that is not a DNS subdomain",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: Gpu_Example, count: 1 }]"),
+            format!("{g}.template.devices[0].driver"),
+            "a lowercase DNS subdomain of at most 63 characters, like gpu.example.com",
+        ),
+        (
+            "no devices",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 0 }]"),
+            format!("{g}.template.devices[0].count"),
+            "a machine has 1 to 128 devices of one driver",
+        ),
+        (
+            "more devices of one driver than a ResourceSlice lists",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 100 }, { driver: gpu.example.com, name: nic, count: 29 }]"),
+            format!("{g}.template.devices[1].count"),
+            "this makes 129",
+        ),
+        (
+            "two sets of one driver with one name",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 1 }, { driver: gpu.example.com, count: 1 }]"),
+            format!("{g}.template.devices[1].name"),
+            "devices of driver gpu.example.com are already named device",
+        ),
+        (
+            "a device name that is not a DNS label",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, name: GPU, count: 1 }]"),
+            format!("{g}.template.devices[0].name"),
+            "a DNS label of at most 58 characters",
+        ),
+        (
+            "an attribute name that is not a C identifier",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 1, attributes: { gpu-model: a100 } }]"),
+            format!("{g}.template.devices[0].attributes"),
+            "a C identifier of at most 32 characters",
+        ),
+        (
+            "a version that is not semver",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 1, attributes: { fw: { version: v1.2 } } }]"),
+            format!("{g}.template.devices[0].attributes.fw"),
+            "is not a semantic version, like 1.2.3",
+        ),
+        (
+            "a device capacity that is not a quantity",
+            with_template("capacity: { cpu: \"4\", memory: 8Gi }, devices: [{ driver: gpu.example.com, count: 1, capacity: { memory: 80GB } }]"),
+            format!("{g}.template.devices[0].capacity.memory"),
+            "invalid quantity",
+        ),
+        (
             "a template without memory",
             with_template("capacity: { cpu: \"4\" }"),
             format!("{g}.template.capacity"),
@@ -1922,4 +1970,43 @@ fn a_configuration_of_a_hundred_thousand_slots_parses() {
     let config = ok(&text);
     assert_eq!(config.slots.len(), 100_000);
     assert!(config.slots.contains_key(&bench("b099999")));
+}
+
+// SPEC §6.3: a template's DRA devices read into their model, each attribute with its type.
+#[test]
+fn a_templates_devices_read_with_their_types() {
+    const SIZES: &str = "    min_size: 0\n    max_size: 2\n";
+    let text = edit(
+        SIZES,
+        &format!(
+            "{SIZES}    template: {{ capacity: {{ cpu: \"16\", memory: 64Gi }}, devices: [{{ driver: gpu.example.com, name: gpu, count: 2, attributes: {{ model: a100, cores: 6912, mig: false, \"gpu.example.com/fw\": {{ version: 1.2.3 }} }}, capacity: {{ memory: 80Gi }} }}] }}\n"
+        ),
+    );
+    let config = parse(&text).unwrap();
+    let template = config
+        .groups
+        .values()
+        .next()
+        .unwrap()
+        .template
+        .clone()
+        .unwrap();
+    let [d] = template.devices.as_slice() else {
+        panic!("{:?}", template.devices)
+    };
+    assert_eq!(
+        (d.driver.as_str(), d.name.as_str(), d.count),
+        ("gpu.example.com", "gpu", 2)
+    );
+    use fleet::config::DeviceAttribute as A;
+    assert_eq!(
+        d.attributes.clone().into_iter().collect::<Vec<_>>(),
+        [
+            ("cores".to_owned(), A::Int(6912)),
+            ("gpu.example.com/fw".to_owned(), A::Version("1.2.3".into())),
+            ("mig".to_owned(), A::Bool(false)),
+            ("model".to_owned(), A::String("a100".into())),
+        ]
+    );
+    assert_eq!(d.capacity["memory"].as_str(), "80Gi");
 }

@@ -6,6 +6,7 @@ mod support;
 
 mod claims_store;
 mod controller;
+mod dra;
 mod faults;
 mod jobs_contract;
 mod lease;

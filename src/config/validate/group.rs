@@ -492,6 +492,7 @@ fn template(raw: &RawTemplate, place: &str, problems: &mut Problems) -> Option<T
         .power
         .as_ref()
         .map(|power| power_draw(power, place, problems));
+    let devices = super::devices::devices(&raw.devices, place, problems);
     if problems.len() != before {
         return None;
     }
@@ -501,6 +502,7 @@ fn template(raw: &RawTemplate, place: &str, problems: &mut Problems) -> Option<T
         capacity,
         gpu,
         power,
+        devices,
     })
 }
 

@@ -6,6 +6,7 @@
 //! fields are checked in `group`, a Job operation's pod template in `job`. Pure: no I/O, never a
 //! panic on any input.
 
+mod devices;
 mod driver;
 mod group;
 mod job;
