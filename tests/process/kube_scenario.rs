@@ -571,3 +571,144 @@ async fn a_cordon_refused_by_a_concurrent_write_is_retried_while_the_machine_goe
         .await;
     fleet.stop().await;
 }
+
+// Issue 29, SPEC §3.12 8: claims made and cancelled through the provider are Events like the
+// controller's own moves. Two slots, one startup a minute: IncreaseSize by 2 makes two claims
+// (ClaimCreated each, about the claim as a NodeClaim: neither has a Node or a Job yet), bench-01's
+// startup is a Job (ClaimBooting, about it), bench-02's claim waits for the budget; the
+// DecreaseTargetSize that takes it back deletes it (ClaimCancelled). A refused DecreaseTargetSize
+// (more than is pending) is no Event.
+#[tokio::test]
+async fn claims_made_and_cancelled_through_the_provider_are_events() {
+    use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
+    use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
+    use fleet::provider::wire::{NodeGroupDecreaseTargetSizeRequest, NodeGroupIncreaseSizeRequest};
+    use fleet_testing::Fixture;
+    use fleet_testing::fixture::{Group, JobPod, Op, PowerOn};
+
+    let power =
+        |arg: &str| Op::job(JobPod::new("registry.example/power:1.4").args([arg])).timeout("10s");
+    let cfg = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(2)
+                .startup(power("on"))
+                .shutdown(power("off"))
+                .power_on(PowerOn::new().per_minute(1))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", ["bench-01", "bench-02"])
+        .config();
+    let s = Scene::of(cfg).await;
+    let fleet = s.serve("fleet-a").await;
+    fleet.passes(2).await;
+
+    let (_tx, rx) = tokio::sync::watch::channel(s.config.clone());
+    let service = fleet::provider::service::Provider::new(
+        rx,
+        fleet::store::claims::ClaimStore::new(support::conn(&s.redis).await, Default::default()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(CloudProviderServer::new(service))
+            .serve_with_incoming(fleet::provider::server::incoming(listener)),
+    );
+    let mut ca = CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    ca.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        delta: 2,
+        id: "pool-a".into(),
+    })
+    .await
+    .unwrap();
+    let reasons = |events: &[serde_json::Value]| -> Vec<(String, String, String)> {
+        let mut r: Vec<(String, String, String)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or_default().to_owned(),
+                    e["regarding"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    e["note"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    let events = s
+        .api
+        .until("ClaimCreated twice and ClaimBooting", |w| {
+            let e = reasons(&w.events());
+            (e.len() >= 3).then_some(e)
+        })
+        .await;
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(r, k, _)| (r.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("ClaimBooting", "Job"),
+            ("ClaimCreated", "NodeClaim"),
+            ("ClaimCreated", "NodeClaim")
+        ],
+        "{events:#?}"
+    );
+    assert!(
+        events.iter().any(|(r, _, n)| r == "ClaimCreated"
+            && n.contains("of slot bench-02 (group pool-a, attempt 1) was made, pending")),
+        "{events:#?}"
+    );
+
+    // More than is pending: refused, and nothing is told of it.
+    let refused = ca
+        .node_group_decrease_target_size(NodeGroupDecreaseTargetSizeRequest {
+            delta: -2,
+            id: "pool-a".into(),
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    ca.node_group_decrease_target_size(NodeGroupDecreaseTargetSizeRequest {
+        delta: -1,
+        id: "pool-a".into(),
+    })
+    .await
+    .unwrap();
+    let cancelled = s
+        .api
+        .until("ClaimCancelled", |w| {
+            w.events()
+                .into_iter()
+                .find(|e| e["reason"] == "ClaimCancelled")
+        })
+        .await;
+    assert_eq!(cancelled["regarding"]["kind"], "NodeClaim");
+    assert_eq!(cancelled["regarding"]["apiVersion"], "fleet.dev/v1");
+    assert_eq!(cancelled["regarding"]["namespace"], NAMESPACE);
+    assert!(
+        cancelled["regarding"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("bench-02-"),
+        "{cancelled}"
+    );
+    assert!(
+        cancelled["note"]
+            .as_str()
+            .unwrap()
+            .contains("was cancelled while pending (deleted)"),
+        "{cancelled}"
+    );
+    fleet.passes(3).await;
+    let all = reasons(&s.api.read(|w| w.events()));
+    assert_eq!(all.len(), 4, "one Event a move, no more: {all:#?}");
+    fleet.stop().await;
+}

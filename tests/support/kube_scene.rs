@@ -197,12 +197,17 @@ pub struct Scene {
 
 impl Scene {
     pub async fn new(timings: &str) -> Scene {
+        Scene::of(config(timings)).await
+    }
+
+    /// A scene of another configuration.
+    pub async fn of(config: Config) -> Scene {
         let redis = support::server();
         let store = ClaimStore::new(conn(&redis).await, Keys::default());
         let presence = Presence::new(conn(&redis).await, Keys::default());
         Scene {
             api: ApiServer::default(),
-            config: Arc::new(config(timings)),
+            config: Arc::new(config),
             store,
             presence,
             redis,
