@@ -342,6 +342,7 @@ async fn the_viewer_runs_every_view_and_every_write_it_tries_is_refused() {
         .await
         .unwrap()
         .unwrap();
+    support::contract::check(&["state", "-o", "json"], &first);
     assert_eq!(states(&first), states(&state));
     watch.kill().await.unwrap();
     // Nothing the views sent was refused, and none ran a script (SPEC §7): Redis logs every

@@ -77,6 +77,38 @@ fn an_invalid_config_exits_2_listing_every_problem() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/fleet.yaml"));
 }
 
+// Issue 30, SPEC §4.5: a fleet serve started before its Redis (a host booting, a Deployment
+// whose Redis comes up second, a loaded host slow to answer) waits for it, as a running one does,
+// rather than exiting; it starts and leads once Redis answers. Stopped while it waits, it exits 1
+// naming what it waited for.
+#[tokio::test]
+async fn serve_started_before_redis_waits_for_it_and_leads_once_it_answers() {
+    let mut server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.yaml");
+    std::fs::write(&path, yaml(&server, &["bench-01"])).unwrap();
+    server.kill();
+    let mut serve = Serve::start("serve", &server, &path, &QUICK_SERVE);
+    serve
+        .log(&["Redis does not answer yet", "waits for it"])
+        .await;
+    server.restart().unwrap();
+    serve.log(&["Redis answers: starting"]).await;
+    serve.log(&["became the leader"]).await;
+    serve.stop().await;
+    assert_eq!(serve.child.wait().await.unwrap().code(), Some(0));
+
+    server.kill();
+    let mut waiting = Serve::start("waiting", &server, &path, &QUICK_SERVE);
+    waiting.log(&["Redis does not answer yet"]).await;
+    let said = waiting.stop().await;
+    assert_eq!(waiting.child.wait().await.unwrap().code(), Some(1));
+    assert!(
+        said.iter().any(|l| l.contains("cannot reach Redis at")),
+        "{said:#?}"
+    );
+}
+
 #[tokio::test]
 async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly() {
     let server = server();

@@ -107,10 +107,21 @@ pub enum ConnectError {
     },
     /// The cause is said once, in words (`cause`), never as Redis's own chain.
     #[error("cannot reach Redis at {url}: {cause}")]
-    Unreachable { url: String, cause: String },
+    Unreachable {
+        url: String,
+        cause: String,
+        /// Whether waiting may mend it: a refused, reset or unanswered connection (a Redis not up
+        /// yet, slow, or failing over), not a refused password, TLS or a database out of range.
+        passing: bool,
+    },
 }
 
 impl ConnectError {
+    /// Whether waiting may mend it: the Redis is not up yet, slow, or failing over.
+    pub fn may_pass(&self) -> bool {
+        matches!(self, ConnectError::Unreachable { passing: true, .. })
+    }
+
     /// Whether the error is the caller's input (exit 2) rather than the world (exit 1).
     pub fn is_invalid_input(&self) -> bool {
         matches!(
@@ -326,9 +337,17 @@ impl Endpoint {
         } else {
             cause(&source)
         };
+        // TLS is said in the cause's own words (`cause`): a refused certificate is no wait.
+        let passing = (source.is_timeout()
+            || source.is_connection_refusal()
+            || source.is_connection_dropped()
+            || source.kind() == redis::ErrorKind::Io)
+            && !cause.starts_with("TLS failed")
+            && !cause.starts_with("authentication failed");
         ConnectError::Unreachable {
             url: self.redacted(),
             cause,
+            passing,
         }
     }
 }

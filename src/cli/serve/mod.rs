@@ -179,6 +179,41 @@ async fn warn_without_persistence(conn: &mut Conn) {
     }
 }
 
+/// The first connection of `fleet serve`: a Redis that is not up yet, slow, or failing over is
+/// waited for (SPEC §4.5), as a running `fleet serve` waits for one that goes away, logged once at
+/// WARN and tried again from 250 ms, doubling to 5 s, until it answers or the process is stopped
+/// (then exit 1, naming it). What waiting cannot mend (a URL, a password, TLS, a database out of
+/// range) ends the start at once, exit 2 or 1.
+async fn reach(ctx: &Ctx) -> Result<Conn, Error> {
+    let mut wait = Duration::from_millis(250);
+    let mut waiting = false;
+    loop {
+        match ctx.endpoint.open_lasting().await {
+            Ok(conn) => {
+                if waiting {
+                    info!("Redis answers: starting");
+                }
+                return Ok(conn);
+            }
+            Err(e) if e.may_pass() => {
+                if !waiting {
+                    warn!(
+                        error = %e,
+                        "Redis does not answer yet; fleet serve waits for it and starts once it does (SIGTERM stops the wait)"
+                    );
+                    waiting = true;
+                }
+                tokio::select! {
+                    () = ctx.shutdown.cancelled() => return Err(e.into()),
+                    () = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// What `fleet serve` listens on, bound before anything is published so a port in use fails
 /// the start.
 struct Listeners {
@@ -204,7 +239,7 @@ impl Args {
         let transport = "none: built without the provider";
         let listeners = self.bind().await?;
         warn_about(&config);
-        let conn = ctx.endpoint.open_lasting().await?;
+        let conn = reach(ctx).await?;
         let publisher = publish(ctx, &conn, &config).await?;
         let hup = hangups();
         self.log_started(ctx, &config, &listeners, transport);
