@@ -7,8 +7,12 @@
 //! 2. The time from a bench's first UP beat to its claim's ready move, with the controller running
 //!    its own loop (a pass each second): measured on the server's clock, over several slots.
 //!
+//! 3. With `--minute`: passes back to back for 65 s, so every slot's energy ledger falls due once
+//!    at its own phase of the minute (issue 30: spread, not all in one pass); their median, p99
+//!    and worst, and the p99's ratio to the median (target at most 1.5x at 100 000 slots).
+//!
 //! Run: `cargo bench --bench controller` (add `-- --quick` for 1 000 slots, `-- --slots N` for
-//! N).
+//! N, `-- --minute` for 3).
 
 mod support;
 
@@ -172,6 +176,9 @@ async fn main() -> anyhow::Result<()> {
         support::quantile(&ours, 0.5) * 1e3,
         support::quantile(&redis, 0.5) * 1e3,
     );
+    if args.flag("--minute") {
+        minute_of_passes(&mut ctl, &times).await?;
+    }
     drop(ctl);
     let (rss, peak) = serve_memory(port, slots, 5).await?;
     println!(
@@ -350,4 +357,41 @@ async fn redis_cpu(conn: &MultiplexedConnection) -> anyhow::Result<f64> {
             .unwrap_or(0.0)
     };
     Ok(field("used_cpu_sys") + field("used_cpu_user"))
+}
+
+/// Passes back to back for 65 s, past a whole minute of the ledgers' phases: the pass times'
+/// median, p99 and worst, with the p99 against the median of the passes measured before
+/// (`before`, the anchor in this run).
+async fn minute_of_passes<C, R>(
+    ctl: &mut fleet::reconcile::Controller<C, R>,
+    before: &[Duration],
+) -> anyhow::Result<()>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+    R: fleet::lifecycle::Runner,
+{
+    let until = Instant::now() + Duration::from_secs(65);
+    let mut times = Vec::new();
+    while Instant::now() < until {
+        let start = Instant::now();
+        ctl.pass().await?;
+        times.push(start.elapsed());
+    }
+    let times = support::sorted(times);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let median = support::quantile(&times, 0.5);
+    let p99 = support::quantile(&times, 0.99);
+    println!(
+        "          a minute of passes ({} back to back, every energy ledger due once at its phase): median {:.1} ms, p99 {:.1} ms, worst {:.1} ms",
+        times.len(),
+        ms(median),
+        ms(p99),
+        ms(support::quantile(&times, 1.0)),
+    );
+    println!(
+        "          p99 / median: {:.2}x (target at most 1.5x); the minute's median / the quiet passes' median: {:.2}x",
+        p99.as_secs_f64() / median.as_secs_f64(),
+        median.as_secs_f64() / support::quantile(before, 0.5).as_secs_f64(),
+    );
+    Ok(())
 }

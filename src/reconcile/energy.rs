@@ -62,10 +62,9 @@ where
         // Each due slot's step, taken on its copy; the copies go back once written.
         let mut stepped: Vec<(&Sighting, Option<Mark>, Ledger, Advance)> = Vec::new();
         for x in seen {
-            if !ledgers
-                .get(&x.slot)
-                .is_some_and(|l| energy::due(l.mark(), x.power, now))
-            {
+            if !ledgers.get(&x.slot).is_some_and(|l| {
+                energy::due(l.mark(), x.power, now, energy::phase_of(x.slot.as_str()))
+            }) {
                 continue;
             }
             let Some(mut ledger) = ledgers.remove(&x.slot) else {

@@ -38,10 +38,26 @@ pub const MAX_STEP_MS: i64 = 7 * DAY_MS;
 pub const REACCOUNT_MS: i64 = 60_000;
 
 /// Whether the ledger should take a step now: it has none yet, the power changed since its
-/// mark, or the mark is [`REACCOUNT_MS`] old (or from the future: a clock that stepped back is
-/// left to `observe`).
-pub fn due(mark: Option<Mark>, power: Option<Power>, now: DateTime<Utc>) -> bool {
-    mark.is_none_or(|m| m.power != power || (now - m.at).num_milliseconds().abs() >= REACCOUNT_MS)
+/// mark, or the ledger's minute turned since the mark. A ledger's minute starts at its own
+/// `phase` (`phase_of` its slot, in `[0, REACCOUNT_MS)`), so a fleet's unchanged ledgers step
+/// spread over the minute, a sixtieth of them each second, rather than all in one pass (issue 30),
+/// and each still steps once a minute: never more than [`REACCOUNT_MS`] after its mark. A mark
+/// from the future (a clock that stepped back) is in another minute, so it is due, and `observe`
+/// judges it.
+pub fn due(mark: Option<Mark>, power: Option<Power>, now: DateTime<Utc>, phase: i64) -> bool {
+    let minute = |t: DateTime<Utc>| (t.timestamp_millis() - phase).div_euclid(REACCOUNT_MS);
+    mark.is_none_or(|m| m.power != power || minute(now) != minute(m.at))
+}
+
+/// A slot's phase in the minute, in `[0, REACCOUNT_MS)`: a hash of its name (FNV-1a), the same in
+/// every process, so a successor keeps the slot's place in the minute.
+pub fn phase_of(slot: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in slot.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % REACCOUNT_MS.unsigned_abs()) as i64
 }
 
 const DAY_MS: i64 = 86_400_000;
@@ -584,6 +600,9 @@ mod tests {
         };
         let on = Some(Power::On);
         let later = |ms| t + chrono::Duration::milliseconds(ms);
+        // The ledger's minute starts at the mark.
+        let phase = t.timestamp_millis().rem_euclid(REACCOUNT_MS);
+        let due = |mark, power, now| due(mark, power, now, phase);
         assert!(
             due(None, on, t),
             "a ledger with no mark takes its first step"
@@ -597,6 +616,64 @@ mod tests {
             due(mark(on), on, later(-REACCOUNT_MS)),
             "a clock a minute back"
         );
+        assert!(due(mark(on), on, later(-1)), "a clock a millisecond back");
+    }
+
+    // Issue 30: with passes every second, each unchanged ledger steps exactly once in each of its
+    // minutes and never more than a minute after its mark, whatever its phase and the passes'
+    // offset; and 100 000 slots' phases spread the steps over the minute, so no second holds
+    // more than twice a sixtieth of them.
+    #[test]
+    fn unchanged_ledgers_step_once_a_minute_each_at_its_own_phase() {
+        let start = at(10, 0, 0);
+        for (phase, offset) in [(0, 0), (0, 999), (59_999, 0), (30_000, 500), (1, 1)] {
+            let mut mark = Mark {
+                power: Some(Power::On),
+                known: Some(Power::On),
+                at: start + chrono::Duration::milliseconds(offset),
+            };
+            let mut steps = Vec::new();
+            for s in 1..=180 {
+                let now = start + chrono::Duration::milliseconds(offset + s * 1_000);
+                if due(Some(mark), Some(Power::On), now, phase) {
+                    assert!(
+                        (now - mark.at).num_milliseconds() <= REACCOUNT_MS,
+                        "phase {phase}: a step {} ms after its mark",
+                        (now - mark.at).num_milliseconds()
+                    );
+                    steps.push(s);
+                    mark.at = now;
+                }
+            }
+            assert_eq!(steps.len(), 3, "phase {phase}, offset {offset}: {steps:?}");
+            assert!(
+                steps.windows(2).all(|w| w[1] - w[0] == 60),
+                "once a minute: {steps:?}"
+            );
+        }
+        // The step comes at the phase, not before and not a minute later.
+        let minute_start = at(10, 0, 0);
+        assert_eq!(minute_start.timestamp_millis().rem_euclid(REACCOUNT_MS), 0);
+        let ms = |n| minute_start + chrono::Duration::milliseconds(n);
+        let mark = Some(Mark {
+            power: Some(Power::On),
+            known: Some(Power::On),
+            at: ms(5_000),
+        });
+        assert!(!due(mark, Some(Power::On), ms(9_999), 10_000));
+        assert!(due(mark, Some(Power::On), ms(10_000), 10_000));
+        let mut per_second = vec![0u32; 60];
+        for i in 0..100_000 {
+            let phase = phase_of(&format!("bench-{i:05}"));
+            assert!((0..REACCOUNT_MS).contains(&phase));
+            per_second[(phase / 1_000) as usize] += 1;
+        }
+        let most = *per_second.iter().max().unwrap();
+        let least = *per_second.iter().min().unwrap();
+        assert!(most <= 2 * 100_000 / 60, "the busiest second: {most}");
+        assert!(least >= 100_000 / 60 / 2, "the quietest second: {least}");
+        assert_eq!(phase_of("bench-00001"), phase_of("bench-00001"));
+        assert_ne!(phase_of("bench-00001"), phase_of("bench-00002"));
     }
 
     #[test]
