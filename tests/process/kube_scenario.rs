@@ -580,8 +580,6 @@ async fn a_cordon_refused_by_a_concurrent_write_is_retried_while_the_machine_goe
 // (more than is pending) is no Event.
 #[tokio::test]
 async fn claims_made_and_cancelled_through_the_provider_are_events() {
-    use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-    use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
     use fleet::provider::wire::{NodeGroupDecreaseTargetSizeRequest, NodeGroupIncreaseSizeRequest};
     use fleet_testing::Fixture;
     use fleet_testing::fixture::{Group, JobPod, Op, PowerOn};
@@ -604,21 +602,7 @@ async fn claims_made_and_cancelled_through_the_provider_are_events() {
     let fleet = s.serve("fleet-a").await;
     fleet.passes(2).await;
 
-    let (_tx, rx) = tokio::sync::watch::channel(s.config.clone());
-    let service = fleet::provider::service::Provider::new(
-        rx,
-        fleet::store::claims::ClaimStore::new(support::conn(&s.redis).await, Default::default()),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(service))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
-    let mut ca = CloudProviderClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
+    let mut ca = support::provider_client(&s.redis, s.config.clone()).await;
     ca.node_group_increase_size(NodeGroupIncreaseSizeRequest {
         delta: 2,
         id: "pool-a".into(),

@@ -603,17 +603,7 @@ async fn every_accepted_move_is_told_once_whoever_made_it_and_a_refused_one_neve
         .slots("pool-a", ["bench-01", "bench-02"])
         .config();
     let catalog = fleet::store::catalog::Catalog::of(&cfg);
-    let (_tx, rx) = watch::channel(Arc::new(cfg));
-    let nodes = TestNodes::default();
-    let mut ctl = Controller::new(
-        rx,
-        Presence::new(conn(&server).await, Keys::default()),
-        ClaimStore::new(conn(&server).await, Keys::default()),
-        Arc::new(exec(&server)),
-        Arc::new(Metrics::default()),
-        Arc::new(Health::default()),
-    )
-    .with_nodes(nodes.clone());
+    let (mut ctl, nodes) = with_test_nodes(&server, cfg).await;
     let store = ClaimStore::new(conn(&server).await, Keys::default());
     ctl.pass().await.unwrap();
     assert_eq!(nodes.told(), [], "no claim, no move");
@@ -671,6 +661,28 @@ async fn every_accepted_move_is_told_once_whoever_made_it_and_a_refused_one_neve
     assert_eq!(nodes.told(), [], "told once");
 }
 
+/// A controller over `cfg` whose Nodes port is a `TestNodes`, and that port.
+async fn with_test_nodes(
+    server: &RedisServer,
+    cfg: Config,
+) -> (
+    Controller<MultiplexedConnection, Exec, TestNodes>,
+    TestNodes,
+) {
+    let (_, rx) = watch::channel(Arc::new(cfg));
+    let nodes = TestNodes::default();
+    let ctl = Controller::new(
+        rx,
+        Presence::new(conn(server).await, Keys::default()),
+        ClaimStore::new(conn(server).await, Keys::default()),
+        Arc::new(exec(server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    )
+    .with_nodes(nodes.clone());
+    (ctl, nodes)
+}
+
 /// One slot, bench-01, bound to its Node, with the Cilium readiness taint as the group's gate.
 fn bound_config(server: &RedisServer, timings: &str) -> Config {
     let gate = "node.cilium.io/agent-not-ready:NoExecute";
@@ -699,17 +711,7 @@ fn gated_node() -> fleet::domain::node::NodeView {
 async fn the_readiness_gate_waits_for_a_bound_slots_node() {
     let server = server();
     let cfg = bound_config(&server, FAST);
-    let (_tx, rx) = watch::channel(Arc::new(cfg));
-    let nodes = TestNodes::default();
-    let mut ctl = Controller::new(
-        rx,
-        Presence::new(conn(&server).await, Keys::default()),
-        ClaimStore::new(conn(&server).await, Keys::default()),
-        Arc::new(exec(&server)),
-        Arc::new(Metrics::default()),
-        Arc::new(Health::default()),
-    )
-    .with_nodes(nodes.clone());
+    let (mut ctl, nodes) = with_test_nodes(&server, cfg).await;
     let store = ClaimStore::new(conn(&server).await, Keys::default());
     request_claim(&server, "pool-a", "bench-01", "bench-01-1").await;
     let phase = |store: ClaimStore<MultiplexedConnection>| async move {

@@ -11,12 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fleet::config;
-use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::*;
-use fleet::store::claims::ClaimStore;
-use fleet::store::keys::Keys;
 use fleet_testing::Fixture;
 use fleet_testing::fixture::{Devices, Group, Op, Template};
 use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, Value};
@@ -68,18 +64,7 @@ fn upstream() -> DescriptorPool {
 
 async fn provider(server: &fleet_testing::RedisServer) -> CloudProviderClient<Channel> {
     let cfg = Arc::new(config::parse(&yaml(), Path::new("t.yaml")).unwrap());
-    let (_tx, rx) = tokio::sync::watch::channel(cfg);
-    let service = Provider::new(rx, ClaimStore::new(conn(server).await, Keys::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(service))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
-    CloudProviderClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
+    provider_client(server, cfg).await
 }
 
 fn field(m: &DynamicMessage, name: &str) -> Value {

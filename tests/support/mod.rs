@@ -530,3 +530,28 @@ pub async fn previous_beat_with<C: redis::aio::ConnectionLike>(
         .query_async(conn)
         .await
 }
+
+/// The provider over `config` and the store of `server`, served on a loopback socket as `fleet
+/// serve` serves it, and a client of it: what cluster-autoscaler talks to.
+pub async fn provider_client(
+    server: &RedisServer,
+    config: std::sync::Arc<fleet::config::Config>,
+) -> fleet::provider::wire::cloud_provider_client::CloudProviderClient<tonic::transport::Channel> {
+    use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
+    use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
+    let (_tx, rx) = tokio::sync::watch::channel(config);
+    let service = fleet::provider::service::Provider::new(
+        rx,
+        fleet::store::claims::ClaimStore::new(conn(server).await, Keys::default()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(CloudProviderServer::new(service))
+            .serve_with_incoming(fleet::provider::server::incoming(listener)),
+    );
+    CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
