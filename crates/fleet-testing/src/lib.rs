@@ -15,6 +15,7 @@ use fleet::store::connect::Endpoint;
 
 pub mod agent;
 mod cluster;
+pub mod dist;
 pub mod fixture;
 mod sentinel;
 mod tls;
