@@ -26,6 +26,10 @@
 //! would act): a TTL costs nothing, and a steady beat publishes no wake (SPEC §2.4). Everything
 //! here and redis-server share the host's cores: a round trip includes waits for a core.
 //!
+//! Redis has CPU 0 to itself and everything else here shares CPU 1 (`--no-pin` to share both),
+//! as a deployment gives Redis its own core or machine; the host's own stall meter
+//! (scripts/hiccup.py) runs beside the loaded window.
+//!
 //! Run: `cargo bench --bench load` (`-- --quick`; `--benches N`, `--rate R`, `--seconds S`,
 //! `--tasks T` generators, `--readers K`, `--read-interval S`, `--nice N` for redis-server and
 //! the generators: with -10, Redis and the agents it serves are not kept waiting for a core by
@@ -79,6 +83,9 @@ struct Args {
     read_interval: f64,
     /// The niceness of redis-server and the generators' thread (0: as everything else).
     nice: i32,
+    /// Redis on a core of its own and everything else on the other (the default on a host of two
+    /// cores or more; `--no-pin` shares them), as a deployment gives Redis its own machine.
+    pin: bool,
     quick: bool,
 }
 
@@ -96,6 +103,7 @@ impl Args {
             readers: value("--readers").map_or(2, |n| n as usize),
             read_interval: value("--read-interval").unwrap_or(1.0),
             nice: value("--nice").map_or(0, |n| n as i32),
+            pin: !args.flag("--no-pin") && cores() >= 2,
             quick,
         }
     }
@@ -627,7 +635,10 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
         ..Options::default()
     })?;
     let port = server.port().expect("started with tcp");
-    let niceness = renice(&server, args.nice);
+    let mut niceness = renice(&server, args.nice);
+    if args.pin {
+        niceness.push_str(&pin_redis(server.pid()));
+    }
     let endpoint = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60));
     let conn = endpoint.connect().await?;
     println!(
@@ -667,7 +678,21 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
         ms(quantile(&quiet_passes, 0.5)),
     );
     let quiet = window(&beats, &endpoint, &conn, &args).await?;
+    // The host's own stall meter beside the loaded window (scripts/hiccup.py: a 1 ms sleep loop,
+    // with no Redis and no fleet), on this process's core: what of a beat's wait is the host's.
+    let hiccup = std::process::Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/hiccup.py"))
+        .arg(args.seconds.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
     let under = loaded(&beats, &endpoint, &conn, &args, ctl).await?;
+    match hiccup.and_then(std::process::Child::wait_with_output) {
+        Ok(o) => println!(
+            "the host's own stalls during the loaded window (scripts/hiccup.py, 1 ms sleeps): {}",
+            String::from_utf8_lossy(&o.stdout).trim()
+        ),
+        Err(e) => println!("the host's stall meter did not run: {e}"),
+    }
     print_windows(&args, &quiet, &under);
     print_targets(&args, &quiet, &under, memory);
     Ok(())
@@ -693,8 +718,60 @@ fn renice(server: &RedisServer, nice: i32) -> String {
     }
 }
 
+/// The host's cores.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Puts the calling thread on CPU `cpu`: the threads it starts after inherit it.
+fn pin_self(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity read and write
+    // only the set given, which lives on this stack frame.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Moves every thread of redis-server (`pid`) to CPU 0, away from this process's CPU 1, and says
+/// what was done.
+fn pin_redis(pid: u32) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    let mut moved = 0;
+    for task in tasks.into_iter().flatten().flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: as in `pin_self`, for the thread `tid`.
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        if set == 0 {
+            moved += 1;
+        }
+    }
+    format!(
+        "; redis-server's {moved} threads pinned to CPU 0, this process and its children to CPU 1"
+    )
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Pinned before any thread starts, so every runtime thread and every child (redis-server,
+    // before it is moved to CPU 0) is on CPU 1.
+    if args.pin {
+        pin_self(1)?;
+    }
     // The generators run on a runtime of their own: a pass or a read that holds a worker for a
     // while (decoding 100 000 rows) must not hold back a beat that is due.
     let nice = args.nice;
