@@ -7,7 +7,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::domain::name::BenchName;
-use crate::domain::state::State;
+use crate::domain::state::{self, State};
 use crate::store::conn::Conn;
 use crate::store::presence::Presence;
 
@@ -66,24 +66,13 @@ impl Args {
                 for problem in &snapshot.problems {
                     eprintln!("warning: {problem}");
                 }
-                // The snapshot is sorted by name, and `live` keeps the order given. Present is
-                // `state::live`'s rule (UP or HELD); `--up` asks the narrower question of who
-                // may take work.
-                let rows: Vec<LiveRow<'_>> = snapshot
-                    .benches
-                    .iter()
-                    .filter_map(|b| {
-                        let verdict = b.verdict(snapshot.now);
-                        let wanted = if self.up {
-                            verdict.state == State::Up
-                        } else {
-                            verdict.state.is_present()
-                        };
-                        wanted.then(|| LiveRow {
-                            name: &b.name,
-                            state: verdict.state,
-                            hold: verdict.hold.as_ref().map(|r| r.as_str().to_owned()),
-                        })
+                // The snapshot is sorted by name, and `there` keeps the order given: present
+                // (UP or HELD), or with `--up` the narrower question of who may take work.
+                let rows: Vec<LiveRow<'_>> = state::there(&snapshot.benches, snapshot.now, self.up)
+                    .map(|(b, verdict)| LiveRow {
+                        name: &b.name,
+                        state: verdict.state,
+                        hold: verdict.hold.as_ref().map(|r| r.as_str().to_owned()),
                     })
                     .collect();
                 if json {

@@ -41,34 +41,33 @@ impl Args {
     }
 }
 
-/// The views and their shapes, in the file's order.
-fn views() -> Result<Vec<(String, Value)>, Error> {
+/// The built-in schemas document, read once per call, and its `views`.
+fn document() -> Result<(Value, Map<String, Value>), Error> {
     let doc: Value = serde_json::from_str(SCHEMAS_V1)
         .map_err(|e| Error::Runtime(anyhow::anyhow!("the built-in schemas are not JSON: {e}")))?;
     let views = doc
         .get("views")
         .and_then(Value::as_object)
+        .cloned()
         .ok_or_else(|| Error::Runtime(anyhow::anyhow!("the built-in schemas have no views")))?;
-    Ok(views.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    Ok((doc, views))
+}
+
+/// The views and their shapes, in the file's order.
+fn views() -> Result<Vec<(String, Value)>, Error> {
+    Ok(document()?.1.into_iter().collect())
 }
 
 /// The standalone schema of `view`'s output: its shape at the root, every definition beside it.
 pub fn of(view: &str) -> Result<Value, Error> {
-    let doc: Value = serde_json::from_str(SCHEMAS_V1)
-        .map_err(|e| Error::Runtime(anyhow::anyhow!("the built-in schemas are not JSON: {e}")))?;
-    let shape = doc
-        .get("views")
-        .and_then(|v| v.get(view))
-        .and_then(Value::as_object)
-        .ok_or_else(|| {
-            let known: Vec<String> = views()
-                .map(|v| v.into_iter().map(|(name, _)| name).collect())
-                .unwrap_or_default();
-            Error::usage(format!(
-                "no view {view:?}: the views with a JSON output are {}",
-                known.join(", ")
-            ))
-        })?;
+    let (doc, views) = document()?;
+    let shape = views.get(view).and_then(Value::as_object).ok_or_else(|| {
+        let known: Vec<&str> = views.keys().map(String::as_str).collect();
+        Error::usage(format!(
+            "no view {view:?}: the views with a JSON output are {}",
+            known.join(", ")
+        ))
+    })?;
     let mut schema = Map::new();
     schema.insert("$schema".into(), doc["$schema"].clone());
     schema.insert(

@@ -264,11 +264,25 @@ impl Bench {
 /// It answers presence, not eligibility: a HELD bench is here (that is what held means). Whether
 /// a bench may take work is `State::Up`, and that is the caller's question, not this one.
 pub fn live(benches: &[Bench], now: DateTime<Utc>) -> Vec<&BenchName> {
-    benches
-        .iter()
-        .filter(|b| b.verdict(now).state.is_present())
-        .map(|b| &b.name)
-        .collect()
+    there(benches, now, false).map(|(b, _)| &b.name).collect()
+}
+
+/// The benches that are there at `now`, in the order given, each with its verdict: present (UP
+/// or HELD), or UP alone with `up_only` (those that may take work). `fleet live` and [`live`].
+pub fn there(
+    benches: &[Bench],
+    now: DateTime<Utc>,
+    up_only: bool,
+) -> impl Iterator<Item = (&Bench, Verdict)> {
+    benches.iter().filter_map(move |b| {
+        let verdict = b.verdict(now);
+        let wanted = if up_only {
+            verdict.state == State::Up
+        } else {
+            verdict.state.is_present()
+        };
+        wanted.then_some((b, verdict))
+    })
 }
 
 fn millis(d: Duration) -> u64 {
@@ -527,6 +541,29 @@ mod tests {
         ];
         let names: Vec<&str> = live(&benches, t(500)).iter().map(|n| n.as_str()).collect();
         assert_eq!(names, ["c", "b"]);
+        let there = |up_only| -> Vec<(&str, State, Option<String>)> {
+            there(&benches, t(500), up_only)
+                .map(|(b, v)| {
+                    (
+                        b.name.as_str(),
+                        v.state,
+                        v.hold.map(|h| h.as_str().to_owned()),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            there(false),
+            [
+                ("c", State::Up, None),
+                ("b", State::Held, Some("x".to_owned()))
+            ]
+        );
+        assert_eq!(
+            there(true),
+            [("c", State::Up, None)],
+            "UP alone may take work"
+        );
     }
 
     #[test]
