@@ -3,9 +3,11 @@
 //!
 //! One reader per process reads the store once a pass interval (`Feed`), like the views do, so
 //! any replica serves the page, a follower too, and the number of open pages costs the store
-//! nothing. Each read is rendered once into the `<main>` fragment; `/` serves it inside the
-//! page's shell, and `/events` streams every new one (server-sent events) to each open page,
-//! whose script swaps it in. A stream holds a place under the listener's cap until its
+//! nothing. A page looks at a view (`view::Query`: the slot table's filters and page, in its
+//! address); each view of a read is rendered once for every page that looks at it. `/` serves
+//! it inside the page's shell, and `/events` streams it (server-sent events): the first frame
+//! whole, then only the parts and rows that changed (`view::Main::delta`), which the page's
+//! script puts in place. A stream holds a place under the listener's cap until its
 //! connection closes; one that falls `QUEUE` frames behind is disconnected, never buffered for
 //! without limit, and its browser reconnects to the newest frame. Every frame is a new read, so
 //! a stream is never idle longer than a pass interval and needs no keep-alive. Assets are
@@ -16,8 +18,9 @@
 mod actions;
 pub mod frame;
 pub mod html;
+pub mod view;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{StatusCode, header};
@@ -34,6 +37,7 @@ use crate::telemetry::Health;
 use crate::telemetry::listener::{Connection, Gate, Place};
 
 pub use actions::{Act, Actions, BODY_MAX, Verbs};
+use view::{Change, Main, Query};
 
 /// The shortest token `--ui-token-file` may hold.
 pub fn actions_min_token() -> usize {
@@ -47,38 +51,74 @@ const QUEUE: usize = 4;
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
-/// The newest read as every page gets it, encoded once for every page.
+/// How many views of one read are kept for the pages that look at them; a page looking at
+/// another has its view rendered for itself.
+const VIEWS: usize = 16;
+
+/// The newest read as every page gets it: the read, or why there is none, and its views as the
+/// pages looking at them asked for them.
 ///
-/// A frame (the `<main>` fragment) is sent to a page only when it differs from the last one the
-/// page got: the fragment holds no clock that moves by itself (claims show when they were made
-/// and their deadline; the page's script counts from those), so a fleet where nothing changes
-/// costs each page one small `tick` event a read, saying the read's time.
+/// A view holds no clock that moves by itself (claims show when they were made and their
+/// deadline; the page's script counts from those), so a fleet where nothing changes costs each
+/// page one small `tick` event a read, saying the read's time.
 pub struct Published {
-    pub fragment: String,
-    /// Whether the read succeeded (a failed one keeps the last frame under a banner).
-    pub ok: bool,
-    /// Counts the changes of the fragment: a page that got frame `seq` gets a tick next.
-    pub seq: u64,
+    /// The last read that succeeded.
+    pub frame: Option<Arc<Frame>>,
+    /// Why the newest read failed, when it did (the page shows the last one under a banner).
+    pub error: Option<String>,
     /// The read's time on the store's clock, as the page says it.
     pub at: String,
-    /// The frame as one server-sent event (`frame`, or `stale` after a failed read): each
-    /// page's stream sends these very bytes, so a hundred pages cost a hundred socket writes, not
-    /// a hundred encodings.
-    pub frame: axum::body::Bytes,
-    /// The read's time as a `tick` event.
-    pub tick: axum::body::Bytes,
+    actions: bool,
+    views: Mutex<Vec<(Query, Arc<Main>)>>,
 }
 
 impl Published {
-    pub fn new(fragment: String, ok: bool, seq: u64, at: String) -> Published {
+    pub fn new(
+        frame: Option<Arc<Frame>>,
+        error: Option<String>,
+        at: String,
+        actions: bool,
+    ) -> Published {
         Published {
-            frame: event(if ok { "frame" } else { "stale" }, &fragment),
-            tick: event("tick", &at),
-            fragment,
-            ok,
-            seq,
+            frame,
+            error,
             at,
+            actions,
+            views: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The view `query` of this read, rendered once for every page that looks at it (up to
+    /// `VIEWS` views; others are rendered for each page).
+    pub fn view(&self, query: &Query) -> Arc<Main> {
+        let kept = |views: &Vec<(Query, Arc<Main>)>| {
+            views
+                .iter()
+                .find(|(q, _)| q == query)
+                .map(|(_, m)| m.clone())
+        };
+        if let Some(main) = kept(&self.views.lock().unwrap_or_else(|p| p.into_inner())) {
+            return main;
+        }
+        let main = Arc::new(html::main(
+            self.frame.as_deref(),
+            self.error.as_deref(),
+            query,
+            self.actions,
+        ));
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(other) = kept(&views) {
+            return other;
+        }
+        if views.len() < VIEWS {
+            views.push((query.clone(), main.clone()));
+        }
+        main
+    }
+
+    /// The read's time as a `tick` event.
+    fn tick(&self) -> axum::body::Bytes {
+        event("tick", &self.at)
     }
 }
 
@@ -147,32 +187,32 @@ impl Feed {
         watch::Receiver<Arc<Published>>,
     ) {
         watch::channel(Arc::new(Published::new(
-            html::fragment(None, None, self.actions),
-            true,
-            0,
+            None,
+            None,
             "not read yet".to_owned(),
+            self.actions,
         )))
     }
 
     pub async fn run(self, tx: watch::Sender<Arc<Published>>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last: Option<Frame> = None;
+        let mut last: Option<Arc<Frame>> = None;
         let mut failing = false;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let (fragment, ok, at) = match Frame::read(self.conn.clone(), &self.keys).await {
+            let published = match Frame::read(self.conn.clone(), &self.keys).await {
                 Ok(frame) => {
                     failing = false;
-                    let fragment = html::fragment(Some(&frame), None, self.actions);
                     let at = frame
                         .now
                         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                    last = Some(frame);
-                    (fragment, true, at)
+                    let frame = Arc::new(frame);
+                    last = Some(frame.clone());
+                    Published::new(Some(frame), None, at, self.actions)
                 }
                 Err(e) => {
                     let why = e.to_string();
@@ -180,16 +220,12 @@ impl Feed {
                         warn!(error = why, "the live page cannot read the store");
                         failing = true;
                     }
-                    let fragment = html::fragment(last.as_ref(), Some(&why), self.actions);
-                    (fragment, false, tx.borrow().at.clone())
+                    let at = tx.borrow().at.clone();
+                    Published::new(last.clone(), Some(why), at, self.actions)
                 }
             };
-            let seq = {
-                let before = tx.borrow();
-                before.seq + u64::from(before.fragment != fragment || before.ok != ok)
-            };
             // Nobody may be watching: a send with no page open is not a failure.
-            let _ = tx.send_replace(Arc::new(Published::new(fragment, ok, seq, at)));
+            let _ = tx.send_replace(Arc::new(published));
         }
     }
 }
@@ -231,28 +267,41 @@ pub fn router(
     let mut app = axum::Router::new()
         .route(
             "/",
-            get(move || {
+            get(move |query: axum::extract::RawQuery| {
                 let (css, js, actions) = &*shell;
                 let shell = html::Shell {
                     css,
                     js,
                     csrf: actions.as_ref().map(Actions::csrf),
                 };
-                let body = {
-                    let now = page_frames.borrow();
-                    html::page(&shell, &now.fragment, &now.at)
+                let answer = match Query::parse(query.0.as_deref().unwrap_or("")) {
+                    Err(why) => bad_view(&why),
+                    Ok(query) => {
+                        let now = page_frames.borrow().clone();
+                        let main = now.view(&query);
+                        no_store(Html(html::page(&shell, &main.html(), &now.at)).into_response())
+                    }
                 };
-                async move { no_store(Html(body).into_response()) }
+                async move { answer }
             }),
         )
         .route(
             "/events",
-            get(move |connection: Option<axum::Extension<Connection>>| {
-                let place = gate.stream();
-                let frames = frames.clone();
-                let stop = stop.clone();
-                async move { stream(frames, place, connection.map(|c| c.0), stop) }
-            }),
+            get(
+                move |query: axum::extract::RawQuery,
+                      connection: Option<axum::Extension<Connection>>| {
+                    let view = Query::parse(query.0.as_deref().unwrap_or(""));
+                    let place = view.is_ok().then(|| gate.stream()).flatten();
+                    let frames = frames.clone();
+                    let stop = stop.clone();
+                    async move {
+                        match view {
+                            Err(why) => bad_view(&why),
+                            Ok(view) => stream(frames, view, place, connection.map(|c| c.0), stop),
+                        }
+                    }
+                },
+            ),
         );
     for asset in [css, js] {
         let Asset { path, body, kind } = asset;
@@ -284,6 +333,22 @@ pub fn router(
     app
 }
 
+/// A view that cannot be read: 400, saying what is wrong and where every slot is.
+fn bad_view(why: &str) -> Response {
+    no_store(
+        (
+            StatusCode::BAD_REQUEST,
+            Html(format!(
+                "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+                 <title>fleet: not a view</title></head><body><h1>Not a view of the fleet</h1>\
+                 <p>{}</p><p><a href=\"./\">Every slot</a></p></body></html>\n",
+                html::esc(why)
+            )),
+        )
+            .into_response(),
+    )
+}
+
 fn no_store(mut response: Response) -> Response {
     response.headers_mut().insert(
         header::CACHE_CONTROL,
@@ -299,6 +364,7 @@ fn no_store(mut response: Response) -> Response {
 /// stream that stalls keeps its place until its connection closes, and only then is it free.
 fn stream(
     frames: watch::Receiver<Arc<Published>>,
+    view: Query,
     place: Option<Place>,
     connection: Option<Connection>,
     stop: CancellationToken,
@@ -315,7 +381,7 @@ fn stream(
     tokio::spawn(async move {
         let mut frames = frames;
         tokio::select! {
-            ended = forward(&mut frames, &tx) => {
+            ended = forward(&mut frames, &tx, &view) => {
                 if ended == Ended::Behind && let Some(connection) = connection {
                     connection.disconnect();
                 }
@@ -348,37 +414,48 @@ enum Ended {
     Feed,
 }
 
-/// Moves each new read into one page's queue: the newest frame at once, then at each read the
-/// frame when it changed since the page's last, else the tick. Returns when the page is gone,
-/// has left `QUEUE` events untaken (a slow page is dropped, never buffered for), or the feed
-/// ended.
+/// Moves each new read into one page's queue: the view whole at once, then at each read what
+/// changed in it (`delta`, or the whole view when its parts changed), with the read's time, or
+/// the time alone when nothing did. Returns when the page is gone, has left `QUEUE` events
+/// untaken (a slow page is dropped, never buffered for), or the feed ended.
 async fn forward(
     frames: &mut watch::Receiver<Arc<Published>>,
     tx: &mpsc::Sender<axum::body::Bytes>,
+    view: &Query,
 ) -> Ended {
     let queued = |sent: Result<(), mpsc::error::TrySendError<_>>| match sent {
         Ok(()) => None,
         Err(mpsc::error::TrySendError::Full(_)) => Some(Ended::Behind),
         Err(mpsc::error::TrySendError::Closed(_)) => Some(Ended::Gone),
     };
+    let whole = |main: &Main| event(if main.stale { "stale" } else { "frame" }, &main.html());
     let first = frames.borrow_and_update().clone();
-    if let Some(ended) = queued(tx.try_send(first.frame.clone())) {
+    let mut shown = first.view(view);
+    if let Some(ended) = queued(tx.try_send(whole(&shown))) {
         return ended;
     }
-    let mut sent = first.seq;
     while frames.changed().await.is_ok() {
         let next = frames.borrow_and_update().clone();
-        let event = if next.seq == sent {
-            next.tick.clone()
-        } else {
-            sent = next.seq;
-            next.frame.clone()
+        let main = next.view(view);
+        let sent = match shown.delta(&main) {
+            None => next.tick(),
+            Some(Change::Whole) => join(whole(&main), next.tick()),
+            Some(Change::Delta(parts)) => join(event("delta", &parts), next.tick()),
         };
-        if let Some(ended) = queued(tx.try_send(event)) {
+        shown = main;
+        if let Some(ended) = queued(tx.try_send(sent)) {
             return ended;
         }
     }
     Ended::Feed
+}
+
+/// Two events as one write.
+fn join(a: axum::body::Bytes, b: axum::body::Bytes) -> axum::body::Bytes {
+    let mut both = Vec::with_capacity(a.len() + b.len());
+    both.extend_from_slice(&a);
+    both.extend_from_slice(&b);
+    axum::body::Bytes::from(both)
 }
 
 #[cfg(test)]

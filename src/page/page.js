@@ -1,6 +1,7 @@
 // fleet's live page (SPEC §4.13): keeps the server-rendered page live. The server streams the
-// <main> fragment whenever it changes (server-sent events) and the read's time otherwise; this
-// swaps the fragment in, counts each live claim's time against its deadline, and sends the
+// page's view (server-sent events): the <main> fragment whole first, then only what changed (a
+// `delta`: each changed section whole, or a table's changed rows and the order of its keys),
+// and the read's time; this puts each change in place, counts each live claim's time against its deadline, and sends the
 // actions: the operator's token as a bearer header, the page's CSRF token, and says what the
 // server said. The live region speaks only when the page changed, never at each tick.
 "use strict";
@@ -38,11 +39,42 @@
       asof.textContent = clock(ms);
     }
   }
-  const stream = new EventSource("events");
+  // A delta's templates: `data-part` replaces a section's content; `data-rows` lists a table's
+  // keys in their new order and holds the rows that are new or changed, the others are kept.
+  function apply(data) {
+    const box = document.createElement("template");
+    box.innerHTML = data;
+    for (const t of box.content.children) {
+      if (t.tagName !== "TEMPLATE") continue;
+      if (t.dataset.part) {
+        const section = document.getElementById(t.dataset.part);
+        if (section) section.replaceChildren(t.content);
+        continue;
+      }
+      const body = document.querySelector("#" + t.dataset.rows + " tbody");
+      if (!body) continue;
+      const attr = "data-" + t.dataset.by;
+      const rows = new Map();
+      for (const row of body.children) rows.set(row.getAttribute(attr), row);
+      for (const row of t.content.children) rows.set(row.getAttribute(attr), row);
+      const keys = t.dataset.keys ? t.dataset.keys.split(" ") : [];
+      body.replaceChildren(...keys.map((k) => rows.get(k)).filter((r) => r));
+    }
+  }
+  const updated = () => {
+    ages();
+    live.textContent = document.getElementById("s-banner")
+      ? "The server cannot read the store; retrying."
+      : "Live: updated at " + clock(Date.now() + skew) + ".";
+  };
+  const stream = new EventSource("events" + location.search);
   stream.addEventListener("frame", (e) => {
     main.innerHTML = e.data;
-    ages();
-    live.textContent = "Live: updated at " + clock(Date.now() + skew) + ".";
+    updated();
+  });
+  stream.addEventListener("delta", (e) => {
+    apply(e.data);
+    updated();
   });
   stream.addEventListener("tick", (e) => tick(e.data));
   stream.addEventListener("stale", (e) => {

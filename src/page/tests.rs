@@ -10,9 +10,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{CSS, Ended, Published, QUEUE, forward};
+use super::frame::{Counts, Frame, GroupView, Line};
+use super::view::Query;
+use super::{CSS, Ended, Published, QUEUE, event, forward};
+use crate::domain::name::BenchName;
+use crate::domain::state::State;
 use crate::telemetry::Health;
 use crate::telemetry::listener::{Gate, Hosts, Limits, Server};
+use crate::views::GroupRow;
 
 /// The colour variables of one block of the stylesheet (`--name: #rrggbb;`).
 fn palette(block: &str) -> HashMap<String, (f64, f64, f64)> {
@@ -93,55 +98,134 @@ fn the_contrast_formula_reads_the_known_pairs() {
     assert!((contrast((118.0, 118.0, 118.0), white) - 4.54).abs() < 0.01);
 }
 
-fn published(n: usize) -> Arc<Published> {
+/// A read of one group of `slots` slots, the first holding `hold`.
+fn frame(slots: usize, hold: &str) -> Arc<Frame> {
+    let slots: Vec<Line> = (0..slots)
+        .map(|i| Line {
+            name: BenchName::parse(&format!("bench-{i:02}")).unwrap(),
+            group: 0,
+            phase: None,
+            power: "off",
+            bmc: None,
+            bench: State::Down,
+            hold: (i == 0).then(|| hold.into()),
+            claim: None,
+            failed: false,
+        })
+        .collect();
+    Arc::new(Frame {
+        now: chrono::DateTime::UNIX_EPOCH,
+        controller: None,
+        groups: vec![GroupView {
+            row: GroupRow {
+                name: "pool-a".to_owned(),
+                min_size: 0,
+                max_size: 2,
+                target: 0,
+                status: crate::domain::history::group_status(&[], None),
+            },
+            in_flight: 0,
+            failed: 0,
+        }],
+        energy: HashMap::new(),
+        counts: Counts::default(),
+        slots,
+        in_flight: Vec::new(),
+        in_flight_total: 0,
+        failures: Vec::new(),
+        problems: Vec::new(),
+    })
+}
+
+/// A read whose first slot holds `hold`, at `at`.
+fn published(hold: &str, at: &str) -> Arc<Published> {
     Arc::new(Published::new(
-        format!("frame {n}"),
-        true,
-        n as u64,
-        format!("at {n}"),
+        Some(frame(2, hold)),
+        None,
+        at.to_owned(),
+        false,
     ))
 }
 
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
 #[tokio::test]
-async fn a_page_gets_the_newest_frame_then_each_new_one() {
-    let (tx, mut frames) = watch::channel(published(0));
+async fn a_page_gets_its_view_whole_then_what_changed_then_the_time_alone() {
+    let (tx, mut frames) = watch::channel(published("first", "at 0"));
     let (queue, mut page) = mpsc::channel(QUEUE);
-    let forwarding = tokio::spawn(async move { forward(&mut frames, &queue).await });
-    assert_eq!(
-        &page.recv().await.unwrap()[..],
-        b"event: frame\ndata: frame 0\n\n"
+    let forwarding =
+        tokio::spawn(async move { forward(&mut frames, &queue, &Query::default()).await });
+    let first = page.recv().await.unwrap();
+    let first = text(&first);
+    assert!(
+        first.starts_with("event: frame\ndata: <section id=\"s-controller\">"),
+        "{first}"
     );
-    tx.send_replace(published(1));
-    assert_eq!(
-        &page.recv().await.unwrap()[..],
-        b"event: frame\ndata: frame 1\n\n"
+    assert!(first.contains("<tr data-slot=\"bench-00\">") && first.contains("first"));
+    // The first slot's hold changes: its row alone, the table's order, then the read's time.
+    tx.send_replace(published("second", "at 1"));
+    let delta = page.recv().await.unwrap();
+    let delta = text(&delta);
+    assert!(delta.starts_with("event: delta\ndata: <template data-rows=\"s-slots\" data-by=\"slot\" data-keys=\"bench-00 bench-01\"><tr data-slot=\"bench-00\">"), "{delta}");
+    assert!(
+        delta.contains("second") && !delta.contains("<tr data-slot=\"bench-01\">"),
+        "{delta}"
     );
-    // The same frame read again: the page gets the read's time only.
+    assert!(
+        delta.ends_with("</template>\n\nevent: tick\ndata: at 1\n\n"),
+        "{delta}"
+    );
+    // The same fleet read again: the page gets the read's time only.
+    tx.send_replace(published("second", "at 2"));
+    assert_eq!(
+        text(&page.recv().await.unwrap()),
+        "event: tick\ndata: at 2\n\n"
+    );
+    // The store cannot be read: the view whole, under its banner.
     tx.send_replace(Arc::new(Published::new(
-        "frame 1".to_owned(),
-        true,
-        1,
+        Some(frame(2, "second")),
+        Some("no answer".to_owned()),
         "at 2".to_owned(),
+        false,
     )));
-    assert_eq!(
-        &page.recv().await.unwrap()[..],
-        b"event: tick\ndata: at 2\n\n"
-    );
+    let stale = page.recv().await.unwrap();
+    assert!(text(&stale).starts_with("event: stale\ndata: <section id=\"s-banner\">"));
     drop(tx);
     assert_eq!(forwarding.await.unwrap(), Ended::Feed);
     assert!(page.recv().await.is_none(), "the stream ends with the feed");
 }
 
 #[tokio::test]
+async fn a_view_is_rendered_once_for_every_page_that_looks_at_it() {
+    let p = published("x", "t");
+    let all = p.view(&Query::default());
+    assert!(Arc::ptr_eq(&all, &p.view(&Query::default())));
+    let held = Query::parse("bench=HELD").unwrap();
+    let other = p.view(&held);
+    assert!(!Arc::ptr_eq(&all, &other));
+    assert!(other.html().contains("No slot matches"), "{}", other.html());
+    // Past the views kept, a view is rendered for its page, the same as it would be kept.
+    for i in 0..super::VIEWS {
+        p.view(&Query::parse(&format!("prefix=b{i}")).unwrap());
+    }
+    let late = Query::parse("prefix=bench-01").unwrap();
+    assert_eq!(p.view(&late), p.view(&late));
+    assert!(!Arc::ptr_eq(&p.view(&late), &p.view(&late)));
+}
+
+#[tokio::test]
 async fn a_page_that_takes_nothing_is_dropped_after_its_queue_fills() {
-    let (tx, mut frames) = watch::channel(published(0));
+    let (tx, mut frames) = watch::channel(published("0", "t"));
     let (queue, mut page) = mpsc::channel(QUEUE);
-    let forwarding = tokio::spawn(async move { forward(&mut frames, &queue).await });
-    // The page takes nothing: each frame is sent once the forwarder has taken the one before,
+    let forwarding =
+        tokio::spawn(async move { forward(&mut frames, &queue, &Query::default()).await });
+    // The page takes nothing: each read is sent once the forwarder has taken the one before,
     // so every one reaches the queue until it is full.
     let mut sent = 1;
     while !forwarding.is_finished() {
-        tx.send_replace(published(sent));
+        tx.send_replace(published(&sent.to_string(), "t"));
         sent += 1;
         tokio::task::yield_now().await;
         assert!(sent < 1_000, "the forwarder never gave up");
@@ -159,27 +243,21 @@ async fn a_page_that_takes_nothing_is_dropped_after_its_queue_fills() {
 
 #[test]
 fn a_frame_is_one_event_whatever_its_lines() {
-    let p = Published::new("<p>a</p>\n<p>b</p>".to_owned(), true, 3, "t".to_owned());
     assert_eq!(
-        &p.frame[..],
+        &event("frame", "<p>a</p>\n<p>b</p>")[..],
         b"event: frame\ndata: <p>a</p>\ndata: <p>b</p>\n\n"
     );
-    assert_eq!(&p.tick[..], b"event: tick\ndata: t\n\n");
-    let stale = Published::new("x".to_owned(), false, 4, "t".to_owned());
-    assert_eq!(&stale.frame[..], b"event: stale\ndata: x\n\n");
+    assert_eq!(&published("x", "t").tick()[..], b"event: tick\ndata: t\n\n");
 }
 
 #[test]
 fn every_line_break_in_a_frames_data_is_a_data_line_of_fleets_own() {
     let output = "a\rb\nc\r\nd\rretry: 86400000\re\revent: frame\rf\r\r\n\n";
-    let p = Published::new(output.to_owned(), true, 1, "t".to_owned());
     assert_eq!(
-        std::str::from_utf8(&p.frame).unwrap(),
+        std::str::from_utf8(&event("frame", output)).unwrap(),
         "event: frame\ndata: a\ndata: b\ndata: c\ndata: d\ndata: retry: 86400000\ndata: e\n\
          data: event: frame\ndata: f\ndata: \ndata: \ndata: \n\n"
     );
-    // A tick's data is the read's time, fleet's own; an event's name is fleet's own.
-    assert_eq!(&p.tick[..], b"event: tick\ndata: t\n\n");
     for (data, lines) in [
         ("", vec![""]),
         ("x", vec!["x"]),
@@ -256,7 +334,7 @@ async fn open_stream(addr: std::net::SocketAddr) -> Result<tokio::net::TcpStream
 #[tokio::test]
 async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnected() {
     let stop = CancellationToken::new();
-    let (tx, frames) = watch::channel(published(0));
+    let (tx, frames) = watch::channel(published("0", "t"));
     // 16 descriptors: 4 connections, 2 streams.
     let limits = Limits::of(16);
     assert_eq!(limits.streams, 2);
@@ -271,12 +349,7 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
     );
     // A tick each: the stalled page takes nothing, and keeps its place.
     for n in 1..=3 {
-        tx.send_replace(Arc::new(Published::new(
-            "frame 0".to_owned(),
-            true,
-            0,
-            format!("at {n}"),
-        )));
+        tx.send_replace(published("0", &format!("at {n}")));
     }
     tokio::task::yield_now().await;
     assert_eq!(streams.get(), 2, "a stalled stream holds its place");
@@ -299,12 +372,7 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
     let mut seq = 1;
     tokio::time::timeout(Duration::from_secs(20), async {
         while streams.get() == 2 {
-            tx.send_replace(Arc::new(Published::new(
-                format!("{seq}{big}"),
-                true,
-                seq,
-                "t".to_owned(),
-            )));
+            tx.send_replace(published(&format!("{seq}{big}"), "t"));
             seq += 1;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -26,6 +26,7 @@ mod operator;
 mod page;
 mod page_browser;
 mod page_hostile;
+mod page_views;
 mod protocol;
 mod redfish;
 mod replicas;

@@ -663,41 +663,6 @@ async fn the_caps_follow_the_descriptor_limit_and_a_stalled_stream_holds_its_pla
     assert!(stopped.success(), "{stopped:?}");
 }
 
-/// The events of a stream as an SSE client reads them (the WHATWG rules): a line ends at CRLF,
-/// CR or LF; a blank line ends an event; `event` names it; `data` lines join with LF; any other
-/// field is recorded. (name, data) per event, and the other fields seen.
-fn sse_events(stream: &str) -> (Vec<(String, String)>, Vec<String>) {
-    let mut events = Vec::new();
-    let mut others = Vec::new();
-    let mut name: Option<String> = None;
-    let mut data: Option<String> = None;
-    let mut rest = stream;
-    while let Some(at) = rest.find(['\r', '\n']) {
-        let line = &rest[..at];
-        rest = &rest[at + if rest[at..].starts_with("\r\n") { 2 } else { 1 }..];
-        if line.is_empty() {
-            if let Some(mut d) = data.take() {
-                d.pop();
-                events.push((name.take().unwrap_or_else(|| "message".to_owned()), d));
-            }
-            name = None;
-            continue;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => name = Some(value.to_owned()),
-            "data" => {
-                let d = data.get_or_insert_with(String::new);
-                d.push_str(value);
-                d.push('\n');
-            }
-            _ => others.push(line.to_owned()),
-        }
-    }
-    (events, others)
-}
-
 /// One group whose startup prints `output` and fails.
 fn failing_config(dir: &Path, output: &str) -> PathBuf {
     Fixture::new()
@@ -757,21 +722,22 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
             break body[..end + 2].to_owned();
         }
     };
-    let (events, others) = sse_events(&body);
+    let (events, others) = support::sse_events(&body);
     assert!(others.is_empty(), "a field fleet did not write: {others:?}");
     for (name, _) in &events {
         assert!(
-            ["frame", "tick", "stale"].contains(&name.as_str()),
+            ["frame", "delta", "tick", "stale"].contains(&name.as_str()),
             "an event fleet did not name: {name}"
         );
     }
+    // The failure comes in the first frame or, once the page has one, as its part of a delta.
     let (_, frame) = events
         .iter()
         .rev()
-        .find(|(name, data)| name == "frame" && data.contains("three"))
-        .expect("the frame with the output");
+        .find(|(name, data)| ["frame", "delta"].contains(&name.as_str()) && data.contains("three"))
+        .expect("the event with the output");
     // Every break of the output is a line break of the data, and what looked like fields is
-    // text inside the frame's `<pre>`.
+    // text inside the failure's `<pre>`.
     let pre = frame
         .split("<pre>")
         .nth(1)
@@ -781,21 +747,31 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
         pre,
         "one\nretry: 86400000\nthe fleet is fine\ntwo\nevent: frame\ndata: forged\n\nthree\n[exit status: 1]"
     );
-    // The stream's frame is the page's own fragment, each break read as LF.
+    // The streamed failures are the page's own, each break read as LF.
     let page = http_get(&addr, "/").1;
-    let fragment = page
-        .split("<main id=\"frame\">")
-        .nth(1)
-        .and_then(|p| p.rsplit_once("</main>"))
-        .map(|(f, _)| f)
-        .expect("the page's <main>");
+    let failures = |html: &str| -> String {
+        let after = html
+            .split("<h2 id=\"s-failures-h\">")
+            .nth(1)
+            .expect("the failures' part");
+        after[..after
+            .find("</section>")
+            .or_else(|| after.find("</template>"))
+            .unwrap()]
+            .to_owned()
+    };
+    let shown = failures(&page);
     assert!(
-        fragment.contains("one\rretry: 86400000\rthe fleet is fine\ntwo")
-            && fragment.contains("forged\r\rthree"),
-        "the page holds the output's lines as they were: {fragment}"
+        shown.contains("one\rretry: 86400000\rthe fleet is fine\ntwo")
+            && shown.contains("forged\r\rthree"),
+        "the page holds the output's lines as they were: {shown}"
     );
-    let read_as_lf = fragment.replace("\r\n", "\n").replace('\r', "\n");
-    assert_eq!(frame, &read_as_lf, "the frame is the page's fragment");
+    let read_as_lf = shown.replace("\r\n", "\n").replace('\r', "\n");
+    assert_eq!(
+        failures(frame),
+        read_as_lf,
+        "the streamed failures are the page's"
+    );
     serve.stop().await;
 }
 

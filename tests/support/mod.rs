@@ -555,3 +555,38 @@ pub async fn provider_client(
         .await
         .unwrap()
 }
+
+/// The events of a stream as an SSE client reads them (the WHATWG rules): a line ends at CRLF,
+/// CR or LF; a blank line ends an event; `event` names it; `data` lines join with LF; any other
+/// field is recorded. (name, data) per event, and the other fields seen.
+pub fn sse_events(stream: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut events = Vec::new();
+    let mut others = Vec::new();
+    let mut name: Option<String> = None;
+    let mut data: Option<String> = None;
+    let mut rest = stream;
+    while let Some(at) = rest.find(['\r', '\n']) {
+        let line = &rest[..at];
+        rest = &rest[at + if rest[at..].starts_with("\r\n") { 2 } else { 1 }..];
+        if line.is_empty() {
+            if let Some(mut d) = data.take() {
+                d.pop();
+                events.push((name.take().unwrap_or_else(|| "message".to_owned()), d));
+            }
+            name = None;
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => name = Some(value.to_owned()),
+            "data" => {
+                let d = data.get_or_insert_with(String::new);
+                d.push_str(value);
+                d.push('\n');
+            }
+            _ => others.push(line.to_owned()),
+        }
+    }
+    (events, others)
+}
