@@ -161,21 +161,31 @@ fn sse_lines(data: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Reads the store once every `interval` and publishes each read, until `stop`.
+/// Reads the store once every `interval`, and after each pass of this process's controller
+/// (no sooner than `interval / 4` after the read before, so passes woken back to back cost the
+/// store no more than four reads an interval), and publishes each read, until `stop`.
 pub struct Feed {
     conn: Conn,
     keys: Keys,
     interval: Duration,
     actions: bool,
+    health: Arc<Health>,
 }
 
 impl Feed {
-    pub fn new(conn: Conn, keys: Keys, interval: Duration, actions: bool) -> Self {
+    pub fn new(
+        conn: Conn,
+        keys: Keys,
+        interval: Duration,
+        actions: bool,
+        health: Arc<Health>,
+    ) -> Self {
         Feed {
             conn,
             keys,
             interval,
             actions,
+            health,
         }
     }
 
@@ -203,7 +213,9 @@ impl Feed {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
+                () = self.health.pass_done() => {}
             }
+            let started = tokio::time::Instant::now();
             let published = match Frame::read(self.conn.clone(), &self.keys).await {
                 Ok(frame) => {
                     failing = false;
@@ -226,6 +238,11 @@ impl Feed {
             };
             // Nobody may be watching: a send with no page open is not a failure.
             let _ = tx.send_replace(Arc::new(published));
+            tick.reset();
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(started + self.interval / 4) => {}
+            }
         }
     }
 }

@@ -15,6 +15,9 @@ pub struct Health {
     follower: AtomicBool,
     /// Why the last configuration reload was refused, while the running one is kept.
     refused_reload: Mutex<Option<String>>,
+    /// Told at the end of each pass this process makes (one permit held at most): the live page
+    /// reads then, so it shows a change as soon as the pass made it.
+    pass_done: tokio::sync::Notify,
 }
 
 impl Default for Health {
@@ -24,6 +27,7 @@ impl Default for Health {
             blind: AtomicBool::new(false),
             follower: AtomicBool::new(false),
             refused_reload: Mutex::new(None),
+            pass_done: tokio::sync::Notify::new(),
         }
     }
 }
@@ -32,6 +36,13 @@ impl Health {
     pub fn passed(&self, blind: bool) {
         *self.last_pass.lock().expect("health lock") = Some(Instant::now());
         self.blind.store(blind, Ordering::Relaxed);
+        self.pass_done.notify_one();
+    }
+
+    /// Returns at the end of the next pass of this process, or at once when one ended since the
+    /// last call.
+    pub async fn pass_done(&self) {
+        self.pass_done.notified().await;
     }
 
     /// Records a refused configuration reload (`Some(why)`), or one applied since (`None`).

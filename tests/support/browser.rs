@@ -202,17 +202,39 @@ impl Browser {
     }
 
     /// Emulates `prefers-color-scheme: dark` (or light), as a user's system setting would, with
-    /// the DevTools command `Emulation.setEmulatedMedia` through chromedriver's
-    /// `goog/cdp/execute`. It holds for the session, across navigations.
+    /// the DevTools command `Emulation.setEmulatedMedia`. It holds for the session, across
+    /// navigations.
     pub async fn set_dark(&self, dark: bool) {
         let scheme = if dark { "dark" } else { "light" };
+        self.devtools(
+            "Emulation.setEmulatedMedia",
+            json!({ "features": [{ "name": "prefers-color-scheme", "value": scheme }] }),
+        )
+        .await;
+    }
+
+    /// Emulates a phone's screen (390 × 844 CSS pixels at twice the density, a touch device),
+    /// or gives the window back its own size, with `Emulation.setDeviceMetricsOverride`. It
+    /// holds for the session, across navigations.
+    pub async fn set_phone(&self, phone: bool) {
+        if phone {
+            self.devtools(
+                "Emulation.setDeviceMetricsOverride",
+                json!({ "width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true }),
+            )
+            .await;
+        } else {
+            self.devtools("Emulation.clearDeviceMetricsOverride", json!({}))
+                .await;
+        }
+    }
+
+    /// One DevTools command, through chromedriver's `goog/cdp/execute`.
+    async fn devtools(&self, cmd: &str, params: Value) {
         let session = bounded("the session's id", self.client().session_id())
             .await
             .expect("an open session has an id");
-        let body = json!({
-            "cmd": "Emulation.setEmulatedMedia",
-            "params": { "features": [{ "name": "prefers-color-scheme", "value": scheme }] },
-        });
+        let body = json!({ "cmd": cmd, "params": params });
         // fantoccini does not name chromedriver's extension commands, and its hook for them
         // (`WebDriverCompatibleCommand`) takes a `url::Url`, a crate fleet does not depend on:
         // one plain request to chromedriver is less.
@@ -220,7 +242,7 @@ impl Browser {
         let reply = driver_request(self.port, "POST", &path, Some(&body)).await;
         assert!(
             reply.as_ref().is_some_and(|r| r["value"].is_object()),
-            "browser: Emulation.setEmulatedMedia {scheme}: {reply:?}"
+            "browser: {cmd} {body}: {reply:?}"
         );
     }
 

@@ -168,7 +168,13 @@ impl Http {
                 )
             });
             let conn = ctx.endpoint.open_lasting().await?;
-            let feed = Feed::new(conn, ctx.keys.clone(), self.interval, actions.is_some());
+            let feed = Feed::new(
+                conn,
+                ctx.keys.clone(),
+                self.interval,
+                actions.is_some(),
+                health.clone(),
+            );
             let (tx, rx) = feed.channel();
             tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
             let page = router(
