@@ -9,6 +9,12 @@
 //! histogram), their ratios, and what the pages received.
 //!
 //! Run: `cargo bench --bench page` (add `-- --quick` for 5 s windows instead of 20 s).
+//!
+//! `cargo bench --bench page -- --slots 100000` measures the page at fleet scale instead (issue
+//! 30): `fleet serve` over that many slots (groups of 1 000), its first screen's time to answer
+//! and size (the median and worst of 21 reads, against the 100 ms target), a filtered view's, the
+//! bytes a stream is sent when one slot is claimed (against the 16 kB target), for a view that
+//! shows the slot and for the default view, and `fleet serve`'s RSS, against 2 kB a slot.
 
 mod support;
 
@@ -156,7 +162,7 @@ fn open_page(addr: String, frames: Arc<AtomicU64>, bytes: Arc<AtomicU64>) {
             bytes.fetch_add(n as u64, Ordering::Relaxed);
             let events = buf[..n]
                 .windows(12)
-                .filter(|w| w == b"event: frame")
+                .filter(|w| w == b"event: frame" || w == b"event: delta")
                 .count();
             frames.fetch_add(events as u64, Ordering::Relaxed);
         }
@@ -165,7 +171,11 @@ fn open_page(addr: String, frames: Arc<AtomicU64>, bytes: Arc<AtomicU64>) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let quick = support::Args::new().quick();
+    let args = support::Args::new();
+    if let Some(slots) = args.value::<usize>("--slots") {
+        return scale(slots).await;
+    }
+    let quick = args.quick();
     let length = Duration::from_secs(if quick { 5 } else { 20 });
     let server = RedisServer::with(Options {
         tcp: true,
@@ -260,12 +270,12 @@ fn metrics_addr(serve: &mut std::process::Child) -> anyhow::Result<String> {
     anyhow::bail!("fleet serve ended before its start line")
 }
 
-/// Waits (bounded) until the page shows every slot ready.
+/// Waits (bounded) until the page's summary counts every slot ready.
 fn wait_ready(addr: &str) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         let page = get(addr, "/");
-        if page.matches("class=\"badge phase-ready\"").count() >= 2 * SLOTS {
+        if page.contains(&format!("phase-ready\">ready</span> {SLOTS}</a>")) {
             return Ok(());
         }
         anyhow::ensure!(
@@ -274,4 +284,222 @@ fn wait_ready(addr: &str) -> anyhow::Result<()> {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The slots of one group in the scale mode.
+const PER_GROUP: usize = 1_000;
+
+/// `groups` groups of `PER_GROUP` slots, named `b{group}-{slot:04}`, whose operations do nothing.
+fn scale_yaml(groups: usize) -> String {
+    let mut fixture = Fixture::new();
+    for g in 0..groups {
+        fixture = fixture
+            .group(
+                Group::new(&format!("pool-{g}"))
+                    .min(0)
+                    .max(PER_GROUP as u32)
+                    .ungated()
+                    .startup(Op::command(["true"]))
+                    .shutdown(Op::command(["true"])),
+            )
+            .slots(
+                &format!("pool-{g}"),
+                (0..PER_GROUP).map(|i| format!("b{g}-{i:04}")),
+            );
+    }
+    fixture.yaml()
+}
+
+/// A page's stream of `path`, read until an event holds `until` (within `bound`): each event's
+/// name and size in bytes as sent, the first frame included.
+fn stream_sizes(addr: &str, path: &str, until: &str, bound: Duration) -> Vec<(String, usize)> {
+    let mut s = TcpStream::connect(addr).expect("a page connects");
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let start = Instant::now();
+    let mut raw = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => panic!("the stream ended"),
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+        let text = String::from_utf8_lossy(&raw);
+        if let Some((_, body)) = text.split_once("\r\n\r\n")
+            && body.contains(until)
+        {
+            return body
+                .split_inclusive("\n\n")
+                .filter(|e| e.ends_with("\n\n"))
+                .map(|e| {
+                    let name = e.lines().next().unwrap_or("").trim_start_matches("event: ");
+                    (name.to_owned(), e.len())
+                })
+                .collect();
+        }
+        assert!(start.elapsed() < bound, "the stream never showed {until}");
+    }
+}
+
+/// The median and worst time to answer `path`, over 21 reads; and the answer's size.
+fn answer_times(addr: &str, path: &str) -> (f64, f64, usize) {
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..21 {
+        let t = Instant::now();
+        size = get(addr, path).len();
+        times.push(ms(t.elapsed()));
+    }
+    let times = support::sorted(times);
+    (support::quantile(&times, 0.5), times[times.len() - 1], size)
+}
+
+/// `fleet serve`'s resident and peak memory, in MB.
+fn serve_memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+// Long: one fleet, measured step by step, each figure printed beside its target.
+async fn scale(slots: usize) -> anyhow::Result<()> {
+    let groups = slots.div_ceil(PER_GROUP).max(1);
+    let slots = groups * PER_GROUP;
+    let server = RedisServer::with(Options {
+        tcp: true,
+        ..Options::default()
+    })?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("fleet.yaml");
+    std::fs::write(&config, scale_yaml(groups))?;
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args([
+            "--redis",
+            &server.url(),
+            "--timeout",
+            "60s",
+            "serve",
+            "--config",
+        ])
+        .arg(&config)
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--blind-grace", "0s"])
+        .env("FLEET_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let addr = metrics_addr(&mut serve)?;
+    println!("page benchmark at scale: {slots} slots in {groups} groups of {PER_GROUP}");
+    let start = Instant::now();
+    let every_off = format!("phase-off\">off</span> {slots}</a>");
+    while !get(&addr, "/").contains(&every_off) {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "the page never counted every slot off"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!(
+        "the page counted every slot off {:.1} s after the start",
+        start.elapsed().as_secs_f64()
+    );
+    // Each page of the default view is a view of its own, rendered for its first reader: 21 of
+    // them are 21 renders of the first screen's work (the whole fleet filtered and counted).
+    let mut cold = Vec::new();
+    for page in 1..=21 {
+        let t = Instant::now();
+        get(&addr, &format!("/?page={}", page + 1));
+        cold.push(ms(t.elapsed()));
+    }
+    let cold = support::sorted(cold);
+    let (median, worst, size) = answer_times(&addr, "/");
+    println!(
+        "first screen, rendered for its reader (GET /?page=N, 21 views): median {:.2} ms, worst \
+         {:.2} ms ({:.2}x the 100 ms target)",
+        support::quantile(&cold, 0.5),
+        cold[cold.len() - 1],
+        cold[cold.len() - 1] / 100.0
+    );
+    println!(
+        "first screen, as the pages of one read share it (GET /): median {median:.2} ms, worst \
+         {worst:.2} ms over 21 reads; {:.1} kB",
+        size as f64 / 1e3
+    );
+    let g = groups / 2;
+    let filtered = format!("/?group=pool-{g}&prefix=b{g}-00");
+    let (median, worst, size) = answer_times(&addr, &filtered);
+    println!(
+        "a filtered view (GET {filtered}): median {median:.2} ms, worst {worst:.2} ms; {:.1} kB",
+        size as f64 / 1e3
+    );
+    // One slot claimed, seen by two pages: one whose view shows it, and the first screen.
+    let slot = format!("b{g}-0005");
+    let row = format!(
+        "<tr data-slot=\"{slot}\"><th scope=\"row\">{slot}</th><td>pool-{g}</td><td class=\"phase\"><span class=\"badge phase-booting\">"
+    );
+    let (a, b, r) = (
+        addr.clone(),
+        filtered.replacen('/', "/events", 1),
+        row.clone(),
+    );
+    let showing = std::thread::spawn(move || stream_sizes(&a, &b, &r, Duration::from_secs(120)));
+    let a = addr.clone();
+    let summary = std::thread::spawn(move || {
+        stream_sizes(
+            &a,
+            "/events",
+            "phase-booting\">booting</span> 1</a>",
+            Duration::from_secs(120),
+        )
+    });
+    // Both streams have their first frame before the claim.
+    std::thread::sleep(Duration::from_secs(3));
+    let claimed = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &server.url(), "claim", &slot])
+        .output()?;
+    anyhow::ensure!(claimed.status.success(), "fleet claim {slot}: {claimed:?}");
+    for (who, events) in [
+        (
+            "a view that shows the slot",
+            showing.join().expect("the stream"),
+        ),
+        ("the first screen", summary.join().expect("the stream")),
+    ] {
+        let first = events.first().map_or(0, |e| e.1);
+        let changes: Vec<usize> = events
+            .iter()
+            .skip(1)
+            .filter(|(n, _)| n != "tick")
+            .map(|e| e.1)
+            .collect();
+        let largest = changes.iter().copied().max().unwrap_or(0);
+        println!(
+            "one slot claimed, {who}: first frame {:.1} kB, then {} change events of {changes:?} \
+             bytes; the largest {:.2}x the 16 kB target",
+            first as f64 / 1e3,
+            changes.len(),
+            largest as f64 / 16384.0
+        );
+    }
+    let (rss, peak) = serve_memory(serve.id());
+    println!(
+        "fleet serve: RSS {rss:.1} MB ({:.2} kB a slot, {:.2}x the 2 kB target), peak {peak:.1} MB",
+        rss * 1024.0 / slots as f64,
+        rss * 1024.0 / slots as f64 / 2.0
+    );
+    serve.kill()?;
+    Ok(())
 }
