@@ -381,7 +381,11 @@ async fn scale(slots: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("fleet.yaml");
     std::fs::write(&config, scale_yaml(groups))?;
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+    // FLEET_BENCH_SERVE: another program to run as `fleet` (a wrapper that runs it under a heap
+    // profiler, to see where the memory goes), as in the controller benchmark.
+    let program =
+        std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
+    let mut serve = std::process::Command::new(program)
         .args([
             "--redis",
             &server.url(),
