@@ -27,7 +27,11 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p fleet -p fleet-agent --no-default-features --all-targets -- -D warnings
 
-# Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md).
+# Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md),
+# then fleet at 100 000 slots (issue 30): the controller's passes over a minute and its memory
+# beside the build of ANCHOR (scripts/bench-anchor.sh), the page at that size, and the beat under
+# load beside its quiet self.
+ANCHOR ?= 0e2d719
 bench: deps
 	cargo bench --bench presence
 	cargo bench --bench controller
@@ -35,6 +39,8 @@ bench: deps
 	cargo bench --bench provider
 	cargo bench --bench wake
 	cargo bench --bench page
+	FLEET_BENCH_ANCHOR=$$(scripts/bench-anchor.sh $(ANCHOR)) cargo bench --bench controller -- --slots 100000 --minute
+	cargo bench --bench page -- --slots 100000
 	cargo bench --bench load
 
 # Installable artifacts of fleet and fleet-agent with their unit files (scripts/dist.sh): dist/.

@@ -180,11 +180,28 @@ async fn main() -> anyhow::Result<()> {
         minute_of_passes(&mut ctl, &times).await?;
     }
     drop(ctl);
-    let (rss, peak) = serve_memory(port, slots, 5).await?;
+    let program =
+        std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
+    let (rss, peak) = serve_memory(&program, port, slots, 5).await?;
+    let per_slot = rss * 1024.0 * 1024.0 / slots as f64;
     println!(
-        "          fleet serve's memory after 5 passes: RSS {rss:.1} MB ({:.0} bytes a slot), peak {peak:.1} MB",
-        rss * 1024.0 * 1024.0 / slots as f64,
+        "          fleet serve's memory after 5 passes: RSS {rss:.1} MB ({per_slot:.0} bytes a \
+         slot, {:.2}x the 2 kB target), peak {peak:.1} MB ({:.2}x the RSS; target at most 1.3x)",
+        per_slot / 2048.0,
+        peak / rss
     );
+    // FLEET_BENCH_ANCHOR: an earlier build of `fleet` (scripts/bench-anchor.sh builds one), whose
+    // memory over the same store is measured in the same run, as the anchor of the figure above.
+    if let Some(anchor) = std::env::var_os("FLEET_BENCH_ANCHOR") {
+        let (was, was_peak) = serve_memory(&anchor, port, slots, 5).await?;
+        println!(
+            "          the anchor ({}): RSS {was:.1} MB ({:.0} bytes a slot), peak {was_peak:.1} MB; \
+             this build's RSS {:.2}x the anchor's",
+            std::path::Path::new(&anchor).display(),
+            was * 1024.0 * 1024.0 / slots as f64,
+            rss / was
+        );
+    }
 
     // 2. First UP beat to the ready move, with the controller's own loop running.
     let _ = redis::cmd("FLUSHALL")
@@ -294,15 +311,18 @@ async fn passes_of(metrics: std::net::SocketAddr) -> u64 {
 /// `fleet serve` over the store as section 1 left it, in a process of its own: its RSS once it
 /// has made `passes` passes (what an operator's `ps` shows of the controller at rest: its
 /// configuration, its memory of every slot, the large groups' held claims), and its peak.
-async fn serve_memory(port: u16, slots: usize, passes: u64) -> anyhow::Result<(f64, f64)> {
+/// `program` is `fleet` itself, or (FLEET_BENCH_SERVE) another build or a wrapper that runs it
+/// under a heap profiler, to see where the memory goes.
+async fn serve_memory(
+    program: &std::ffi::OsStr,
+    port: u16,
+    slots: usize,
+    passes: u64,
+) -> anyhow::Result<(f64, f64)> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("fleet.yaml");
     std::fs::write(&file, yaml(slots, "true"))?;
     let (metrics, grpc) = (free_address()?, free_address()?);
-    // FLEET_BENCH_SERVE: another program to run as `fleet serve` (another build, or a wrapper
-    // that runs it under a heap profiler), to see where the memory goes.
-    let program =
-        std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
     let mut child = tokio::process::Command::new(program)
         .args(["serve", "--config"])
         .arg(&file)

@@ -15,7 +15,15 @@
 //! and size (the median and worst of 21 reads, against the 100 ms target), a filtered view's, the
 //! bytes a stream is sent when one slot is claimed (against the 16 kB target), for a view that
 //! shows the slot and for the default view, and `fleet serve`'s RSS, against 2 kB a slot.
+//!
+//! `cargo bench --bench page -- --browser 10000` opens the page in Chromium (as the browser test
+//! does, through `tests/support/browser.rs`) over a release `fleet serve` of that many slots:
+//! the time from sending a filter to the table showing it (five filters), and from a claimed
+//! slot's machine beating to the page showing it ready, against the 1 s target.
 
+#[path = "../tests/support/browser.rs"]
+#[allow(dead_code)]
+mod browser;
 mod support;
 
 use std::io::{Read, Write};
@@ -174,6 +182,9 @@ async fn main() -> anyhow::Result<()> {
     let args = support::Args::new();
     if let Some(slots) = args.value::<usize>("--slots") {
         return scale(slots).await;
+    }
+    if let Some(slots) = args.value::<usize>("--browser") {
+        return in_browser(slots).await;
     }
     let quick = args.quick();
     let length = Duration::from_secs(if quick { 5 } else { 20 });
@@ -505,5 +516,111 @@ async fn scale(slots: usize) -> anyhow::Result<()> {
         rss * 1024.0 / slots as f64 / 2.0
     );
     serve.kill()?;
+    Ok(())
+}
+
+// Long: one fleet in one browser, each step timed as the browser test times it.
+async fn in_browser(slots: usize) -> anyhow::Result<()> {
+    let server = RedisServer::with(Options {
+        tcp: true,
+        ..Options::default()
+    })?;
+    let dir = tempfile::tempdir()?;
+    let gates = dir.path().display().to_string();
+    let beat = format!(
+        "while [ ! -e {gates}/$FLEET_SLOT.gate ]; do sleep 0.02; done; exec {} --redis {} beat \
+         \"$FLEET_SLOT\" --ttl 1h",
+        env!("CARGO_BIN_EXE_fleet"),
+        server.url()
+    );
+    let yaml = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .min(0)
+                .max(slots as u32)
+                .ungated()
+                .startup(Op::sh(&beat))
+                .shutdown(Op::command(["true"]))
+                .timing("job_monitor_poll_interval", "100ms"),
+        )
+        .slots("pool-a", (0..slots).map(|i| format!("bench-{i:05}")))
+        .yaml();
+    let config = dir.path().join("fleet.yaml");
+    std::fs::write(&config, yaml)?;
+    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &server.url(), "serve", "--config"])
+        .arg(&config)
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--blind-grace", "0s"])
+        .env("FLEET_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let addr = metrics_addr(&mut serve)?;
+    let page = browser::Browser::start().await;
+    page.goto(&format!("http://{addr}/")).await;
+    let every_off = "#s-summary .counts a[href=\"?phase=off#s-slots\"]";
+    let all = format!(" {slots}");
+    page.wait_for(every_off, |t| t.ends_with(&all), Duration::from_secs(120))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    println!("page benchmark in Chromium: {slots} slots, 1 s passes, a release fleet serve");
+    let mut filters = Vec::new();
+    for n in 0..5 {
+        let prefix = format!("bench-0{n}99");
+        let sent = Instant::now();
+        page.execute(
+            "document.getElementById('f-prefix').value = arguments[0]; \
+             document.getElementById('filter').requestSubmit();",
+            vec![serde_json::json!(prefix)],
+        )
+        .await;
+        page.wait_for(
+            "#slots caption",
+            |t| t.starts_with("Slots 1–10 of 10 matching"),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        filters.push(ms(sent.elapsed()));
+        page.wait_for("#live", |t| t.starts_with("Live"), Duration::from_secs(30))
+            .await
+            .map_err(anyhow::Error::msg)?;
+    }
+    let filters = support::sorted(filters);
+    println!(
+        "a filter sent -> the table showing it: median {:.0} ms, worst {:.0} ms over 5 \
+         ({:.2}x the 1 s target)",
+        support::quantile(&filters, 0.5),
+        filters[filters.len() - 1],
+        filters[filters.len() - 1] / 1000.0
+    );
+    // The view now shows bench-04990..bench-04999: one of them claimed, its machine let up.
+    let slot = "bench-04995";
+    let phase = format!("#slots tr[data-slot=\"{slot}\"] td.phase");
+    let claimed = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &server.url(), "claim", slot])
+        .output()?;
+    anyhow::ensure!(claimed.status.success(), "fleet claim {slot}: {claimed:?}");
+    page.wait_for(&phase, |t| t.trim() == "booting", Duration::from_secs(30))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let up = Instant::now();
+    std::fs::write(dir.path().join(format!("{slot}.gate")), "")?;
+    page.wait_for(&phase, |t| t.trim() == "ready", Duration::from_secs(30))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let took = ms(up.elapsed());
+    println!(
+        "a claimed slot's machine beating -> the page showing it ready: {took:.0} ms ({:.2}x the \
+         1 s target)",
+        took / 1000.0
+    );
+    serve.kill()?;
+    page.close().await;
     Ok(())
 }

@@ -14,23 +14,8 @@ use chrono::{DateTime, Utc};
 use crate::domain::state::State;
 
 use super::frame::{BENCHES, ClaimView, Failure, Frame, Line, PHASES, POWERS, phase_word};
+pub use super::view::esc;
 use super::view::{Main, PAGE, Part, Query, Rows, bench_word, pager};
-
-/// Escapes text for an element's content or a quoted attribute.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// What the page's shell needs beside the fragment.
 pub struct Shell<'a> {

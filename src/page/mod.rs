@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::store::conn::Conn;
 use crate::store::keys::Keys;
@@ -219,6 +219,11 @@ impl Feed {
             let published = match Frame::read(self.conn.clone(), &self.keys).await {
                 Ok(frame) => {
                     failing = false;
+                    debug!(
+                        slots = frame.slots.len(),
+                        ms = started.elapsed().as_millis(),
+                        "the live page read the store"
+                    );
                     let at = frame
                         .now
                         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);

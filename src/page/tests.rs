@@ -354,7 +354,10 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
     tokio::task::yield_now().await;
     assert_eq!(streams.get(), 2, "a stalled stream holds its place");
     // Large frames, which the stalled page cannot take: its socket fills, then its queue, and
-    // it is disconnected; the page that reads them keeps up and stays.
+    // it is disconnected; the page that reads them keeps up and stays. The next frame is
+    // published once the reading page has read the one before, so a busy host's scheduler can
+    // never make the reading page look slow (a CI run beside a build disconnected it).
+    let (read_tx, mut read_rx) = watch::channel(0usize);
     let reader = tokio::spawn(async move {
         let mut buf = vec![0u8; 1 << 16];
         let mut got = 0usize;
@@ -365,6 +368,7 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
                 break;
             }
             got += n;
+            read_tx.send_replace(got);
         }
         got
     });
@@ -372,9 +376,15 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
     let mut seq = 1;
     tokio::time::timeout(Duration::from_secs(20), async {
         while streams.get() == 2 {
+            let before = *read_rx.borrow_and_update();
             tx.send_replace(published(&format!("{seq}{big}"), "t"));
             seq += 1;
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // The reading page takes the frame (its row alone is 256 kB), then the next comes.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                read_rx.wait_for(|got| *got >= before + big.len()),
+            )
+            .await;
         }
     })
     .await

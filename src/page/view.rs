@@ -18,7 +18,22 @@ use crate::domain::name::GroupName;
 use crate::domain::state::State;
 
 use super::frame::{BENCHES, Frame, Line, PHASES, POWERS};
-use super::html::esc;
+
+/// Escapes text for an element's content or a quoted attribute.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// How many slots a page of the table holds.
 pub const PAGE: usize = 50;
