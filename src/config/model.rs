@@ -186,7 +186,7 @@ pub struct Slot {
     pub kubernetes_node: Option<String>,
     /// fleet's own power driver for the machine (SPEC §4.10): its group's `driver` with the
     /// slot's fields over it. With one, it runs both operations instead of the group's.
-    pub driver: Option<Driver>,
+    pub driver: Option<Box<Driver>>,
     /// What the machine draws and costs (SPEC §4.12): its group's `template.power` with the
     /// slot's `power` fields over it; `None` when neither gives one.
     pub power: Option<PowerDraw>,

@@ -289,7 +289,7 @@ fn chains(config: &Config) -> BTreeMap<String, Vec<Target>> {
         chains.entry(bmc).or_default().push(Target {
             group: slot.group.clone(),
             slot: slot.name.clone(),
-            driver: driver.clone(),
+            driver: Driver::clone(driver),
         });
     }
     chains

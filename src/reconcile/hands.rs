@@ -257,7 +257,7 @@ where
             started_at,
             job,
             fence: self.leading.token.clone(),
-            driver: slot.driver.clone(),
+            driver: slot.driver.as_deref().cloned(),
             secret_env: self.flight.secret_env(&self.config.borrow()),
         };
         self.flight.running.insert(slot.name.clone(), kind);

@@ -1481,7 +1481,7 @@ fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
         Driver, DriverKind, IpmiDriver, OffBy, RedfishDriver, SecretSource, WolDriver,
     };
     let config = ok(DRIVERS);
-    let driver = |slot: &str| config.slots[&bench(slot)].driver.clone();
+    let driver = |slot: &str| config.slots[&bench(slot)].driver.as_deref().cloned();
     assert_eq!(
         driver("n1"),
         Some(Driver {

@@ -250,7 +250,7 @@ fn slot(
         group: group_name?,
         provider_id: provider_id?,
         kubernetes_node: raw.kubernetes_node.clone(),
-        driver: driver?,
+        driver: driver?.map(Box::new),
         power,
     })
 }
