@@ -152,7 +152,12 @@ fn redfish_config(group: &str, slot: &str) -> String {
 
 fn redfish_of(text: &str) -> Result<RedfishDriver, Vec<String>> {
     match parse(text, Path::new("fleet.yaml")) {
-        Ok(config) => match config.slots.values().next().and_then(|s| s.driver.as_deref().cloned()) {
+        Ok(config) => match config
+            .slots
+            .values()
+            .next()
+            .and_then(|s| s.driver.as_deref().cloned())
+        {
             Some(Driver {
                 kind: DriverKind::Redfish(r),
                 ..

@@ -6,6 +6,43 @@
 // own below the records: it knows no key and no record (SPEC §1).
 pub use fleet_redis::{cluster, conn, connect, counting, sentinel, url};
 
+/// The most keys (or records) one command of fleet's names, however large a group (SPEC §5.7):
+/// a pipeline sends as many commands as it needs, in the same round trip, so a read or write of
+/// 100 000 slots never holds Redis for one long command while beats wait behind it.
+pub const KEYS_PER_COMMAND: usize = 250;
+
+/// Adds to `pipe` the `MGET`s of `keys`, `KEYS_PER_COMMAND` at most each; none for no key.
+pub(crate) fn mget_chunked(pipe: &mut redis::Pipeline, keys: &[String]) {
+    for chunk in keys.chunks(KEYS_PER_COMMAND) {
+        pipe.cmd("MGET").arg(chunk);
+    }
+}
+
+/// The values of `n` keys read by `mget_chunked`, taken from `replies` in order.
+pub(crate) fn mget_joined(
+    replies: &mut impl Iterator<Item = redis::Value>,
+    n: usize,
+) -> Result<Vec<Option<String>>, redis::RedisError> {
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n.div_ceil(KEYS_PER_COMMAND) {
+        let reply = replies.next().ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a reply is missing from the pipeline",
+            ))
+        })?;
+        let chunk: Vec<Option<String>> = redis::from_redis_value(reply)?;
+        values.extend(chunk);
+    }
+    if values.len() != n {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "an MGET answered another number of values than it asked for",
+        )));
+    }
+    Ok(values)
+}
+
 pub mod acl;
 pub mod bmc;
 pub mod catalog;

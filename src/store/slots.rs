@@ -1,7 +1,7 @@
 //! The slots' records in the claim store (SPEC §4.3, §4.7): each slot's status as the controller
 //! last published it and its last-claim digest, read for a pass, for the views, or to seed a new
 //! claim's attempt; the statuses written back, and a digest swapped. Every call is one round
-//! trip.
+//! trip, of commands of `KEYS_PER_COMMAND` keys at most each.
 //!
 //! The claims themselves are in `claims`: a claim's terminal write leaves its slot's digest, in
 //! the same script.
@@ -13,7 +13,8 @@ use crate::domain::claim::LastClaim;
 use crate::domain::name::{BenchName, GroupName};
 
 use super::claims::{ClaimStore, ClaimStoreError, GroupView, Seed, SlotStatus, json};
-use super::script::{Script, eval, script};
+use super::script::{Script, eval, pipelined, script};
+use super::{KEYS_PER_COMMAND, mget_chunked, mget_joined};
 
 const WRITE_SLOTS: Script = script!("slots_write.lua");
 const SWAP_DIGEST: Script = script!("digest_swap.lua");
@@ -74,14 +75,17 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         }
         let g = self.shell.keys().group(group);
         let mut conn = self.shell.conn();
-        let raws: Vec<Option<String>> = redis::cmd("MGET")
-            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>())
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-                group: group.clone(),
-                source,
-            })?;
+        let failed = |source| ClaimStoreError::ReadSlots {
+            group: group.clone(),
+            source,
+        };
+        let mut pipe = redis::pipe();
+        mget_chunked(
+            &mut pipe,
+            &slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>(),
+        );
+        let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
+        let raws = mget_joined(&mut replies.into_iter(), slots.len()).map_err(failed)?;
         Ok(raws
             .into_iter()
             .map(|raw| {
@@ -106,18 +110,23 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         }
         let g = self.shell.keys().group(group);
         let mut pipe = redis::pipe();
-        pipe.cmd("MGET")
-            .arg(slots.iter().map(|s| g.slot(s)).collect::<Vec<_>>());
-        pipe.cmd("MGET")
-            .arg(slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>());
+        mget_chunked(
+            &mut pipe,
+            &slots.iter().map(|s| g.slot(s)).collect::<Vec<_>>(),
+        );
+        mget_chunked(
+            &mut pipe,
+            &slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>(),
+        );
         let mut conn = self.shell.conn();
-        let (statuses, digests): (Vec<Option<String>>, Vec<Option<String>>) = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| ClaimStoreError::ReadSlots {
-                group: group.clone(),
-                source,
-            })?;
+        let failed = |source| ClaimStoreError::ReadSlots {
+            group: group.clone(),
+            source,
+        };
+        let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
+        let mut replies = replies.into_iter();
+        let statuses = mget_joined(&mut replies, slots.len()).map_err(failed)?;
+        let digests = mget_joined(&mut replies, slots.len()).map_err(failed)?;
         Ok(statuses
             .into_iter()
             .zip(digests)
@@ -144,37 +153,33 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let mut replies = replies.into_iter();
         groups
             .iter()
-            .map(|(group, slots)| view(group, slots.is_empty(), &mut replies))
+            .map(|(group, slots)| view(group, slots.len(), &mut replies))
             .collect()
     }
 
-    /// Three commands a group: its scale record, its slots' statuses, their digests; one part a
-    /// group (its keys share its hash tag: one Cluster slot).
+    /// A group's scale record, its slots' statuses, their digests (the `MGET`s of
+    /// `KEYS_PER_COMMAND` keys at most); one part a group (its keys share its hash tag: one
+    /// Cluster slot).
     fn views_parts(&self, groups: &[(GroupName, Vec<BenchName>)]) -> Vec<redis::Pipeline> {
         let mut parts = Vec::with_capacity(groups.len());
         for (group, slots) in groups {
             let mut pipe = redis::pipe();
             let g = self.shell.keys().group(group);
             pipe.cmd("GET").arg(g.last_scale());
-            // MGET needs a key: an empty group asks for its scale record twice instead.
             let statuses: Vec<String> = slots.iter().map(|s| g.slot(s)).collect();
+            mget_chunked(&mut pipe, &statuses);
             let digests: Vec<String> = slots.iter().map(|s| g.last_claim(s)).collect();
-            pipe.cmd("MGET").arg(if slots.is_empty() {
-                vec![g.last_scale()]
-            } else {
-                statuses
-            });
-            pipe.cmd("MGET").arg(if slots.is_empty() {
-                vec![g.last_scale()]
-            } else {
-                digests
-            });
+            mget_chunked(&mut pipe, &digests);
             parts.push(pipe);
         }
         parts
     }
 
-    /// Writes slot statuses, in one round trip, fenced like every controller write.
+    /// Writes slot statuses, in one round trip, fenced like every controller write: one script
+    /// of `KEYS_PER_COMMAND` statuses at most, each checking the fence, so the first pass over
+    /// 100 000 slots holds Redis for 400 short scripts, not one long one. A status is the
+    /// leader's word on its own slot, so a writer fenced between two scripts leaves the first
+    /// written (the next leader writes every status again) and is refused as a whole.
     pub async fn write_slots(
         &self,
         group: &GroupName,
@@ -184,22 +189,34 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             return Ok(());
         }
         let g = self.shell.keys().group(group);
-        let mut keys = vec![g.fence()];
-        keys.extend(statuses.iter().map(|(slot, _)| g.slot(slot)));
-        let mut cmd = eval(WRITE_SLOTS, &keys);
-        cmd.arg(self.token());
-        for (_, status) in statuses {
-            cmd.arg(json("a slot status", status)?);
-        }
+        let values = statuses
+            .iter()
+            .map(|(_, status)| json("a slot status", status))
+            .collect::<Result<Vec<_>, _>>()?;
+        let chunks: Vec<_> = statuses.chunks(KEYS_PER_COMMAND).collect();
         let mut conn = self.shell.conn();
-        let written: i64 =
-            cmd.query_async(&mut conn)
-                .await
-                .map_err(|source| ClaimStoreError::WriteSlots {
-                    group: group.clone(),
-                    source,
-                })?;
-        if written == 1 {
+        let failed = |source| ClaimStoreError::WriteSlots {
+            group: group.clone(),
+            source,
+        };
+        let answers = pipelined(&mut conn, chunks.len(), |i, start| {
+            let chunk = chunks[i];
+            let mut keys = vec![g.fence()];
+            keys.extend(chunk.iter().map(|(slot, _)| g.slot(slot)));
+            let mut cmd = start(WRITE_SLOTS, &keys);
+            cmd.arg(self.token());
+            let first = i * KEYS_PER_COMMAND;
+            cmd.arg(&values[first..first + chunk.len()]);
+            cmd
+        })
+        .await
+        .map_err(failed)?;
+        let written = answers
+            .into_iter()
+            .map(redis::from_redis_value::<i64>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| failed(e.into()))?;
+        if written.iter().all(|w| *w == 1) {
             Ok(())
         } else {
             Err(ClaimStoreError::Fenced {
@@ -209,10 +226,10 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     }
 }
 
-/// One group's view from its three replies (see `views_pipeline`).
+/// One group's view of `n` slots from its replies (see `views_parts`).
 fn view(
     group: &GroupName,
-    empty: bool,
+    n: usize,
     replies: &mut impl Iterator<Item = redis::Value>,
 ) -> Result<GroupView, ClaimStoreError> {
     let mut next = || -> Result<redis::Value, ClaimStoreError> {
@@ -224,28 +241,24 @@ fn view(
             )),
         })
     };
-    let parse = |v: redis::Value| -> Result<Vec<Option<String>>, ClaimStoreError> {
-        redis::from_redis_value(v).map_err(|source| ClaimStoreError::ReadSlots {
-            group: group.clone(),
-            source: source.into(),
-        })
-    };
     let scale: Option<String> =
         redis::from_redis_value(next()?).map_err(|source| ClaimStoreError::ReadSlots {
             group: group.clone(),
             source: source.into(),
         })?;
-    let statuses = parse(next()?)?;
-    let digests = parse(next()?)?;
-    let slots = if empty {
-        Vec::new()
-    } else {
-        statuses
-            .into_iter()
-            .zip(digests)
-            .map(|(s, d)| decoded(s, d))
-            .collect()
+    let joined = |replies: &mut _| {
+        mget_joined(replies, n).map_err(|source| ClaimStoreError::ReadSlots {
+            group: group.clone(),
+            source,
+        })
     };
+    let statuses = joined(replies)?;
+    let digests = joined(replies)?;
+    let slots = statuses
+        .into_iter()
+        .zip(digests)
+        .map(|(s, d)| decoded(s, d))
+        .collect();
     Ok(GroupView {
         slots,
         last_scale: scale.and_then(|r| serde_json::from_str(&r).ok()),

@@ -268,6 +268,78 @@ async fn each_group_is_read_in_one_round_trip_and_slot_statuses_round_trip() {
     assert_eq!(slots, vec![(Some(status), None), (None, None)]);
 }
 
+// SPEC §5.7: a group's slot records are read and written in commands of `KEYS_PER_COMMAND`
+// keys at most, all in one round trip, and come back whole and in order across the chunks.
+#[tokio::test]
+async fn a_large_groups_slot_records_go_in_short_commands_in_one_round_trip() {
+    use fleet::store::KEYS_PER_COMMAND;
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    // Two whole chunks and part of a third.
+    let n = 2 * KEYS_PER_COMMAND + 17;
+    let slots: Vec<BenchName> = (0..n).map(|i| name(&format!("bench-{i:04}"))).collect();
+    let statuses: Vec<(BenchName, SlotStatus)> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            let status = SlotStatus {
+                power: Some(if i % 2 == 0 { Power::On } else { Power::Off }),
+                usable: i % 3 == 0,
+                ..SlotStatus::default()
+            };
+            (slot.clone(), status)
+        })
+        .collect();
+    let (evals, evalshas) = (
+        command_calls(&server, "eval").await,
+        command_calls(&server, "evalsha").await,
+    );
+    let before = counting.trips();
+    s.write_slots(&group(), &statuses).await.unwrap();
+    assert_eq!(counting.trips() - before, 1, "one round trip");
+    assert_eq!(
+        command_calls(&server, "eval").await + command_calls(&server, "evalsha").await
+            - evals
+            - evalshas,
+        3,
+        "three scripts of at most {KEYS_PER_COMMAND} statuses"
+    );
+    let mgets = command_calls(&server, "mget").await;
+    let before = counting.trips();
+    let read = s.read_slots(&group(), &slots).await.unwrap();
+    assert_eq!(counting.trips() - before, 1, "one round trip");
+    assert_eq!(
+        command_calls(&server, "mget").await - mgets,
+        6,
+        "3 of statuses, 3 of digests"
+    );
+    let expected: Vec<_> = statuses
+        .iter()
+        .map(|(_, st)| (Some(st.clone()), None))
+        .collect();
+    assert_eq!(read, expected);
+    let views = s
+        .read_views(&[
+            (group(), slots.clone()),
+            (GroupName::parse("pool-b").unwrap(), vec![]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(views[0].slots, expected);
+    assert!(views[1].slots.is_empty());
+    let seeds = s.seeds(&group(), &slots).await.unwrap();
+    assert_eq!(seeds.len(), n);
+    assert!(seeds.iter().all(|seed| seed.last.is_none()));
+    // A fence raised past the writer refuses every chunk's write, and the call says so.
+    assert!(s.raise_fence(&group(), "100").await.unwrap());
+    let stale = s.fenced("99");
+    assert!(matches!(
+        stale.write_slots(&group(), &statuses).await,
+        Err(fleet::store::claims::ClaimStoreError::Fenced { .. })
+    ));
+}
+
 // SPEC §4.3: with `appendonly yes`, claims, slot statuses, digests and timelines survive a
 // restart of Redis.
 #[tokio::test]
