@@ -22,6 +22,7 @@ use crate::domain::name::{BenchName, GroupName};
 use super::fenced::Fenced;
 use super::keys::Keys;
 use super::script::{Script, eval, script};
+use super::{mget_chunked, mget_joined};
 
 const WRITE: Script = script!("bmc_write.lua");
 
@@ -205,8 +206,8 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
     }
 
     /// Reads the readings of every slot asked, for each group in order: one round trip (a
-    /// pipeline of one `MGET` a group) whatever the number of groups. A key of another type
-    /// reads as none (`MGET` returns nothing for it).
+    /// pipeline of a group's `MGET`s, of `KEYS_PER_COMMAND` keys at most) whatever the number of
+    /// groups. A key of another type reads as none (`MGET` returns nothing for it).
     pub async fn read_all(
         &self,
         groups: &[(GroupName, Vec<BenchName>)],
@@ -215,39 +216,42 @@ impl<C: ConnectionLike + Clone + Send> BmcStore<C> {
         let Some((first, _)) = asked.first() else {
             return Ok(groups.iter().map(|_| Vec::new()).collect());
         };
-        // One MGET a group: a group's keys share its hash tag (one Cluster slot).
+        // A part a group: a group's keys share its hash tag (one Cluster slot).
         let parts: Vec<redis::Pipeline> = asked
             .iter()
             .map(|(group, slots)| {
                 let g = self.shell.keys.group(group);
                 let mut part = redis::pipe();
-                part.cmd("MGET")
-                    .arg(slots.iter().map(|s| g.bmc(s)).collect::<Vec<_>>());
+                mget_chunked(
+                    &mut part,
+                    &slots.iter().map(|s| g.bmc(s)).collect::<Vec<_>>(),
+                );
                 part
             })
             .collect();
-        let replies: Vec<Vec<Option<String>>> = query_by_tag(&self.shell.conn, &parts, Order::Any)
+        let failed = |source| BmcError::Read {
+            group: first.clone(),
+            source,
+        };
+        let replies: Vec<redis::Value> = query_by_tag(&self.shell.conn, &parts, Order::Any)
             .await
-            .map_err(|source| BmcError::Read {
-                group: first.clone(),
-                source,
-            })?;
+            .map_err(failed)?;
         let mut replies = replies.into_iter();
-        Ok(groups
+        groups
             .iter()
             .map(|(group, slots)| {
                 if slots.is_empty() {
-                    return Vec::new();
+                    return Ok(Vec::new());
                 }
                 let g = self.shell.keys.group(group);
-                let raws = replies.next().unwrap_or_default();
-                slots
+                let raws = mget_joined(&mut replies, slots.len()).map_err(failed)?;
+                Ok(slots
                     .iter()
-                    .zip(raws.into_iter().chain(std::iter::repeat(None)))
+                    .zip(raws)
                     .map(|(slot, raw)| raw.map(|raw| decode(&g.bmc(slot), &raw)))
-                    .collect()
+                    .collect())
             })
-            .collect())
+            .collect()
     }
 }
 
