@@ -494,11 +494,7 @@ async fn group_beside_presence(c: &RedisCluster) -> String {
 // The controller is blind meanwhile and then goes on: a claim made once the cluster takes writes
 // again reaches ready, no claim's startup ran twice (counted from the startup command's own log),
 // and nothing was powered off.
-// Out of CI until its flake is understood: about one run in twelve, the leader acts on nothing
-// for 20 s after it takes the lease again on the promoted node (SPEC §2.7). Run it with
-// `cargo test --test process cluster:: -- --ignored`.
 #[tokio::test]
-#[ignore = "flaky about one run in twelve after the failover, cause open (SPEC §2.7)"]
 async fn serve_keeps_its_promises_across_the_failover_of_the_presence_and_group_node() {
     let c = bounded("the cluster to start", RedisCluster::with_replicas())
         .await
@@ -556,13 +552,22 @@ async fn serve_keeps_its_promises_across_the_failover_of_the_presence_and_group_
     let killed = std::time::Instant::now();
 
     // A claim is refused until the replica is promoted (the group's node is the one killed),
-    // then accepted; a refusal that was a lost reply would say the slot is taken.
+    // then accepted; a reply lost after the claim was made shows as the refusal that the slot
+    // has a live claim. Only those two end the wait. A refusal while the cluster is down names
+    // the slot too (`creating claim bench-02-…: ClusterDown`), and this test once took it for the
+    // claim and waited 20 s for a claim that was never made: the flake of about one run in
+    // twelve on a busy host, where the failover takes longer.
     until(
         "a claim to be accepted after the failover",
         Duration::from_secs(30),
         async || {
             let o = fleet(&url, &["--timeout", "1s", "claim", "bench-02"]);
-            o.status.success() || String::from_utf8_lossy(&o.stderr).contains("bench-02")
+            let said = String::from_utf8_lossy(&o.stderr).into_owned();
+            if !o.status.success() {
+                let last = said.trim().lines().last().unwrap_or("");
+                eprintln!("a claim during the failover: {last}");
+            }
+            o.status.success() || said.contains("already has a live claim")
         },
     )
     .await;
