@@ -192,9 +192,14 @@ fn summary(frame: &Frame, q: &Query) -> String {
     let c = &frame.counts;
     let mut out = format!(
         "<h2 id=\"s-summary-h\">Slots</h2><p class=\"total\"><strong>{}</strong> slots in {} \
-         groups; {} in flight, {} whose last claim failed.</p><dl class=\"counts\">",
+         {}; {} in flight, {} whose last claim failed.</p><dl class=\"counts\">",
         c.slots,
         frame.groups.len(),
+        if frame.groups.len() == 1 {
+            "group"
+        } else {
+            "groups"
+        },
         frame.in_flight_total,
         c.failed
     );
