@@ -195,19 +195,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("fleet.yaml");
     std::fs::write(&config, yaml())?;
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .args(["--redis", &server.url(), "serve", "--config"])
-        .arg(&config)
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--grpc-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--blind-grace", "0s"])
-        .env("FLEET_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
+    let mut serve = start_serve(env!("CARGO_BIN_EXE_fleet").as_ref(), &server, &config, &[])?;
     let addr = metrics_addr(&mut serve)?;
     let conn = server.endpoint().connect().await?;
     let presence = Presence::new(conn.clone(), Keys::default());
@@ -260,6 +248,31 @@ fn frames_now(frames: &AtomicU64) -> u64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// `program` (fleet, or a wrapper) as `fleet serve` over `config` with its global `flags`:
+/// listeners on free ports, no blind grace, its log piped for `metrics_addr`.
+fn start_serve(
+    program: &std::ffi::OsStr,
+    server: &RedisServer,
+    config: &std::path::Path,
+    flags: &[&str],
+) -> anyhow::Result<std::process::Child> {
+    Ok(std::process::Command::new(program)
+        .args(["--redis", &server.url()])
+        .args(flags)
+        .args(["serve", "--config"])
+        .arg(config)
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--blind-grace", "0s"])
+        .env("FLEET_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()?)
 }
 
 /// The metrics address from `fleet serve`'s start line; its log is drained after.
@@ -396,26 +409,8 @@ async fn scale(slots: usize) -> anyhow::Result<()> {
     // profiler, to see where the memory goes), as in the controller benchmark.
     let program =
         std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
-    let mut serve = std::process::Command::new(program)
-        .args([
-            "--redis",
-            &server.url(),
-            "--timeout",
-            "60s",
-            "serve",
-            "--config",
-        ])
-        .arg(&config)
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--grpc-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--blind-grace", "0s"])
-        .env("FLEET_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
+    // The first pass over 100 000 slots writes every status: a longer bound than a call's 2 s.
+    let mut serve = start_serve(&program, &server, &config, &["--timeout", "60s"])?;
     let addr = metrics_addr(&mut serve)?;
     println!("page benchmark at scale: {slots} slots in {groups} groups of {PER_GROUP}");
     let start = Instant::now();
@@ -547,19 +542,7 @@ async fn in_browser(slots: usize) -> anyhow::Result<()> {
         .yaml();
     let config = dir.path().join("fleet.yaml");
     std::fs::write(&config, yaml)?;
-    let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .args(["--redis", &server.url(), "serve", "--config"])
-        .arg(&config)
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--grpc-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--blind-grace", "0s"])
-        .env("FLEET_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
+    let mut serve = start_serve(env!("CARGO_BIN_EXE_fleet").as_ref(), &server, &config, &[])?;
     let addr = metrics_addr(&mut serve)?;
     let page = browser::Browser::start().await;
     page.goto(&format!("http://{addr}/")).await;

@@ -84,15 +84,7 @@ async fn views_filter_and_page_on_the_server_and_a_stream_sends_only_its_rows_th
         b.iter().map(String::as_str).collect(),
     );
     let config = serve_config_of(dir.path(), &server.url(), &[("pool-a", &a), ("pool-b", &b)]);
-    let args = [
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--interval",
-        "100ms",
-        "--blind-grace",
-        "0s",
-    ];
-    let mut serve = Serve::start("serve", &server, &config, &args);
+    let mut serve = Serve::start("serve", &server, &config, &support::QUICK_SERVE);
     let addr = metrics_addr(&serve.log(&["fleet serve started"]).await);
     serve.log(&["became the leader"]).await;
     until("every slot read", Duration::from_secs(10), async || {
