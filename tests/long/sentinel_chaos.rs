@@ -253,6 +253,50 @@ impl Run {
         )
     }
 
+    /// The claims of this run's cycles and the benches' states, a line each: CI shows only the
+    /// head and tail of a failure's output, so the journal after this must stay in reach.
+    async fn now_said(&self) -> String {
+        let mut out = String::new();
+        match self.claims().await {
+            Some(claims) => {
+                for c in &claims {
+                    let op = c.operation.as_ref().map(|o| {
+                        format!(
+                            "{:?} started {} outcome {:?} finished {:?}",
+                            o.kind,
+                            o.started_at.format("%T%.3f"),
+                            o.outcome,
+                            o.finished_at.map(|t| t.format("%T%.3f").to_string())
+                        )
+                    });
+                    let _ = writeln!(
+                        out,
+                        "  {} {} {:?} marked {:?} requested {} attempt {} shutdowns {} op {op:?}",
+                        c.name,
+                        c.phase,
+                        c.reason,
+                        c.marked_for_deletion,
+                        c.requested_at.format("%T%.3f"),
+                        c.attempt,
+                        c.shutdown_attempts
+                    );
+                }
+            }
+            None => out.push_str("  the claims: the read failed\n"),
+        }
+        match self.presence.read(&[]).await {
+            Ok(snap) => {
+                for b in &snap.benches {
+                    let _ = writeln!(out, "  {}: {:?}", b.name, b.verdict(snap.now));
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  the benches: {e}");
+            }
+        }
+        out
+    }
+
     /// Kills the primary, waits for the promotion, and brings the old primary back as the new
     /// one's replica.
     async fn fail_over(&mut self, kill: Kill) {
@@ -448,9 +492,9 @@ impl Run {
                 }
             }
             if Instant::now() > deadline {
-                let claims = self.claims().await;
+                let now = self.now_said().await;
                 self.fail(format!(
-                    "cycle {n}: not every slot ready within {STAGE:?}; the claims now: {claims:#?}"
+                    "cycle {n}: not every slot ready within {STAGE:?}; now:\n{now}"
                 ));
             }
             tokio::time::sleep(POLL).await;
@@ -493,9 +537,9 @@ impl Run {
                 }
             }
             if Instant::now() > deadline {
-                let claims = self.claims().await;
+                let now = self.now_said().await;
                 self.fail(format!(
-                    "cycle {n}: not every claim completed and machine off within {STAGE:?}; the claims now: {claims:#?}"
+                    "cycle {n}: not every claim completed and machine off within {STAGE:?}; now:\n{now}"
                 ));
             }
             tokio::time::sleep(POLL).await;
