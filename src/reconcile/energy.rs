@@ -94,7 +94,13 @@ where
             match answer {
                 Ok(Accounted::Written) => {
                     count(&self.metrics, group, x, &advance);
-                    ledgers.insert(x.slot.clone(), ledger);
+                    // The copy keeps only the buckets a step can still change (issue 30); one
+                    // whose mark a clock moved back onto let-go days is read again instead.
+                    let mut ledger = ledger;
+                    ledger.shed();
+                    if ledger.holds_the_open_days() {
+                        ledgers.insert(x.slot.clone(), ledger);
+                    }
                 }
                 Ok(Accounted::Moved) => {
                     debug!(%group, slot = %x.slot, "energy ledger: another writer moved the mark; reading it again");
@@ -136,7 +142,9 @@ where
                         for why in &stored.skipped {
                             warn!(%group, %slot, problem = why, "energy ledger: a field is unreadable and is left out");
                         }
-                        ledgers.insert(slot.clone(), stored.ledger);
+                        let mut ledger = stored.ledger;
+                        ledger.shed();
+                        ledgers.insert(slot.clone(), ledger);
                     }
                 }
                 Err(e) => {

@@ -179,10 +179,64 @@ impl Mark {
 }
 
 /// A slot's ledger: its daily buckets and its mark.
+///
+/// The buckets are a vector sorted by day, not a map: a ledger of one day is one 32-byte entry,
+/// where a `BTreeMap` allocated a node of eleven (about 360 bytes), a third of a 100 000-slot
+/// controller's energy memory (issue 30). A leader's copy may [`shed`](Ledger::shed) the buckets no
+/// step can change again, keeping only their days, so a year of history costs it a few bytes a
+/// slot rather than 401 buckets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ledger {
-    days: BTreeMap<Day, Bucket>,
+    /// The buckets held, oldest first, each day once; after a shed, only days from the mark's on.
+    days: Vec<(Day, Bucket)>,
+    /// The days before `days` whose buckets this copy let go, as runs `(first day, length)`,
+    /// oldest first: only their count and order matter, for trimming (`observe`).
+    shed: Vec<(Day, u32)>,
     mark: Option<Mark>,
+}
+
+/// A ledger's buckets, oldest first: read like the map of day to bucket they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Days<'a>(&'a [(Day, Bucket)]);
+
+impl<'a> Days<'a> {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn get(&self, day: &Day) -> Option<&'a Bucket> {
+        let i = self.0.binary_search_by_key(day, |(d, _)| *d).ok()?;
+        Some(&self.0[i].1)
+    }
+
+    pub fn contains_key(&self, day: &Day) -> bool {
+        self.get(day).is_some()
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&'a Day, &'a Bucket)> + use<'a> {
+        self.0.iter().map(|(d, b)| (d, b))
+    }
+
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &'a Day> + use<'a> {
+        self.0.iter().map(|(d, _)| d)
+    }
+
+    /// The same days as a map, for a caller that keeps or compares them.
+    pub fn to_map(&self) -> BTreeMap<Day, Bucket> {
+        self.0.iter().copied().collect()
+    }
+}
+
+impl std::ops::Index<&Day> for Days<'_> {
+    type Output = Bucket;
+
+    fn index(&self, day: &Day) -> &Bucket {
+        self.get(day).expect("no bucket for that day")
+    }
 }
 
 /// What one observation changed: the increments by day, and the days that fell out of the
@@ -209,14 +263,71 @@ impl Ledger {
         self.mark
     }
 
-    pub fn days(&self) -> &BTreeMap<Day, Bucket> {
-        &self.days
+    /// The buckets held (after a [`shed`](Ledger::shed), the days from the mark's on).
+    pub fn days(&self) -> Days<'_> {
+        Days(&self.days)
     }
 
     /// Builds a ledger from stored parts. Days outside the representable range are skipped by
     /// the caller's parse; here they are taken as given.
     pub fn from_parts(days: BTreeMap<Day, Bucket>, mark: Option<Mark>) -> Ledger {
-        Ledger { days, mark }
+        Ledger {
+            days: days.into_iter().collect(),
+            shed: Vec::new(),
+            mark,
+        }
+    }
+
+    /// How many days the ledger keeps, held or shed: what the trimming counts.
+    pub fn kept_days(&self) -> usize {
+        self.days.len() + self.shed.iter().map(|(_, n)| *n as usize).sum::<usize>()
+    }
+
+    /// Lets go of the buckets of the days before the mark's, which no step changes again (a
+    /// step credits from its mark on, SPEC §4.12), keeping their days, so the copy steps and
+    /// trims exactly as the whole ledger would and `Advance`s are the same. For the leader's
+    /// copies (`reconcile::energy`), which write the buckets a step changed and nothing else; a
+    /// shed ledger's `totals` count only the buckets it holds.
+    pub fn shed(&mut self) {
+        let Some(mark) = self.mark else {
+            return;
+        };
+        let first_open = day_of(mark.at);
+        let closed = self.days.partition_point(|(d, _)| *d < first_open);
+        for (day, _) in self.days.drain(..closed) {
+            match self.shed.last_mut() {
+                Some((start, n)) if *start + i64::from(*n) == day => *n += 1,
+                _ => self.shed.push((day, 1)),
+            }
+        }
+        self.days.shrink_to_fit();
+        self.shed.shrink_to_fit();
+    }
+
+    /// Whether this copy holds every bucket a step could change: no shed day is on or after the
+    /// mark's day. Only a clock that stepped back past [`MAX_STEP_MS`] moves a mark back onto
+    /// shed days; a copy for which this is false is read again before its next step.
+    pub fn holds_the_open_days(&self) -> bool {
+        let Some(mark) = self.mark else {
+            return true;
+        };
+        self.shed
+            .last()
+            .is_none_or(|(start, n)| start + i64::from(*n) <= day_of(mark.at))
+    }
+
+    /// Drops the oldest day kept, held or shed; returns it.
+    fn drop_oldest(&mut self) -> Option<Day> {
+        if let Some((start, n)) = self.shed.first_mut() {
+            let day = *start;
+            *start += 1;
+            *n -= 1;
+            if *n == 0 {
+                self.shed.remove(0);
+            }
+            return Some(day);
+        }
+        (!self.days.is_empty()).then(|| self.days.remove(0).0)
     }
 
     /// Advances the ledger to `now` with the power observed now (None: unknown).
@@ -263,13 +374,14 @@ impl Ledger {
                 .activations += 1;
         }
         for (day, inc) in &advance.increments {
-            self.days.entry(*day).or_default().add(*inc);
+            // Every increment is on the mark's day or later, so never on a shed day.
+            match self.days.binary_search_by_key(day, |(d, _)| *d) {
+                Ok(i) => self.days[i].1.add(*inc),
+                Err(i) => self.days.insert(i, (*day, *inc)),
+            }
         }
-        let excess = self.days.len().saturating_sub(KEPT_DAYS);
-        advance.trimmed = self.days.keys().take(excess).copied().collect();
-        for day in &advance.trimmed {
-            self.days.remove(day);
-        }
+        let excess = self.kept_days().saturating_sub(KEPT_DAYS);
+        advance.trimmed = (0..excess).filter_map(|_| self.drop_oldest()).collect();
         self.mark = Some(Mark {
             power,
             known: power.or(mark.known),
@@ -278,10 +390,11 @@ impl Ledger {
         advance
     }
 
-    /// The sum of the buckets from `since` (a day) on.
+    /// The sum of the buckets held from `since` (a day) on.
     pub fn totals(&self, since: Day) -> Bucket {
         let mut sum = Bucket::default();
-        for bucket in self.days.range(since..).map(|(_, b)| b) {
+        let from = self.days.partition_point(|(d, _)| *d < since);
+        for (_, bucket) in &self.days[from..] {
             sum.add(*bucket);
         }
         sum
@@ -504,6 +617,32 @@ mod tests {
         );
     }
 
+    /// A leader's copy of a ledger of a year and more holds one bucket and one run of days:
+    /// what 401 buckets cost it before (issue 30).
+    #[test]
+    fn a_shed_copy_of_a_full_ledger_holds_one_bucket_and_one_run() {
+        let first = at(12, 0, 0);
+        let mut whole = daily(first, KEPT_DAYS as i64 + 30);
+        assert_eq!(whole.days().len(), KEPT_DAYS);
+        let mut copy = whole.clone();
+        copy.shed();
+        assert_eq!((copy.days().len(), copy.shed.len()), (1, 1));
+        assert_eq!(copy.kept_days(), KEPT_DAYS);
+        assert!(copy.holds_the_open_days());
+        // The next day trims the same oldest day from both.
+        let next = first + chrono::Duration::days(KEPT_DAYS as i64 + 30);
+        assert_eq!(
+            copy.observe(Some(Power::On), next),
+            whole.observe(Some(Power::On), next)
+        );
+        copy.shed();
+        assert_eq!((copy.days().len(), copy.kept_days()), (1, KEPT_DAYS));
+        // A clock stepped back past the bound puts the mark on shed days: the copy says so.
+        let back = next - chrono::Duration::days(30);
+        copy.observe(Some(Power::On), back);
+        assert!(!copy.holds_the_open_days());
+    }
+
     // Issue 27: one forward step of Redis's clock could delete up to 400 days of buckets (the
     // days were trimmed by the clock's day). Over steps just past the bound, a month, a year and
     // a century, forward and back, on a ledger of 400 days: the step accrues nothing and drops
@@ -513,7 +652,7 @@ mod tests {
     fn a_clock_step_of_any_size_deletes_no_history_and_accrues_nothing() {
         let first = at(12, 0, 0);
         let history = daily(first, RETENTION_DAYS);
-        let held = history.days().clone();
+        let held = history.days().to_map();
         let mark = history.mark().expect("a mark");
         let ms = chrono::Duration::milliseconds;
         for (row, step) in [
@@ -529,7 +668,7 @@ mod tests {
                 let now = mark.at + step;
                 let adv = l.observe(power, now);
                 assert_eq!(adv, Advance::default(), "{row}, {power:?}");
-                assert_eq!(l.days(), &held, "{row}, {power:?}: every day kept");
+                assert_eq!(l.days().to_map(), held, "{row}, {power:?}: every day kept");
                 let m = l.mark().expect("a mark");
                 assert_eq!((m.at, m.power), (now, power), "{row}, {power:?}");
                 assert_eq!(m.known, power.or(mark.known), "{row}, {power:?}");
@@ -775,12 +914,12 @@ mod tests {
         ) {
             let mut l = ledger.clone();
             let mark = l.mark().expect("a mark");
-            let before = l.days().clone();
+            let before = l.days().to_map();
             let adv = l.observe(power, mark.at + chrono::Duration::milliseconds(step));
             let added = l.days().keys().filter(|d| !before.contains_key(d)).count()
                 + adv.trimmed.iter().filter(|d| !before.contains_key(d)).count();
             if step.unsigned_abs() > MAX_STEP_MS.unsigned_abs() {
-                prop_assert_eq!(l.days(), &before);
+                prop_assert_eq!(l.days().to_map(), before.clone());
                 prop_assert_eq!(&adv, &Advance::default());
             } else {
                 let credited = adv.total().on_ms + adv.total().off_ms;
@@ -816,6 +955,47 @@ mod tests {
             let split = run_split(&events, &cuts);
             prop_assert_eq!(split.days(), whole.days());
             prop_assert!(whole.days().len() <= KEPT_DAYS);
+        }
+
+        /// A leader's copy shed after every step (issue 30) steps exactly as the whole ledger:
+        /// the same `Advance`s, the same kept days, and the same buckets from the mark's day on,
+        /// over histories long enough to be trimmed, with clock steps of any size either way. A
+        /// copy that no longer holds its open days (a clock stepped back onto shed days) is read
+        /// again, as the controller does: here, from the whole ledger.
+        #[test]
+        fn a_shed_copy_steps_as_the_whole_ledger(
+            steps in proptest::collection::vec(
+                (power(), prop_oneof![
+                    8 => 1i64..=MAX_STEP_MS,
+                    1 => -3_155_760_000_000i64..3_155_760_000_000,
+                ]),
+                60..160,
+            ),
+        ) {
+            let mut t = at(0, 0, 0).timestamp_millis();
+            let mut whole = Ledger::default();
+            let mut copy = Ledger::default();
+            let mut reread_times = 0;
+            for (p, dt) in &steps {
+                t = t.saturating_add(*dt).clamp(0, 4_000_000_000_000);
+                let now = DateTime::from_timestamp_millis(t).unwrap();
+                let want = whole.observe(*p, now);
+                let got = copy.observe(*p, now);
+                prop_assert_eq!(&got, &want);
+                copy.shed();
+                if !copy.holds_the_open_days() {
+                    copy = whole.clone();
+                    copy.shed();
+                    reread_times += 1;
+                }
+                prop_assert_eq!(copy.kept_days(), whole.kept_days());
+                prop_assert_eq!(copy.mark(), whole.mark());
+                let open = day_of(copy.mark().unwrap().at);
+                let held: Vec<_> = copy.days().iter().map(|(d, b)| (*d, *b)).collect();
+                let from_mark: Vec<_> = whole.days().iter().filter(|(d, _)| **d >= open).map(|(d, b)| (*d, *b)).collect();
+                prop_assert_eq!(held, from_mark);
+            }
+            prop_assert!(reread_times <= steps.len());
         }
     }
 
