@@ -11,6 +11,8 @@ pub use fleet_redis::{cluster, conn, connect, counting, sentinel, url};
 /// 100 000 slots never holds Redis for one long command while beats wait behind it.
 pub const KEYS_PER_COMMAND: usize = 250;
 
+pub use script::PIECE_BYTES;
+
 /// Adds to `pipe` the `MGET`s of `keys`, `KEYS_PER_COMMAND` at most each; none for no key.
 pub(crate) fn mget_chunked(pipe: &mut redis::Pipeline, keys: &[String]) {
     for chunk in keys.chunks(KEYS_PER_COMMAND) {

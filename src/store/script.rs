@@ -96,38 +96,42 @@ pub(crate) fn by_hash(script: Script, keys: &[String]) -> redis::Cmd {
 /// How a pipelined call of a script starts: [`eval`] or [`by_hash`].
 pub(crate) type Start = fn(Script, &[String]) -> redis::Cmd;
 
-/// `calls` calls of one script in one pipeline, the answers in their order: the first whole
-/// (`EVAL`), which leaves the script in the server's cache, the rest by hash behind it, since
-/// Redis runs a connection's commands in order. `call(i, start)` builds the `i`-th call from
+/// The most bytes of arguments one piece of a [`pipelined`] call carries. A connection's write
+/// buffer grows to the largest message sent on it and keeps that size (redis-rs's codec appends
+/// each message whole): the first pass over 100 000 slots sent its statuses as one 40 MB message,
+/// and the buffer held 41 MB for the rest of the process's life (issue 30).
+pub const PIECE_BYTES: usize = 1 << 20;
+
+/// How many pieces of one call are in flight at once: enough that Redis always has the next to
+/// run while a reply comes back, few enough that the pieces built and buffered stay small.
+const IN_FLIGHT: usize = 4;
+
+/// `calls` calls of one script, the answers in their order: the first whole (`EVAL`), which
+/// leaves the script in the server's cache, the rest by hash behind it, since Redis runs a
+/// connection's commands in order. `call(i, start)` builds the `i`-th call from
 /// `start(script, keys)`. A call answered NOSCRIPT (the cache flushed between) or refused
 /// `EVALSHA` by the user's ACL ran nothing, and those calls go again whole, in a second round
 /// trip. Any other error answer is the whole call's error, as a pipeline's first error is.
 /// Why: a 100 000-slot pass's energy steps went whole, 2.3 kB of script each; building,
 /// encoding and buffering them took 1.4 GB at the peak (SPEC §5.7).
-pub(crate) async fn pipelined<C: ConnectionLike>(
+///
+/// The calls go in pieces of at most [`PIECE_BYTES`] of arguments (a call larger than that is a
+/// piece of its own), built as they are sent, [`IN_FLIGHT`] at once: a call under a megabyte is
+/// one pipeline, one round trip, and a larger one never holds more than a few megabytes in
+/// commands and buffers (SPEC §5.7).
+pub(crate) async fn pipelined<C: ConnectionLike + Clone + Send>(
     conn: &mut C,
     calls: usize,
     call: impl Fn(usize, Start) -> redis::Cmd,
 ) -> redis::RedisResult<Vec<redis::Value>> {
-    let query = |indices: &mut dyn Iterator<Item = (usize, Start)>| {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for (i, start) in indices {
-            pipe.add_command(call(i, start));
-        }
-        pipe
-    };
-    let mut all = (0..calls).map(|i| (i, if i == 0 { eval } else { by_hash } as Start));
-    let mut answers: Vec<redis::RedisResult<redis::Value>> =
-        query(&mut all).query_async(conn).await?;
+    let start_of = |i: usize| if i == 0 { eval } else { by_hash } as Start;
+    let mut answers = in_pieces(conn, calls, |i| call(i, start_of(i))).await?;
     let again: Vec<usize> = (answers.iter().enumerate())
         .filter(|(_, a)| a.as_ref().is_err_and(ran_nothing))
         .map(|(i, _)| i)
         .collect();
     if !again.is_empty() {
-        let mut whole = again.iter().map(|&i| (i, eval as Start));
-        let retried: Vec<redis::RedisResult<redis::Value>> =
-            query(&mut whole).query_async(conn).await?;
+        let retried = in_pieces(conn, again.len(), |n| call(again[n], eval)).await?;
         for (i, answer) in again.into_iter().zip(retried) {
             if let Some(slot) = answers.get_mut(i) {
                 *slot = answer;
@@ -135,6 +139,50 @@ pub(crate) async fn pipelined<C: ConnectionLike>(
         }
     }
     answers.into_iter().collect()
+}
+
+/// `calls` commands, `command(i)` the `i`-th, sent in pieces of at most [`PIECE_BYTES`] of
+/// arguments, [`IN_FLIGHT`] at once and in order on the connection; every command's own answer,
+/// in order.
+async fn in_pieces<C: ConnectionLike + Clone + Send>(
+    conn: &C,
+    calls: usize,
+    command: impl Fn(usize) -> redis::Cmd,
+) -> redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut next = 0;
+    let pieces = std::iter::from_fn(|| {
+        if next >= calls {
+            return None;
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut bytes = 0;
+        while next < calls && (pipe.is_empty() || bytes < PIECE_BYTES) {
+            let cmd = command(next);
+            bytes += cmd.args_iter().map(|a| arg_len(&a)).sum::<usize>();
+            pipe.add_command(cmd);
+            next += 1;
+        }
+        Some(pipe)
+    });
+    let answers: Vec<Vec<redis::RedisResult<redis::Value>>> = futures::stream::iter(pieces)
+        .map(|pipe| {
+            let mut conn = conn.clone();
+            async move { pipe.query_async(&mut conn).await }
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(answers.into_iter().flatten().collect())
+}
+
+fn arg_len(arg: &redis::Arg<&[u8]>) -> usize {
+    match arg {
+        redis::Arg::Simple(bytes) => bytes.len(),
+        // A cursor or anything a newer redis-rs adds: a few bytes.
+        _ => 20,
+    }
 }
 
 /// Whether an error answer to `EVALSHA` says the call ran nothing: NOSCRIPT, or the user's

@@ -340,6 +340,62 @@ async fn a_large_groups_slot_records_go_in_short_commands_in_one_round_trip() {
     ));
 }
 
+// Issue 30: a write larger than a piece goes as pieces of at most `PIECE_BYTES`, in flight
+// together (a connection's buffer keeps the size of the largest message it sent), and every
+// status lands, in order, the script sent whole once.
+#[tokio::test]
+async fn a_write_larger_than_a_piece_goes_in_pieces_and_every_status_lands() {
+    use fleet::store::{KEYS_PER_COMMAND, PIECE_BYTES};
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let n: usize = 12_000;
+    let slots: Vec<BenchName> = (0..n).map(|i| name(&format!("bench-{i:05}"))).collect();
+    let statuses: Vec<(BenchName, SlotStatus)> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            let status = SlotStatus {
+                power: Some(if i % 2 == 0 { Power::On } else { Power::Off }),
+                usable: i % 3 == 0,
+                ..SlotStatus::default()
+            };
+            (slot.clone(), status)
+        })
+        .collect();
+    let bytes: usize = statuses
+        .iter()
+        .map(|(slot, st)| {
+            serde_json::to_string(st).unwrap().len()
+                + Keys::default().group(&group()).slot(slot).len()
+        })
+        .sum();
+    assert!(
+        bytes > PIECE_BYTES,
+        "{bytes} bytes make more than one piece"
+    );
+    let evals = command_calls(&server, "eval").await;
+    let before = counting.trips();
+    s.write_slots(&group(), &statuses).await.unwrap();
+    let trips = counting.trips() - before;
+    let scripts = n.div_ceil(KEYS_PER_COMMAND) as u64;
+    assert!(
+        (2..scripts).contains(&trips),
+        "{trips} pieces for {bytes} bytes in {scripts} scripts"
+    );
+    assert_eq!(
+        command_calls(&server, "eval").await - evals,
+        1,
+        "the first script whole, every other by hash"
+    );
+    let read = s.read_slots(&group(), &slots).await.unwrap();
+    let expected: Vec<_> = statuses
+        .iter()
+        .map(|(_, st)| (Some(st.clone()), None))
+        .collect();
+    assert_eq!(read, expected);
+}
+
 // SPEC §4.3: with `appendonly yes`, claims, slot statuses, digests and timelines survive a
 // restart of Redis.
 #[tokio::test]
