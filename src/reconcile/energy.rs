@@ -19,7 +19,7 @@ use crate::domain::law::Power;
 use crate::domain::name::{BenchName, GroupName};
 use crate::lifecycle::Runner;
 use crate::store::energy::{Accounted, EnergyError, Step};
-use crate::telemetry::{EnergyLabels, Metrics};
+use crate::telemetry::{EnergyStep, Metrics};
 
 use super::{Controller, Map, Nodes};
 
@@ -163,25 +163,15 @@ fn count(metrics: &Metrics, group: &GroupName, x: &Sighting, advance: &Advance) 
     if total == energy::Bucket::default() {
         return;
     }
-    let m = &metrics.energy;
-    let labels = EnergyLabels {
-        group: group.clone(),
-        slot: x.slot.clone(),
-    };
     // Milliseconds below 2^53 convert to f64 exactly.
-    m.on_seconds
-        .get_or_create(&labels)
-        .inc_by(total.on_ms as f64 / 1000.0);
-    m.off_seconds
-        .get_or_create(&labels)
-        .inc_by(total.off_ms as f64 / 1000.0);
-    m.activations
-        .get_or_create(&labels)
-        .inc_by(total.activations);
-    if let Some(d) = x.draw {
-        let f = Figures::of(total, d);
-        m.kwh.get_or_create(&labels).inc_by(f.kwh);
-        m.kwh_saved.get_or_create(&labels).inc_by(f.kwh_saved);
-        m.cost_saved.get_or_create(&labels).inc_by(f.cost_saved);
-    }
+    let step = EnergyStep {
+        on_seconds: total.on_ms as f64 / 1000.0,
+        off_seconds: total.off_ms as f64 / 1000.0,
+        activations: total.activations,
+        drawn: x.draw.map(|d| {
+            let f = Figures::of(total, d);
+            [f.kwh, f.kwh_saved, f.cost_saved]
+        }),
+    };
+    metrics.energy.count(group, &x.slot, step);
 }

@@ -8,7 +8,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelSetEnco
 
 use crate::domain::claim::{self, OperationKind, OperationOutcome};
 use crate::domain::law::Report;
-use crate::domain::name::{BenchName, GroupName};
+use crate::domain::name::GroupName;
 
 /// How an operation ended, as /metrics has always spelled it (`timedout`).
 fn outcome(o: OperationOutcome) -> &'static str {
@@ -49,7 +49,6 @@ domain_labels! {
     ];
     KindLabel => |l| [("operation", l.operation.as_str())];
     ReasonLabel => |l| [("reason", l.reason.as_str())];
-    EnergyLabels => |l| [("group", l.group.as_str()), ("slot", l.slot.as_str())];
 }
 
 /// A write fleet made to a Kubernetes Node (SPEC §3.12), and what became of it.
@@ -179,11 +178,4 @@ pub struct ResultLabel {
 pub struct CallLabels {
     pub method: Method,
     pub code: Code,
-}
-
-/// `fleet_energy_*` (SPEC §4.12): one slot of its group.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub struct EnergyLabels {
-    pub group: GroupName,
-    pub slot: BenchName,
 }
