@@ -182,21 +182,29 @@ async fn main() -> anyhow::Result<()> {
     drop(ctl);
     let program =
         std::env::var_os("FLEET_BENCH_SERVE").unwrap_or(env!("CARGO_BIN_EXE_fleet").into());
-    let (rss, peak) = serve_memory(&program, port, slots, 5).await?;
+    let Memory {
+        rss,
+        low,
+        high,
+        peak,
+    } = serve_memory(&program, port, slots, 5).await?;
     let per_slot = rss * 1024.0 * 1024.0 / slots as f64;
     println!(
-        "          fleet serve's memory after 5 passes: RSS {rss:.1} MB ({per_slot:.0} bytes a \
-         slot, {:.2}x the 2 kB target), peak {peak:.1} MB ({:.2}x the RSS; target at most 1.3x)",
+        "          fleet serve's memory after 5 passes: RSS {rss:.1} MB, median over the next 5 s \
+         ({low:.1} to {high:.1}; {per_slot:.0} bytes a slot, {:.2}x the 2 kB target), peak \
+         {peak:.1} MB ({:.2}x the RSS; target at most 1.3x)",
         per_slot / 2048.0,
         peak / rss
     );
     // FLEET_BENCH_ANCHOR: an earlier build of `fleet` (scripts/bench-anchor.sh builds one), whose
     // memory over the same store is measured in the same run, as the anchor of the figure above.
     if let Some(anchor) = std::env::var_os("FLEET_BENCH_ANCHOR") {
-        let (was, was_peak) = serve_memory(&anchor, port, slots, 5).await?;
+        let was = serve_memory(&anchor, port, slots, 5).await?;
+        let (was_low, was_high, was_peak) = (was.low, was.high, was.peak);
+        let was = was.rss;
         println!(
-            "          the anchor ({}): RSS {was:.1} MB ({:.0} bytes a slot), peak {was_peak:.1} MB; \
-             this build's RSS {:.2}x the anchor's",
+            "          the anchor ({}): RSS {was:.1} MB ({was_low:.1} to {was_high:.1}; {:.0} bytes \
+             a slot), peak {was_peak:.1} MB; this build's RSS {:.2}x the anchor's",
             std::path::Path::new(&anchor).display(),
             was * 1024.0 * 1024.0 / slots as f64,
             rss / was
@@ -286,6 +294,15 @@ fn status_mb(pid: u32, field: &str) -> f64 {
     kib / 1024.0
 }
 
+/// `fleet serve`'s memory in MB: its RSS's median, lowest and highest over five passes, and
+/// its peak.
+struct Memory {
+    rss: f64,
+    low: f64,
+    high: f64,
+    peak: f64,
+}
+
 /// A loopback address no one listens on now, for a child to bind.
 fn free_address() -> anyhow::Result<std::net::SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
@@ -318,7 +335,7 @@ async fn serve_memory(
     port: u16,
     slots: usize,
     passes: u64,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<Memory> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("fleet.yaml");
     std::fs::write(&file, yaml(slots, "true"))?;
@@ -344,7 +361,21 @@ async fn serve_memory(
         anyhow::ensure!(child.try_wait()?.is_none(), "fleet serve exited");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let memory = (status_mb(pid, "VmRSS"), status_mb(pid, "VmHWM"));
+    // The RSS moves with the pass cycle (a pass's reads and replies come and go), so one sample
+    // says little: the median of samples every 100 ms over the next 5 s (five passes) is the
+    // figure, with the lowest and highest beside it.
+    let mut samples = Vec::new();
+    for _ in 0..50 {
+        samples.push(status_mb(pid, "VmRSS"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    samples.sort_by(f64::total_cmp);
+    let memory = Memory {
+        rss: samples[samples.len() / 2],
+        low: samples[0],
+        high: samples[samples.len() - 1],
+        peak: status_mb(pid, "VmHWM"),
+    };
     child.kill().await?;
     Ok(memory)
 }
