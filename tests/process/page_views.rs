@@ -170,12 +170,20 @@ async fn views_filter_and_page_on_the_server_and_a_stream_sends_only_its_rows_th
         e.iter().any(|(_, d)| has_row(d, "a-015", "ready"))
     });
     let mut sizes = Vec::new();
+    let mut with_row = 0;
     for (name, data) in events.iter().skip(1).filter(|(n, _)| n != "tick") {
         assert_eq!(name, "delta");
-        assert_eq!(rows(data), ["a-015"], "only the changed row: {data}");
+        // A read between the pass's claim write and its status write changes the summary and
+        // the flight list, not the row: a delta of no row. Never another row.
+        let changed = rows(data);
+        assert!(
+            changed.iter().all(|r| r == "a-015"),
+            "only the changed row: {data}"
+        );
+        with_row += usize::from(!changed.is_empty());
         sizes.push(data.len());
     }
-    assert!(!sizes.is_empty(), "the claim came as deltas");
+    assert!(with_row > 0, "the claimed slot's row came as a delta");
     assert!(
         sizes.iter().all(|s| *s <= DELTA_MAX),
         "a delta over {DELTA_MAX} bytes: {sizes:?}"
