@@ -279,18 +279,7 @@ async fn a_large_groups_slot_records_go_in_short_commands_in_one_round_trip() {
     // Two whole chunks and part of a third.
     let n = 2 * KEYS_PER_COMMAND + 17;
     let slots: Vec<BenchName> = (0..n).map(|i| name(&format!("bench-{i:04}"))).collect();
-    let statuses: Vec<(BenchName, SlotStatus)> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, slot)| {
-            let status = SlotStatus {
-                power: Some(if i % 2 == 0 { Power::On } else { Power::Off }),
-                usable: i % 3 == 0,
-                ..SlotStatus::default()
-            };
-            (slot.clone(), status)
-        })
-        .collect();
+    let statuses = statuses_of(&slots);
     let (evals, evalshas) = (
         command_calls(&server, "eval").await,
         command_calls(&server, "evalsha").await,
@@ -340,6 +329,22 @@ async fn a_large_groups_slot_records_go_in_short_commands_in_one_round_trip() {
     ));
 }
 
+/// A status for each slot, on and off in turn, every third usable.
+fn statuses_of(slots: &[BenchName]) -> Vec<(BenchName, SlotStatus)> {
+    slots
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            let status = SlotStatus {
+                power: Some(if i % 2 == 0 { Power::On } else { Power::Off }),
+                usable: i % 3 == 0,
+                ..SlotStatus::default()
+            };
+            (slot.clone(), status)
+        })
+        .collect()
+}
+
 // Issue 30: a write larger than a piece goes as pieces of at most `PIECE_BYTES`, in flight
 // together (a connection's buffer keeps the size of the largest message it sent), and every
 // status lands, in order, the script sent whole once.
@@ -351,18 +356,7 @@ async fn a_write_larger_than_a_piece_goes_in_pieces_and_every_status_lands() {
     let s = ClaimStore::new(counting.clone(), Keys::default());
     let n: usize = 12_000;
     let slots: Vec<BenchName> = (0..n).map(|i| name(&format!("bench-{i:05}"))).collect();
-    let statuses: Vec<(BenchName, SlotStatus)> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, slot)| {
-            let status = SlotStatus {
-                power: Some(if i % 2 == 0 { Power::On } else { Power::Off }),
-                usable: i % 3 == 0,
-                ..SlotStatus::default()
-            };
-            (slot.clone(), status)
-        })
-        .collect();
+    let statuses = statuses_of(&slots);
     let bytes: usize = statuses
         .iter()
         .map(|(slot, st)| {
