@@ -284,9 +284,9 @@ impl<C: ConnectionLike + Clone + Send> EnergyStore<C> {
             .map(|step| step.after.mark())
             .collect::<Option<Vec<Mark>>>()
             .ok_or_else(|| EnergyError::Reply("a step always leaves a mark".to_owned()))?;
-        let mut conn = self.shell.conn.clone();
+        let conn = self.shell.conn.clone();
         let call = |i: usize, start: Start| self.step_command(group, &steps[i], marks[i], start);
-        let answers = pipelined(&mut conn, steps.len(), call).await;
+        let answers = pipelined(&conn, steps.len(), call).await;
         let answers: Vec<(i64, String)> = answers
             .and_then(|values| {
                 let decoded = values.iter().map(redis::from_redis_value_ref);

@@ -118,9 +118,9 @@ const IN_FLIGHT: usize = 4;
 /// The calls go in pieces of at most [`PIECE_BYTES`] of arguments (a call larger than that is a
 /// piece of its own), built as they are sent, [`IN_FLIGHT`] at once: a call under a megabyte is
 /// one pipeline, one round trip, and a larger one never holds more than a few megabytes in
-/// commands and buffers (SPEC §5.7).
+/// commands and buffers (SPEC §1.4).
 pub(crate) async fn pipelined<C: ConnectionLike + Clone + Send>(
-    conn: &mut C,
+    conn: &C,
     calls: usize,
     call: impl Fn(usize, Start) -> redis::Cmd,
 ) -> redis::RedisResult<Vec<redis::Value>> {

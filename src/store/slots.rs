@@ -194,12 +194,12 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .map(|(_, status)| json("a slot status", status))
             .collect::<Result<Vec<_>, _>>()?;
         let chunks: Vec<_> = statuses.chunks(KEYS_PER_COMMAND).collect();
-        let mut conn = self.shell.conn();
+        let conn = self.shell.conn();
         let failed = |source| ClaimStoreError::WriteSlots {
             group: group.clone(),
             source,
         };
-        let answers = pipelined(&mut conn, chunks.len(), |i, start| {
+        let answers = pipelined(&conn, chunks.len(), |i, start| {
             let chunk = chunks[i];
             let mut keys = vec![g.fence()];
             keys.extend(chunk.iter().map(|(slot, _)| g.slot(slot)));
