@@ -177,11 +177,13 @@ pub struct GroupClaims {
 pub(super) struct Held {
     pub(super) changes: String,
     pub(super) names: Vec<String>,
+    /// Each listed claim's value as read, digested (`claims_read::Digests`): what a read served
+    /// from this copy compares a part of the claims with.
+    pub(super) digests: super::claims_read::Digests,
     pub(super) claims: Vec<Claim>,
     pub(super) unreadable: Vec<(String, String)>,
     pub(super) unreadable_slots: Vec<Option<String>>,
-    /// Reads counted as served from this copy: none for a copy that replaces one, part of the
-    /// way for a group's first (`claims_read::stagger`).
+    /// Reads served from this copy: which part of its claims the next one checks.
     pub(super) served: usize,
 }
 

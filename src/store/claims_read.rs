@@ -13,14 +13,19 @@
 //! beats served between them. A count that moved is read again; after three, the script reads.
 //!
 //! A large group's claims as its last batched read found them are held, with the count they were
-//! read at. A listing that finds the same count before and after it (its pipeline reads the
-//! count first and last) is served from that copy: nothing was written since, so the claims are
-//! the ones held, and neither Redis nor the controller handles them again (at rest, a 100 000-slot
-//! pass moved and decoded 50 000 claims of some 530 bytes, 27 MB, for nothing). The count can only come back to a
-//! value already seen after a failover that lost writes if a write gave it again, which
-//! `count_change` rules out (the server's time in µs). What fleet's scripts do not write (a claim
-//! key edited by hand) the count cannot see: every `REUSES`-th read of a group reads its claims
-//! whatever the count says, so such an edit is seen within that many passes.
+//! read at and a digest of each claim's value. A listing that finds the same count before and
+//! after it (its pipeline reads the count first and last) is served from that copy: nothing was
+//! written since, so the claims are the ones held, and neither Redis nor the controller handles them
+//! again (at rest, a 100 000-slot pass moved and decoded 50 000 claims of some 530 bytes, 27 MB, for
+//! nothing). The count can only come back to a value already seen after a failover that lost
+//! writes if a write gave it again, which `count_change` rules out (the server's time in µs). What
+//! fleet's scripts do not write (a claim key edited by hand) the count cannot see: so the listing
+//! also reads a tenth of the held claims (`CHECKS`), a different tenth each read, and a value whose
+//! digest is not the one held reads the group again. Such an edit is seen within ten reads, and no
+//! read is the one that reads a whole group again at rest (that read, every tenth pass, was the
+//! p99 of a pass over 100 000 slots: issue 30).
+
+use std::hash::BuildHasher;
 
 use redis::aio::ConnectionLike;
 
@@ -47,14 +52,15 @@ const TRIES: usize = 3;
 /// every pass.
 const VIEW_TRIES: usize = 10;
 
-/// Reads of a large group served from its held claims before one reads them again.
-const REUSES: usize = 10;
+/// Reads over which every held claim is read again: each read served from a held copy reads and
+/// compares a `1 / CHECKS` part of its claims, the next part at the next read.
+const CHECKS: usize = 10;
 
 /// A large group's read: the claims, or the claims held since an earlier one.
 enum Read {
-    /// A read of the claims; when the batched read made it, the count it was made at and how
-    /// many reads to count its copy as having served already.
-    Claims(Reply, Option<(String, usize)>),
+    /// A read of the claims; when the batched read made it, the count it was made at and the
+    /// digests of the claims' values.
+    Claims(Reply, Option<Fresh>),
     /// The held claims, with the listing's time and operation records.
     Held(Held, (String, String), Vec<(String, String)>),
 }
@@ -69,15 +75,50 @@ type Reply = (
     Vec<(String, String)>,
 );
 
-/// The listing of a batched read: the count of changes, the claim names, the operation
-/// records, the server's time, the count again.
-type Listing = (
-    Option<String>,
-    Vec<String>,
-    Vec<(String, String)>,
-    (String, String),
-    Option<String>,
-);
+/// What a batched read of the claims gives a copy to hold: the count it was made at, and each
+/// listed claim's digest (`Digests`), in the listing's order.
+struct Fresh {
+    changes: String,
+    digests: Digests,
+}
+
+/// The digest of each claim's value, in the listing's order, by a seed of this copy's own: a value
+/// edited by hand reads as the one held only by a 64-bit collision it cannot aim at.
+#[derive(Clone, Debug)]
+pub(super) struct Digests {
+    state: foldhash::quality::RandomState,
+    of: Vec<u64>,
+}
+
+impl Digests {
+    fn new<'a>(values: impl ExactSizeIterator<Item = Option<&'a [u8]>>) -> Self {
+        let state = foldhash::quality::RandomState::default();
+        let of = values.map(|v| state.hash_one(v)).collect();
+        Digests { state, of }
+    }
+
+    /// Whether `values`, read again for the names `at`, are the ones these digests were made of.
+    fn same<'a>(
+        &self,
+        at: std::ops::Range<usize>,
+        values: impl ExactSizeIterator<Item = Option<&'a [u8]>>,
+    ) -> bool {
+        self.of.get(at).is_some_and(|held| {
+            held.len() == values.len()
+                && held
+                    .iter()
+                    .zip(values)
+                    .all(|(d, v)| *d == self.state.hash_one(v))
+        })
+    }
+}
+
+/// The part of a held copy's `len` claims its `served`-th read checks: the `served % CHECKS`-th
+/// of `CHECKS` parts, so `CHECKS` reads in a row check every claim once.
+fn checked(len: usize, served: usize) -> std::ops::Range<usize> {
+    let part = served % CHECKS;
+    len * part / CHECKS..len * (part + 1) / CHECKS
+}
 
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     /// Reads the claims of every group in `groups`, one group at a time. Not all in one
@@ -145,7 +186,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         &self,
         group: &GroupName,
         reply: Reply,
-        changes: Option<(String, usize)>,
+        changes: Option<Fresh>,
     ) -> Result<GroupClaims, ClaimStoreError> {
         let names = match changes {
             Some(_) => reply.1.clone(),
@@ -157,13 +198,14 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             if !large {
                 l.remove(group);
             } else {
-                let held = changes.map(|(changes, served)| Held {
+                let held = changes.map(|Fresh { changes, digests }| Held {
                     changes,
                     names,
+                    digests,
                     claims: claims.claims.clone(),
                     unreadable: claims.unreadable.clone(),
                     unreadable_slots: claims.unreadable_slots.clone(),
-                    served,
+                    served: 0,
                 });
                 l.insert(group.clone(), held);
             }
@@ -196,63 +238,77 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     }
 
     /// The listing, then the claims and the count again; or the listing alone, when it shows
-    /// the count `held` was read at. `None` when the count moved between the two: something was
-    /// written while the group was read.
+    /// the count `held` was read at and the part of `held`'s claims it reads again is as held.
+    /// `None` when the count moved between the two: something was written while the group was
+    /// read.
     async fn read_in_batches(
         &self,
         group: &GroupName,
         held: &mut Option<Held>,
     ) -> redis::RedisResult<Option<Read>> {
-        // A group's first copy starts part of the way through its reuses, by its name: the
-        // groups of a fleet, all read at its first pass, are not all read again at the same one.
-        let served = match held {
-            Some(_) => 0,
-            None => stagger(group),
-        };
         let g = self.shell.keys().group(group);
         let mut conn = self.shell.conn();
-        let (before, names, ops, time, again): Listing = redis::pipe()
-            .get(g.changes())
+        let prefix = g.claim_prefix();
+        let mut key = String::with_capacity(prefix.len() + 64);
+        let mut mgets = |pipe: &mut redis::Pipeline, names: &[String]| {
+            for batch in names.chunks(BATCH) {
+                let mget = pipe.cmd("MGET");
+                for name in batch {
+                    key.clear();
+                    key.push_str(&prefix);
+                    key.push_str(name);
+                    mget.arg(&key);
+                }
+            }
+        };
+        let mut pipe = redis::pipe();
+        pipe.get(g.changes())
             .zrange(g.claims(), 0, -1)
             .hgetall(g.operations())
-            .cmd("TIME")
-            .get(g.changes())
-            .query_async(&mut conn)
-            .await?;
+            .cmd("TIME");
+        // The part of the held claims this read checks, read between the two counts so that an
+        // unmoved count makes it a read of the same moment.
+        let part = held.as_ref().map(|h| checked(h.names.len(), h.served));
+        if let (Some(h), Some(part)) = (held.as_ref(), &part) {
+            mgets(&mut pipe, &h.names[part.clone()]);
+        }
+        pipe.get(g.changes());
+        let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+        let again: Option<String> = take_last(&mut replies)?;
+        let mut listing = replies.drain(..4.min(replies.len()));
+        let mut next = || {
+            listing.next().ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "the claims listing",
+                    "fewer replies than commands".to_owned(),
+                ))
+            })
+        };
+        let before: Option<String> = redis::from_redis_value(next()?)?;
+        let names: Vec<String> = redis::from_redis_value(next()?)?;
+        let ops: Vec<(String, String)> = redis::from_redis_value(next()?)?;
+        let time: (String, String) = redis::from_redis_value(next()?)?;
+        drop(listing);
         if let Some(count) = before.as_ref().filter(|_| again == before)
+            && let Some(part) = part
             && let Some(mut copy) = held
                 .take()
-                .filter(|h| &h.changes == count && h.served + 1 < REUSES && h.names == names)
+                .filter(|h| &h.changes == count && h.names == names)
+            && copy.digests.same(part, bulks(&replies).into_iter())
         {
             copy.served += 1;
             return Ok(Some(Read::Held(copy, time, ops)));
         }
-        let prefix = g.claim_prefix();
         let mut pipe = redis::pipe();
-        let mut key = String::with_capacity(prefix.len() + 64);
-        for batch in names.chunks(BATCH) {
-            let mget = pipe.cmd("MGET");
-            for name in batch {
-                key.clear();
-                key.push_str(&prefix);
-                key.push_str(name);
-                mget.arg(&key);
-            }
-        }
+        mgets(&mut pipe, &names);
         pipe.get(g.changes());
         let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-        let after: Option<String> = match replies.pop() {
-            Some(v) => redis::from_redis_value(v)?,
-            None => None,
-        };
+        let after: Option<String> = take_last(&mut replies)?;
         if after != before {
             return Ok(None);
         }
-        let mut values = Vec::with_capacity(names.len());
-        for batch in replies {
-            let batch: Vec<Option<String>> = redis::from_redis_value(batch)?;
-            values.extend(batch);
-        }
+        let values = values_of(replies)?;
         if values.len() != names.len() {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
@@ -260,23 +316,51 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
                 format!("{} claims listed but {} read", names.len(), values.len()),
             )));
         }
-        Ok(Some(Read::Claims(
-            (time, names, values, ops),
-            before.map(|count| (count, served)),
-        )))
+        let fresh = before.map(|changes| Fresh {
+            changes,
+            digests: Digests::new(values.iter().map(|v| v.as_deref().map(str::as_bytes))),
+        });
+        Ok(Some(Read::Claims((time, names, values, ops), fresh)))
     }
 }
 
-/// Where in its reuses a group's first held copy starts: a number below `REUSES - 1` from its
-/// name (FNV-1a), so the next read is still served from it.
-fn stagger(group: &GroupName) -> usize {
-    let hash = group
-        .as_str()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    (hash % (REUSES as u64 - 1)) as usize
+/// The last reply of a pipeline, taken off it.
+fn take_last<T: redis::FromRedisValue>(replies: &mut Vec<redis::Value>) -> redis::RedisResult<T> {
+    match replies.pop() {
+        Some(v) => Ok(redis::from_redis_value(v)?),
+        None => Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the claims read",
+            "no reply".to_owned(),
+        ))),
+    }
+}
+
+/// The values of a pipeline's `MGET`s as the bytes they arrived in, in order, for a part's check:
+/// no string made of each. A reply that is not an array of values or nils reads as a nil, which
+/// no held value's digest matches unless it was nil too: such a reply reads the group again.
+fn bulks(replies: &[redis::Value]) -> Vec<Option<&[u8]>> {
+    let mut values = Vec::new();
+    for batch in replies {
+        match batch {
+            redis::Value::Array(items) => values.extend(items.iter().map(|v| match v {
+                redis::Value::BulkString(b) => Some(b.as_slice()),
+                _ => None,
+            })),
+            _ => values.push(None),
+        }
+    }
+    values
+}
+
+/// The values of a pipeline's `MGET`s, in order.
+fn values_of(replies: Vec<redis::Value>) -> redis::RedisResult<Vec<Option<String>>> {
+    let mut values = Vec::new();
+    for batch in replies {
+        let batch: Vec<Option<String>> = redis::from_redis_value(batch)?;
+        values.extend(batch);
+    }
+    Ok(values)
 }
 
 /// A group's read turned into its claims; a claim that does not decode is reported with what
@@ -320,21 +404,52 @@ fn decode(group: &GroupName, reply: Reply) -> Result<GroupClaims, ClaimStoreErro
 mod tests {
     use super::*;
 
-    // The first copies of a fleet's groups start spread over the reuses, each early enough that
-    // the next read is served from it.
+    // Ten reads in a row check every claim of a copy once, in parts that differ by at most one.
     #[test]
-    fn first_copies_start_spread_and_short_of_their_last_reuse() {
-        let mut starts = std::collections::BTreeMap::<usize, usize>::new();
-        for g in 0..100 {
-            let group: GroupName = format!("group-{g:03}").parse().unwrap();
-            let start = stagger(&group);
-            assert!(start + 1 < REUSES, "{group}: {start}");
-            *starts.entry(start).or_default() += 1;
+    fn ten_reads_check_every_claim_once() {
+        for len in [0, 1, 9, 10, 11, 599, 600, 50_000] {
+            let mut seen = vec![0; len];
+            let mut sizes = Vec::new();
+            for served in 7..7 + CHECKS {
+                let part = checked(len, served);
+                sizes.push(part.len());
+                for i in part {
+                    seen[i] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{len}: {seen:?}");
+            let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
+            assert!(
+                hi.zip(lo).is_none_or(|(h, l)| h - l <= 1),
+                "{len}: {sizes:?}"
+            );
         }
-        assert_eq!(starts.len(), REUSES - 1, "every start is used: {starts:?}");
+    }
+
+    // A digest says whether a value read again is the one held: an edit, a deletion, or a value
+    // read for another name is not.
+    #[test]
+    fn digests_tell_a_changed_value() {
+        let values = [Some("a"), None, Some("c"), Some("d")];
+        let bytes =
+            |v: &[Option<&'static str>]| v.iter().map(|x| x.map(str::as_bytes)).collect::<Vec<_>>();
+        let d = Digests::new(bytes(&values).into_iter());
+        let read = |v: &[Option<&'static str>]| bytes(v).into_iter();
+        assert!(d.same(0..4, read(&values)));
+        assert!(d.same(1..3, read(&[None, Some("c")])));
         assert!(
-            starts.values().all(|&n| n < 25),
-            "none takes a quarter: {starts:?}"
+            !d.same(1..3, read(&[Some("b"), Some("c")])),
+            "a key that came back"
         );
+        assert!(!d.same(2..4, read(&[Some("c"), None])), "a key deleted");
+        assert!(
+            !d.same(2..4, read(&[Some("c"), Some("e")])),
+            "a value edited"
+        );
+        assert!(
+            !d.same(0..2, read(&[Some("a")])),
+            "fewer values than names"
+        );
+        assert!(!d.same(3..5, read(&[Some("d"), None])), "past the end");
     }
 }

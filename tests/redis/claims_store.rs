@@ -798,10 +798,10 @@ async fn a_large_group_is_read_in_batches_that_see_what_the_script_sees() {
 }
 
 // SPEC §4.3: a large group's claims as its last batched read found them are held; a read whose
-// listing finds the count unmoved is served from them in one round trip, reading no claim, and
-// holds what a read of the claims holds; a write moves the count and is read. A claim key edited
-// by hand (no script of fleet's, so the count stays) is seen at the tenth read, when a group's
-// held claims are read again whatever the count says.
+// listing finds the count unmoved is served from them in one round trip, reading a tenth of the
+// claims to compare them with those held, and holds what a read of the claims holds; a write
+// moves the count and is read. A claim key edited by hand (no script of fleet's, so the count
+// stays) is seen at the read whose tenth holds it, within ten reads.
 #[tokio::test]
 async fn a_large_group_at_rest_is_served_from_the_claims_its_last_read_found() {
     let server = server();
@@ -814,7 +814,11 @@ async fn a_large_group_at_rest_is_served_from_the_claims_its_last_read_found() {
     let (trips, mgets) = (counting.trips(), command_calls(&server, "mget").await);
     let held = s.read_groups(&[group()]).await.unwrap();
     assert_eq!(counting.trips() - trips, 1, "the listing alone");
-    assert_eq!(command_calls(&server, "mget").await, mgets, "no claim read");
+    assert_eq!(
+        command_calls(&server, "mget").await,
+        mgets + 1,
+        "a tenth of the claims, 60, in one MGET"
+    );
     assert_eq!(held[0].claims, batched[0].claims);
     assert_eq!(held[0].operations, batched[0].operations);
     assert!(held[0].now >= batched[0].now, "the listing's own time");
@@ -827,25 +831,42 @@ async fn a_large_group_at_rest_is_served_from_the_claims_its_last_read_found() {
     assert_eq!(counting.trips() - trips, 2, "the listing, then the claims");
     assert_eq!(after[0].claims[3], booting);
 
-    let key = Keys::default()
-        .group(&group())
-        .claim(&after[0].claims[5].name);
-    let () = raw(&server, &["SET", &key, "not a claim"]).await;
-    let mut reads = 0;
-    let seen = loop {
-        reads += 1;
-        let read = s.read_groups(&[group()]).await.unwrap();
-        if !read[0].unreadable.is_empty() || reads == 20 {
-            break read;
+    // A copy checks claims 0–59 at its first read, 60–119 at its second, and so on: an edit of
+    // claim 65 after a copy's first read is seen at its second, one of claim 5 at its eleventh,
+    // ten reads after the edit. A claim put back is seen by the new copy's read that checks it.
+    for (edited, at) in [(65, 2), (5, 11)] {
+        let trips = counting.trips();
+        let held = s.read_groups(&[group()]).await.unwrap();
+        assert_eq!(counting.trips() - trips, 1, "served from the new copy");
+        let key = Keys::default()
+            .group(&group())
+            .claim(&held[0].claims[edited].name);
+        let () = raw(&server, &["SET", &key, "not a claim"]).await;
+        let mut reads = 1;
+        loop {
+            reads += 1;
+            let read = s.read_groups(&[group()]).await.unwrap();
+            if !read[0].unreadable.is_empty() || reads == 20 {
+                assert_eq!(read[0].unreadable.len(), 1);
+                assert_eq!(read[0].claims.len(), 599);
+                break;
+            }
+            assert_eq!(read[0].claims, held[0].claims, "read {reads}: as held");
         }
-        assert_eq!(
-            read[0].claims, after[0].claims,
-            "read {reads}: the held claims"
-        );
-    };
-    assert_eq!(reads, 10, "seen at the tenth read");
-    assert_eq!(seen[0].unreadable.len(), 1);
-    assert_eq!(seen[0].claims.len(), 599);
+        assert_eq!(reads, at, "claim {edited} seen at the read that checks it");
+        let value = serde_json::to_string(&held[0].claims[edited]).unwrap();
+        let () = raw(&server, &["SET", &key, &value]).await;
+        let mut reads = 0;
+        let back = loop {
+            reads += 1;
+            let read = s.read_groups(&[group()]).await.unwrap();
+            if read[0].unreadable.is_empty() || reads == 20 {
+                break read;
+            }
+        };
+        assert_eq!(reads, edited / 60 + 1, "claim {edited} put back");
+        assert_eq!(back[0].claims, held[0].claims);
+    }
 }
 
 /// A connection that creates a claim in the group (on a slot of its own, through `side`) before
