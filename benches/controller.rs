@@ -83,8 +83,22 @@ fn controller(
     )
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// `mi_option_purge_delay`, which `fleet` sets to 0 at start (cmd/fleet/main.rs): the passes
+/// measured here give freed pages back at once, as `fleet serve`'s do.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+fn main() -> anyhow::Result<()> {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options before any other thread exists, as `fleet` does.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = support::Args::new();
     let quick = args.quick();
     // `--slots N` measures another fleet size (issue 15 asks for 100 000).

@@ -20,8 +20,11 @@ fn main() -> ExitCode {
     // high-water mark for good: 536 MB at 100 000 slots where 240 MB were in use (issue 30,
     // docs/measurements.md). Freed pages go back at once; the page faults cost a pass no more
     // than its noise. Before any other thread exists: the option is not thread-safe to set.
-    // SAFETY: sets one of mimalloc's options on the only thread; any value is valid for it.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    // An operator's own `MIMALLOC_PURGE_DELAY` stands: mimalloc reads it at start.
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's options on the only thread; any value is valid for it.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
     let cli: fleet::cli::Cli = fleet::cli::parse_or_exit();
     fleet::cli::init_telemetry(cli.global.log_format);
     // The agent runs on every machine of the fleet and does one thing at a time (a beat, then a
