@@ -171,22 +171,6 @@ pub struct GroupClaims {
     pub operations: Operations,
 }
 
-/// A large group's claims as a batched read found them, and the count of changes they were read
-/// at (`claims_read`).
-#[derive(Clone, Debug)]
-pub(super) struct Held {
-    pub(super) changes: String,
-    pub(super) names: Vec<String>,
-    /// Each listed claim's value as read, digested (`claims_read::Digests`): what a read served
-    /// from this copy compares a part of the claims with.
-    pub(super) digests: super::claims_read::Digests,
-    pub(super) claims: Vec<Claim>,
-    pub(super) unreadable: Vec<(String, String)>,
-    pub(super) unreadable_slots: Vec<Option<String>>,
-    /// Reads served from this copy: which part of its claims the next one checks.
-    pub(super) served: usize,
-}
-
 /// The claim store over one connection.
 #[derive(Clone)]
 pub struct ClaimStore<C> {
@@ -196,8 +180,9 @@ pub struct ClaimStore<C> {
     pub(super) shell: Fenced<C>,
     /// The groups this store read last as large, read in batches next, each with its claims as
     /// its last batched read found them (`claims_read`).
-    pub(super) large:
-        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<GroupName, Option<Held>>>>,
+    pub(super) large: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<GroupName, Option<super::held::Held>>>,
+    >,
     /// Whether this store's reads may run a script (the controller's), or read with plain
     /// commands alone (the views: a user that may run one script may run any, SPEC §7).
     pub(super) scripts: bool,

@@ -25,14 +25,13 @@
 //! read is the one that reads a whole group again at rest (that read, every tenth pass, was the
 //! p99 of a pass over 100 000 slots: issue 30).
 
-use std::hash::BuildHasher;
-
 use redis::aio::ConnectionLike;
 
 use crate::domain::claim::Claim;
 use crate::domain::name::GroupName;
 
-use super::claims::{ClaimStore, ClaimStoreError, GroupClaims, Held};
+use super::claims::{ClaimStore, ClaimStoreError, GroupClaims};
+use super::held::{Digests, Held, checked};
 use super::script::{Script, eval_ro, script, server_time};
 
 const READ_GROUP: Script = script!("group_read.lua");
@@ -51,10 +50,6 @@ const TRIES: usize = 3;
 /// in a row, each between a listing and its read, is a controller rewriting the group's claims on
 /// every pass.
 const VIEW_TRIES: usize = 10;
-
-/// Reads over which every held claim is read again: each read served from a held copy reads and
-/// compares a `1 / CHECKS` part of its claims, the next part at the next read.
-const CHECKS: usize = 10;
 
 /// A large group's read: the claims, or the claims held since an earlier one.
 enum Read {
@@ -75,49 +70,20 @@ type Reply = (
     Vec<(String, String)>,
 );
 
+/// The listing of a batched read: the count of changes, the claim names, the operation
+/// records, the server's time.
+type Listing = (
+    Option<String>,
+    Vec<String>,
+    Vec<(String, String)>,
+    (String, String),
+);
+
 /// What a batched read of the claims gives a copy to hold: the count it was made at, and each
 /// listed claim's digest (`Digests`), in the listing's order.
 struct Fresh {
     changes: String,
     digests: Digests,
-}
-
-/// The digest of each claim's value, in the listing's order, by a seed of this copy's own: a value
-/// edited by hand reads as the one held only by a 64-bit collision it cannot aim at.
-#[derive(Clone, Debug)]
-pub(super) struct Digests {
-    state: foldhash::quality::RandomState,
-    of: Vec<u64>,
-}
-
-impl Digests {
-    fn new<'a>(values: impl ExactSizeIterator<Item = Option<&'a [u8]>>) -> Self {
-        let state = foldhash::quality::RandomState::default();
-        let of = values.map(|v| state.hash_one(v)).collect();
-        Digests { state, of }
-    }
-
-    /// Whether `values`, read again for the names `at`, are the ones these digests were made of.
-    fn same<'a>(
-        &self,
-        at: std::ops::Range<usize>,
-        values: impl ExactSizeIterator<Item = Option<&'a [u8]>>,
-    ) -> bool {
-        self.of.get(at).is_some_and(|held| {
-            held.len() == values.len()
-                && held
-                    .iter()
-                    .zip(values)
-                    .all(|(d, v)| *d == self.state.hash_one(v))
-        })
-    }
-}
-
-/// The part of a held copy's `len` claims its `served`-th read checks: the `served % CHECKS`-th
-/// of `CHECKS` parts, so `CHECKS` reads in a row check every claim once.
-fn checked(len: usize, served: usize) -> std::ops::Range<usize> {
-    let part = served % CHECKS;
-    len * part / CHECKS..len * (part + 1) / CHECKS
 }
 
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
@@ -248,19 +214,6 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
     ) -> redis::RedisResult<Option<Read>> {
         let g = self.shell.keys().group(group);
         let mut conn = self.shell.conn();
-        let prefix = g.claim_prefix();
-        let mut key = String::with_capacity(prefix.len() + 64);
-        let mut mgets = |pipe: &mut redis::Pipeline, names: &[String]| {
-            for batch in names.chunks(BATCH) {
-                let mget = pipe.cmd("MGET");
-                for name in batch {
-                    key.clear();
-                    key.push_str(&prefix);
-                    key.push_str(name);
-                    mget.arg(&key);
-                }
-            }
-        };
         let mut pipe = redis::pipe();
         pipe.get(g.changes())
             .zrange(g.claims(), 0, -1)
@@ -270,26 +223,12 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         // unmoved count makes it a read of the same moment.
         let part = held.as_ref().map(|h| checked(h.names.len(), h.served));
         if let (Some(h), Some(part)) = (held.as_ref(), &part) {
-            mgets(&mut pipe, &h.names[part.clone()]);
+            mgets(&mut pipe, &g.claim_prefix(), &h.names[part.clone()]);
         }
         pipe.get(g.changes());
         let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
         let again: Option<String> = take_last(&mut replies)?;
-        let mut listing = replies.drain(..4.min(replies.len()));
-        let mut next = || {
-            listing.next().ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "the claims listing",
-                    "fewer replies than commands".to_owned(),
-                ))
-            })
-        };
-        let before: Option<String> = redis::from_redis_value(next()?)?;
-        let names: Vec<String> = redis::from_redis_value(next()?)?;
-        let ops: Vec<(String, String)> = redis::from_redis_value(next()?)?;
-        let time: (String, String) = redis::from_redis_value(next()?)?;
-        drop(listing);
+        let (before, names, ops, time) = listing(&mut replies)?;
         if let Some(count) = before.as_ref().filter(|_| again == before)
             && let Some(part) = part
             && let Some(mut copy) = held
@@ -301,7 +240,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             return Ok(Some(Read::Held(copy, time, ops)));
         }
         let mut pipe = redis::pipe();
-        mgets(&mut pipe, &names);
+        mgets(&mut pipe, &g.claim_prefix(), &names);
         pipe.get(g.changes());
         let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
         let after: Option<String> = take_last(&mut replies)?;
@@ -322,6 +261,41 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         });
         Ok(Some(Read::Claims((time, names, values, ops), fresh)))
     }
+}
+
+/// `MGET`s of the claims `names` of the group whose claim keys start with `prefix`, `BATCH` keys
+/// each.
+fn mgets(pipe: &mut redis::Pipeline, prefix: &str, names: &[String]) {
+    let mut key = String::with_capacity(prefix.len() + 64);
+    for batch in names.chunks(BATCH) {
+        let mget = pipe.cmd("MGET");
+        for name in batch {
+            key.clear();
+            key.push_str(prefix);
+            key.push_str(name);
+            mget.arg(&key);
+        }
+    }
+}
+
+/// The listing's four replies, taken off the front of `replies`: the count of changes, the claim
+/// names, the operation records and the server's time.
+fn listing(replies: &mut Vec<redis::Value>) -> redis::RedisResult<Listing> {
+    if replies.len() < 4 {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "the claims listing",
+            format!("{} replies, not 4 or more", replies.len()),
+        )));
+    }
+    let mut head = replies.drain(..4);
+    let mut next = || head.next().unwrap_or(redis::Value::Nil);
+    Ok((
+        redis::from_redis_value(next())?,
+        redis::from_redis_value(next())?,
+        redis::from_redis_value(next())?,
+        redis::from_redis_value(next())?,
+    ))
 }
 
 /// The last reply of a pipeline, taken off it.
@@ -398,58 +372,4 @@ fn decode(group: &GroupName, reply: Reply) -> Result<GroupClaims, ClaimStoreErro
         unreadable_slots,
         operations: super::operation_record::decode(ops),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Ten reads in a row check every claim of a copy once, in parts that differ by at most one.
-    #[test]
-    fn ten_reads_check_every_claim_once() {
-        for len in [0, 1, 9, 10, 11, 599, 600, 50_000] {
-            let mut seen = vec![0; len];
-            let mut sizes = Vec::new();
-            for served in 7..7 + CHECKS {
-                let part = checked(len, served);
-                sizes.push(part.len());
-                for i in part {
-                    seen[i] += 1;
-                }
-            }
-            assert!(seen.iter().all(|&n| n == 1), "{len}: {seen:?}");
-            let (lo, hi) = (sizes.iter().min(), sizes.iter().max());
-            assert!(
-                hi.zip(lo).is_none_or(|(h, l)| h - l <= 1),
-                "{len}: {sizes:?}"
-            );
-        }
-    }
-
-    // A digest says whether a value read again is the one held: an edit, a deletion, or a value
-    // read for another name is not.
-    #[test]
-    fn digests_tell_a_changed_value() {
-        let values = [Some("a"), None, Some("c"), Some("d")];
-        let bytes =
-            |v: &[Option<&'static str>]| v.iter().map(|x| x.map(str::as_bytes)).collect::<Vec<_>>();
-        let d = Digests::new(bytes(&values).into_iter());
-        let read = |v: &[Option<&'static str>]| bytes(v).into_iter();
-        assert!(d.same(0..4, read(&values)));
-        assert!(d.same(1..3, read(&[None, Some("c")])));
-        assert!(
-            !d.same(1..3, read(&[Some("b"), Some("c")])),
-            "a key that came back"
-        );
-        assert!(!d.same(2..4, read(&[Some("c"), None])), "a key deleted");
-        assert!(
-            !d.same(2..4, read(&[Some("c"), Some("e")])),
-            "a value edited"
-        );
-        assert!(
-            !d.same(0..2, read(&[Some("a")])),
-            "fewer values than names"
-        );
-        assert!(!d.same(3..5, read(&[Some("d"), None])), "past the end");
-    }
 }

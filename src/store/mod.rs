@@ -53,6 +53,7 @@ mod claims_read;
 pub mod energy;
 pub mod fenced;
 pub mod groups;
+mod held;
 pub mod keys;
 pub mod lease;
 pub mod operation_record;
