@@ -3,7 +3,7 @@
 //!
 //! One reader per process reads the store once a pass interval (`Feed`), like the views do, so
 //! any replica serves the page, a follower too, and the number of open pages costs the store
-//! nothing. A page looks at a view (`view::Query`: the slot table's filters and page, in its
+//! nothing; and only while a page is open (`Demand`), so no page open costs it nothing either. A page looks at a view (`view::Query`: the slot table's filters and page, in its
 //! address); each view of a read is rendered once for every page that looks at it. `/` serves
 //! it inside the page's shell, and `/events` streams it (server-sent events): the first frame
 //! whole, then only the parts and rows that changed (`view::Main::delta`), which the page's
@@ -16,6 +16,7 @@
 //! `telemetry::listener`.
 
 mod actions;
+mod demand;
 pub mod frame;
 pub mod html;
 pub mod view;
@@ -37,6 +38,8 @@ use crate::telemetry::Health;
 use crate::telemetry::listener::{Connection, Gate, Place};
 
 pub use actions::{Act, Actions, BODY_MAX, Verbs};
+pub use demand::Demand;
+use demand::fresh;
 use view::{Change, Main, Query};
 
 /// The shortest token `--ui-token-file` may hold.
@@ -163,13 +166,15 @@ fn sse_lines(data: &str) -> impl Iterator<Item = &str> {
 
 /// Reads the store once every `interval`, and after each pass of this process's controller
 /// (no sooner than `interval / 4` after the read before, so passes woken back to back cost the
-/// store no more than four reads an interval), and publishes each read, until `stop`.
+/// store no more than four reads an interval), and publishes each read, until `stop`; only while
+/// a page wants them (`Demand`).
 pub struct Feed {
     conn: Conn,
     keys: Keys,
     interval: Duration,
     actions: bool,
     health: Arc<Health>,
+    demand: Demand,
 }
 
 impl Feed {
@@ -186,7 +191,13 @@ impl Feed {
             interval,
             actions,
             health,
+            demand: Demand::default(),
         }
+    }
+
+    /// Who wants this feed's reads: the page's routes say so (`router`).
+    pub fn demand(&self) -> Demand {
+        self.demand.clone()
     }
 
     /// The channel the pages read; the first value says the store is being read.
@@ -210,10 +221,18 @@ impl Feed {
         let mut last: Option<Arc<Frame>> = None;
         let mut failing = false;
         loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                _ = tick.tick() => {}
-                () = self.health.pass_done() => {}
+            if self.demand.wanted() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                    () = self.health.pass_done() => {}
+                }
+            } else {
+                // Nobody looks: no read until someone does, and then one at once.
+                self.demand.wanted_or(&stop).await;
+                if stop.is_cancelled() {
+                    return;
+                }
             }
             let started = tokio::time::Instant::now();
             let published = match Frame::read(self.conn.clone(), &self.keys).await {
@@ -276,7 +295,7 @@ impl Asset {
 /// connections, and a page's stream never ends on its own (found by the browser test: `fleet
 /// serve` could not stop while a page was open).
 pub fn router(
-    frames: watch::Receiver<Arc<Published>>,
+    (frames, demand): (watch::Receiver<Arc<Published>>, Demand),
     actions: Option<Actions>,
     health: Arc<Health>,
     gate: Gate,
@@ -284,27 +303,15 @@ pub fn router(
 ) -> axum::Router {
     let css = Asset::of("page", "css", CSS, "text/css; charset=utf-8");
     let js = Asset::of("page", "js", JS, "text/javascript; charset=utf-8");
-    let shell = Arc::new((css.path.clone(), js.path.clone(), actions.clone()));
+    let shell: PageShell = Arc::new((css.path.clone(), js.path.clone(), actions.clone()));
     let page_frames = frames.clone();
+    let page_demand = demand.clone();
     let mut app = axum::Router::new()
         .route(
             "/",
             get(move |query: axum::extract::RawQuery| {
-                let (css, js, actions) = &*shell;
-                let shell = html::Shell {
-                    css,
-                    js,
-                    csrf: actions.as_ref().map(Actions::csrf),
-                };
-                let answer = match Query::parse(query.0.as_deref().unwrap_or("")) {
-                    Err(why) => bad_view(&why),
-                    Ok(query) => {
-                        let now = page_frames.borrow().clone();
-                        let main = now.view(&query);
-                        no_store(Html(html::page(&shell, &main.html(), &now.at)).into_response())
-                    }
-                };
-                async move { answer }
+                let to_read = (page_frames.clone(), page_demand.clone());
+                page(shell.clone(), to_read, query.0)
             }),
         )
         .route(
@@ -315,11 +322,14 @@ pub fn router(
                     let view = Query::parse(query.0.as_deref().unwrap_or(""));
                     let place = view.is_ok().then(|| gate.stream()).flatten();
                     let frames = frames.clone();
+                    let demand = demand.clone();
                     let stop = stop.clone();
                     async move {
                         match view {
                             Err(why) => bad_view(&why),
-                            Ok(view) => stream(frames, view, place, connection.map(|c| c.0), stop),
+                            Ok(view) => {
+                                stream((frames, demand), view, place, connection.map(|c| c.0), stop)
+                            }
                         }
                     }
                 },
@@ -355,6 +365,35 @@ pub fn router(
     app
 }
 
+/// The assets' paths and the actions, which every page names.
+type PageShell = Arc<(String, String, Option<Actions>)>;
+
+/// `/`: the page with the view `query` asks for, from the newest read; when the feed was idle, from
+/// the read this load wakes.
+async fn page(
+    shell: PageShell,
+    (mut frames, demand): (watch::Receiver<Arc<Published>>, Demand),
+    query: Option<String>,
+) -> Response {
+    let query = match Query::parse(query.as_deref().unwrap_or("")) {
+        Err(why) => return bad_view(&why),
+        Ok(query) => query,
+    };
+    frames.mark_unchanged();
+    if demand.load() {
+        fresh(&mut frames).await;
+    }
+    let (css, js, actions) = &*shell;
+    let shell = html::Shell {
+        css,
+        js,
+        csrf: actions.as_ref().map(Actions::csrf),
+    };
+    let now = frames.borrow().clone();
+    let main = now.view(&query);
+    no_store(Html(html::page(&shell, &main.html(), &now.at)).into_response())
+}
+
 /// A view that cannot be read: 400, saying what is wrong and where every slot is.
 fn bad_view(why: &str) -> Response {
     no_store(
@@ -385,7 +424,7 @@ fn no_store(mut response: Response) -> Response {
 /// place goes with the response's body, which lives as long as the connection sends it, so a
 /// stream that stalls keeps its place until its connection closes, and only then is it free.
 fn stream(
-    frames: watch::Receiver<Arc<Published>>,
+    (frames, demand): (watch::Receiver<Arc<Published>>, Demand),
     view: Query,
     place: Option<Place>,
     connection: Option<Connection>,
@@ -400,8 +439,13 @@ fn stream(
             .into_response();
     };
     let (tx, rx) = mpsc::channel::<axum::body::Bytes>(QUEUE);
+    let mut frames = frames;
+    frames.mark_unchanged();
+    let (watching, idle) = demand.watch();
     tokio::spawn(async move {
-        let mut frames = frames;
+        if idle {
+            fresh(&mut frames).await;
+        }
         tokio::select! {
             ended = forward(&mut frames, &tx, &view) => {
                 if ended == Ended::Behind && let Some(connection) = connection {
@@ -411,9 +455,11 @@ fn stream(
             () = stop.cancelled() => {}
         }
     });
-    let events = futures::stream::unfold((rx, place), |(mut rx, place)| async move {
+    // The place and the stream's share of the demand go with the body.
+    let held = (place, watching);
+    let events = futures::stream::unfold((rx, held), |(mut rx, held)| async move {
         let event = rx.recv().await?;
-        Some((Ok::<_, std::convert::Infallible>(event), (rx, place)))
+        Some((Ok::<_, std::convert::Infallible>(event), (rx, held)))
     });
     (
         [

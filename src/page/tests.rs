@@ -284,8 +284,12 @@ async fn listening(
 ) -> (Gauge, std::net::SocketAddr) {
     let streams = Gauge::default();
     let gate = Gate::new(limits, Gauge::default(), streams.clone());
+    // The frames these tests send stand for a feed's reads: a page was loaded, so the routes
+    // find the feed reading and serve what it sent.
+    let demand = super::Demand::default();
+    demand.load();
     let app = super::router(
-        frames,
+        (frames, demand),
         None,
         Arc::new(Health::default()),
         gate.clone(),
@@ -417,4 +421,47 @@ async fn a_stalled_stream_keeps_its_place_until_it_falls_behind_and_is_disconnec
         reader.await.unwrap() > 256 * 1024,
         "the reading page got the large frames"
     );
+}
+
+// Who wants the feed's reads: nobody at first; a page load, for `LINGER`; an open stream, while
+// it is open. A load or a stream that finds nobody says the feed was idle, the next does not.
+#[tokio::test(start_paused = true)]
+async fn the_feed_is_wanted_by_a_load_for_its_linger_and_by_a_stream_while_open() {
+    let demand = super::Demand::default();
+    assert!(!demand.wanted(), "nobody");
+    assert!(demand.load(), "the first load finds the feed idle");
+    assert!(!demand.load(), "the next finds it reading");
+    assert!(demand.wanted());
+    tokio::time::advance(super::demand::LINGER - Duration::from_millis(1)).await;
+    assert!(demand.wanted(), "within the linger");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(!demand.wanted(), "past it");
+
+    let (stream, idle) = demand.watch();
+    assert!(idle, "a stream that finds nobody");
+    let (other, idle) = demand.watch();
+    assert!(!idle);
+    tokio::time::advance(super::demand::LINGER * 10).await;
+    drop(stream);
+    assert!(demand.wanted(), "one stream still open");
+    drop(other);
+    assert!(!demand.wanted(), "none");
+
+    // The feed parked on nobody wakes at a load, and goes on at once.
+    let stop = CancellationToken::new();
+    let parked = tokio::spawn({
+        let demand = demand.clone();
+        let stop = stop.clone();
+        async move { demand.wanted_or(&stop).await }
+    });
+    tokio::time::advance(Duration::from_secs(600)).await;
+    assert!(
+        !parked.is_finished(),
+        "nobody for ten minutes: still parked"
+    );
+    demand.load();
+    tokio::time::timeout(Duration::from_millis(1), parked)
+        .await
+        .expect("woken by the load")
+        .unwrap();
 }

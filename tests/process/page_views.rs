@@ -200,3 +200,61 @@ async fn views_filter_and_page_on_the_server_and_a_stream_sends_only_its_rows_th
     }
     serve.stop().await;
 }
+
+/// A counter of `/metrics`, by its name.
+fn sample(addr: &str, name: &str) -> u64 {
+    let (_, text) = http_get(addr, "/metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
+}
+
+// SPEC §4.13 item 2: with no page open the page's reader reads nothing, however many passes the
+// controller makes; a page loaded then is served a read made for it, and a stream opened keeps
+// the reads coming.
+#[tokio::test]
+async fn the_page_reads_the_store_only_while_a_page_is_open() {
+    let server = support::tcp_server();
+    let dir = tempfile::tempdir().unwrap();
+    let slots: Vec<String> = (0..12).map(|i| format!("a-{i:03}")).collect();
+    let slots: Vec<&str> = slots.iter().map(String::as_str).collect();
+    let config = serve_config_of(dir.path(), &server.url(), &[("pool-a", &slots)]);
+    let log = [("FLEET_LOG", "info,fleet::page=debug")];
+    let url = server.url();
+    let mut serve = Serve::start_with_env("serve", &url, &config, &support::QUICK_SERVE, &log);
+    let addr = metrics_addr(&serve.log(&["fleet serve started"]).await);
+    serve.log(&["became the leader"]).await;
+    let read = "the live page read the store";
+    let passes = sample(&addr, "fleet_pass_seconds_count");
+    until("ten more passes", Duration::from_secs(10), async || {
+        sample(&addr, "fleet_pass_seconds_count") >= passes + 10
+    })
+    .await;
+    let before: Vec<String> = serve
+        .drain()
+        .iter()
+        .filter(|l| l.contains(read))
+        .cloned()
+        .collect();
+    assert!(before.is_empty(), "no page, no read: {before:?}");
+
+    // The first page waits for the read it woke: every slot is there, none "not read yet".
+    let (status, page) = http_get(&addr, "/");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<span class=\"badge phase-off\">off</span> 12</a>"),
+        "{page}"
+    );
+    serve.log(&[read]).await;
+
+    // A stream keeps the reads coming: its first frame, then more, each a read.
+    let events = events_until(&addr, "/events", |events| {
+        events.iter().filter(|(kind, _)| kind == "tick").count() >= 3
+    });
+    assert_eq!(events[0].0, "frame", "{events:?}");
+    // A read logged for each tick (the log is read on once the stream is).
+    for _ in 0..3 {
+        serve.log(&[read]).await;
+    }
+}

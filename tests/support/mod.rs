@@ -134,7 +134,6 @@ impl Serve {
     ) -> Serve {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .envs(env.iter().copied())
             .args(["--redis", url, "serve", "--config"])
             .arg(config)
             .args(args)
@@ -150,6 +149,8 @@ impl Serve {
                 "FLEET_LOG",
                 std::env::var("FLEET_TEST_SERVE_LOG").unwrap_or_else(|_| "info".to_owned()),
             )
+            // After the log's default: a test's own `FLEET_LOG` stands.
+            .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()

@@ -176,9 +176,10 @@ impl Http {
                 health.clone(),
             );
             let (tx, rx) = feed.channel();
+            let demand = feed.demand();
             tasks.spawn(feed.run(tx, ctx.shutdown.clone()));
             let page = router(
-                rx,
+                (rx, demand),
                 actions,
                 health.clone(),
                 gate.clone(),
