@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, RedisServer};
-use support::remote::{metrics_addr, until};
+use support::remote::{metrics_addr, sample, until};
 use support::{Serve, fleet_ok, http_get, run_fleet};
 
 const TOKEN: &str = "hostile-test-token-0123456789";
@@ -92,15 +92,6 @@ fn csrf_of(page: &str) -> String {
         .expect("a CSRF token")
         + 27;
     page[at..].split('"').next().unwrap().to_owned()
-}
-
-/// The value of an unlabelled sample of `/metrics`.
-fn sample(addr: &str, name: &str) -> u64 {
-    let (_, text) = http_get(addr, "/metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::remote::{metrics_addr, serve_config_of, until};
+use support::remote::{metrics_addr, sample, serve_config_of, until};
 use support::{Serve, fleet_ok, http_get, sse_events};
 
 /// A change for one slot must reach a page in at most this many bytes, at any fleet size.
@@ -199,15 +199,6 @@ async fn views_filter_and_page_on_the_server_and_a_stream_sends_only_its_rows_th
         assert!(rows(data).is_empty(), "a row outside the view: {data}");
     }
     serve.stop().await;
-}
-
-/// A counter of `/metrics`, by its name.
-fn sample(addr: &str, name: &str) -> u64 {
-    let (_, text) = http_get(addr, "/metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
 }
 
 // SPEC §4.13 item 2: with no page open the page's reader reads nothing, however many passes the

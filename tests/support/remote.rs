@@ -158,3 +158,12 @@ pub async fn readyz(addr: &str) -> u16 {
         .await
         .unwrap()
 }
+
+/// The value of an unlabelled sample of `/metrics` at `addr`.
+pub fn sample(addr: &str, name: &str) -> u64 {
+    let (_, text) = super::http_get(addr, "/metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics")) as u64
+}
