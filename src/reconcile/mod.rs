@@ -34,6 +34,7 @@ mod pass;
 mod sight;
 mod wake;
 
+pub use energy::LEDGERS_AT_ONCE;
 use leadership::Leading;
 pub use nodes::{ClaimMove, NoNodes, NodeWarning, NodeWriteError, Nodes};
 use operations::Flight;

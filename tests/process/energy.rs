@@ -391,6 +391,80 @@ async fn the_controller_accounts_what_each_pass_observes_across_a_restart() {
     assert_eq!(totals.activations, 2);
 }
 
+/// A group of one slot more than a round trip of the accounting takes (`LEDGERS_AT_ONCE`): a
+/// new leader's first pass reads and steps every ledger, in parts, each once; a change on either
+/// side of the parts' edge is written to its own slot, and the slots between are left alone.
+#[tokio::test]
+async fn a_group_larger_than_a_part_is_accounted_in_parts_each_ledger_once() {
+    use fleet::reconcile::{Controller, LEDGERS_AT_ONCE};
+    use fleet::telemetry::{Health, Metrics};
+    use std::sync::Arc;
+
+    let server = server();
+    let n = LEDGERS_AT_ONCE + 1;
+    let names: Vec<String> = (0..n).map(|i| format!("n{i:05}")).collect();
+    let text = Fixture::new()
+        .group(rack(n as u32).ungated())
+        .slots("rack", names.iter().map(String::as_str))
+        .yaml();
+    let cfg = fleet::config::parse(&text, std::path::Path::new("energy.yaml")).unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(Arc::new(cfg));
+    let mut controller = Controller::new(
+        rx,
+        fleet::store::presence::Presence::new(conn(&server).await, Keys::default()),
+        ClaimStore::new(conn(&server).await, Keys::default()),
+        Arc::new(exec(&server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    let reader = EnergyStore::new(conn(&server).await, Keys::default());
+    let slots: Vec<_> = names.iter().map(|s| name(s)).collect();
+    let marks = || async {
+        let stored = reader.read_all(&group(), &slots).await.unwrap();
+        stored
+            .into_iter()
+            .map(|s| s.ledger.mark().map(|m| m.power))
+            .collect::<Vec<_>>()
+    };
+
+    bounded("a pass", controller.pass()).await.unwrap();
+    assert_eq!(
+        marks().await,
+        vec![Some(Some(Power::Off)); n],
+        "every ledger of both parts has its first mark"
+    );
+    let (first, last) = (&names[0], &names[n - 1]);
+    for bench in [first, last] {
+        presence(&server)
+            .await
+            .beat(&beat(bench, std::time::Duration::from_secs(3600)))
+            .await
+            .unwrap();
+    }
+    bounded("a pass", controller.pass()).await.unwrap();
+    let after = marks().await;
+    assert_eq!(after[0], Some(Some(Power::On)));
+    assert_eq!(
+        after[n - 1],
+        Some(Some(Power::On)),
+        "the second part's slot"
+    );
+    let off = after[1..n - 1]
+        .iter()
+        .filter(|m| **m == Some(Some(Power::Off)))
+        .count();
+    assert_eq!(off, n - 2, "the slots between still read off");
+    for bench in [first, last] {
+        let stored = reader.read(&group(), &name(bench)).await.unwrap();
+        let today = stored.ledger.mark().unwrap().at;
+        assert_eq!(
+            stored.ledger.totals(day_of(today)).activations,
+            1,
+            "{bench}"
+        );
+    }
+}
+
 /// The value of `fleet_energy_<what>_total` for slot n1 of rack.
 fn counter(metrics: &fleet::telemetry::Metrics, what: &str) -> f64 {
     let text = metrics.encode();
