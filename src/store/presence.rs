@@ -47,8 +47,8 @@ pub use beat::STAMP_TOLERANCE;
 pub(crate) use beat::commands as beat_commands;
 
 pub use decode::{MAX_VALUE, decode_request, reading_of};
-pub use read::Named;
 use read::Registry;
+pub use read::{Named, PIECE};
 
 /// The longest TTL one beat may promise. A long promise hides a crash for its whole length
 /// (reference §1.7), and a month is already far past the longest planned sleep.

@@ -470,6 +470,46 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_at_most_two_at_an
     expect(3, "read after a forget");
 }
 
+/// A read of more benches than one piece of its pipeline holds (`PIECE`) goes in pieces, one
+/// round trip each, and reads each bench where it is: the benches on either side of each edge
+/// that beat read UP, every other DOWN (it never beat), with `TIME` after the last key.
+#[tokio::test]
+async fn a_read_larger_than_a_piece_goes_in_pieces_and_reads_every_bench_in_its_place() {
+    use fleet::store::presence::PIECE;
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let p = Presence::new(counting.clone(), Keys::default());
+    let n = 2 * PIECE + 1;
+    let names: Vec<_> = (0..n).map(|i| name(&format!("bench-{i:05}"))).collect();
+    let up = [0, PIECE - 1, PIECE, 2 * PIECE - 1, 2 * PIECE];
+    for &i in &up {
+        p.beat(&beat(names[i].as_str(), Duration::from_secs(600)))
+            .await
+            .unwrap();
+    }
+    let named = p.named(&names);
+    let trips = counting.trips();
+    let snap = p.read_named(&named).await.unwrap();
+    assert_eq!(
+        counting.trips() - trips,
+        3,
+        "three pieces, one round trip each"
+    );
+    let got: Vec<_> = snap.benches.iter().map(|b| b.name.clone()).collect();
+    assert_eq!(got, names, "every bench, in name order");
+    let states: Vec<(usize, State)> = (snap.benches.iter().enumerate())
+        .map(|(i, b)| (i, b.verdict(snap.now).state))
+        .filter(|(_, s)| *s != State::Down)
+        .collect();
+    assert_eq!(states, up.map(|i| (i, State::Up)).to_vec());
+    let again = p.read_named(&named).await.unwrap();
+    assert_eq!(
+        again.benches, snap.benches,
+        "the cached pieces read the same"
+    );
+    assert!(again.now >= snap.now);
+}
+
 /// A read through the counting connection: the snapshot, its round trips, and the `TYPE`
 /// commands Redis ran for it.
 async fn read_counted(

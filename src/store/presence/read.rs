@@ -24,6 +24,16 @@ use super::{Presence, PresenceError, Snapshot};
 /// pipeline, still one round trip, so a beat gets in between them (SPEC §2.5).
 pub(super) const BATCH: usize = 250;
 
+/// The most heartbeat keys one piece of a read's pipeline asks for. A read's replies are decoded
+/// piece by piece as they come, so no more than [`IN_FLIGHT`] pieces of replies are held at once:
+/// at 100 000 benches the replies of the whole pipeline, held until the last came, were 35 MB of
+/// each of `fleet serve`'s passes (issue 30). A fleet of up to this many is one piece.
+pub const PIECE: usize = 10_000;
+
+/// The pieces of a read sent at once, in order on the one connection: Redis has the next to run
+/// while the replies of one come back and are decoded.
+const IN_FLIGHT: usize = 2;
+
 /// A reader's copy of the registry, valid while the registry's version and the sizes of both its
 /// sets are unchanged and no name of the join set without its keys got a join key: the benches
 /// sorted by name, each with its heartbeat key, so a warm read builds nothing.
@@ -42,10 +52,10 @@ pub(super) struct Registry {
     pub(super) foreign: Vec<String>,
     /// What the listing could not use, said with every snapshot (a join set over its bound).
     pub(super) problems: Vec<String>,
-    /// The read's pipeline over this registry, built at its first read and sent again by every
-    /// read after: a copy is read over and over (the controller's slots every pass), and building
-    /// a command a bench was most of a read's own time.
-    pub(super) pipeline: std::sync::OnceLock<redis::Pipeline>,
+    /// The read's pipeline over this registry, in its pieces, built at its first read and sent
+    /// again by every read after: a copy is read over and over (the controller's slots every
+    /// pass), and building a command a bench was most of a read's own time.
+    pub(super) pipeline: std::sync::OnceLock<Vec<std::sync::Arc<redis::Pipeline>>>,
 }
 
 /// The join set's size, as a copy of the registry is judged by: exact while the join set is read,
@@ -147,24 +157,37 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         &self,
         registry: &Registry,
     ) -> Result<(Stamp, Snapshot), PresenceError> {
+        use futures::StreamExt;
         let n = registry.keys.len();
         let proving = registry.unproven.chunks(BATCH).len();
-        let mut conn = self.conn.clone();
-        let mut replies: Vec<redis::RedisResult<Value>> = registry
-            .pipeline
-            .get_or_init(|| self.pipeline(registry))
-            .query_async(&mut conn)
-            .await
-            .map_err(|source| PresenceError::Read { source })?;
-        if replies.len() != 5 + n + proving {
+        let pieces = registry.pipeline.get_or_init(|| self.pipeline(registry));
+        // Owned pieces and connection: a stream of futures that borrow, held across an await, is
+        // not provably Send to the tasks that run a read (the compiler's higher-ranked lifetimes).
+        let conn = self.conn.clone();
+        let sent = (pieces.iter().cloned()).map(move |piece| query(piece, conn.clone()));
+        let mut answers = futures::stream::iter(sent).buffered(IN_FLIGHT);
+        // Each reply in its place as it comes: the head (version, sizes, requests), a value a
+        // bench, then the tail (`EXISTS` counts, `TIME`).
+        let (mut replies, mut got, mut count) = (Vec::new(), Vec::with_capacity(n), 0);
+        let mut tail = Vec::new();
+        while let Some(piece) = answers.next().await {
+            for reply in piece.map_err(|source| PresenceError::Read { source })? {
+                match count {
+                    c if c < 4 => replies.push(reply),
+                    c if c < 4 + n => got.push(Got::of(reply)?),
+                    _ => tail.push(reply),
+                }
+                count += 1;
+            }
+        }
+        drop(answers);
+        if count != 5 + n + proving {
             return Err(PresenceError::ReadReply(format!(
-                "{} replies to the read pipeline",
-                replies.len()
+                "{count} replies to the read pipeline"
             )));
         }
-        let time: (String, String) = parse_result(replies.pop())?;
-        let proved = replies.split_off(4 + n);
-        let values = replies.split_off(4);
+        let time: (String, String) = parse_result(tail.pop())?;
+        let proved = tail;
         let mut head = replies.into_iter();
         let version: Option<String> = parse_result(head.next())?;
         let registered: usize = parse_result(head.next())?;
@@ -180,10 +203,6 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             size: (registered, Joined::of(joined, registered)),
             proved: sum(proved)?,
         };
-        let mut got = values
-            .into_iter()
-            .map(Got::of)
-            .collect::<Result<Vec<Got>, _>>()?;
         self.name_other_types(&registry.keys, &mut got).await?;
         let mut snapshot = assemble(time, &registry.names, got, holds, registry.foreign.clone())?;
         snapshot.problems = problems;
@@ -191,21 +210,33 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 
     /// The read's pipeline: version, sizes, requests, a bounded `GETRANGE` of each heartbeat key,
-    /// `EXISTS` of the join keys the registry waits for, `TIME`.
-    fn pipeline(&self, registry: &Registry) -> redis::Pipeline {
+    /// `EXISTS` of the join keys the registry waits for, `TIME`; in pieces of [`PIECE`] keys,
+    /// sent in order on one connection.
+    fn pipeline(&self, registry: &Registry) -> Vec<std::sync::Arc<redis::Pipeline>> {
         // TIME goes last: Redis runs a client's commands in order, so `now` is never before the
         // instant the keys were read. A key the read missed expired at or before `now`, and a key
         // it saw is judged against `now` by its deadline; a pause of the server between the two
-        // can never make a bench read DOWN before its deadline. Errors stay per command: a
-        // corrupted hold-request hash or a key of another type spoils nothing else.
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
+        // can never make a bench read DOWN before its deadline. The pieces go in order on the one
+        // connection (`buffered` sends each before the next), so that holds across them; and
+        // TIME rides with the last keys, so on a Redis Cluster it is the clock of the node that
+        // holds them. Errors stay per command: a corrupted hold-request hash or a key of another
+        // type spoils nothing else.
+        let piece = || {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe
+        };
+        let mut pieces = Vec::with_capacity(registry.keys.len() / PIECE + 1);
+        let mut pipe = piece();
         pipe.get(self.keys.registry_version())
             .scard(self.keys.registry())
             .scard(self.keys.joined())
             .hgetall(self.keys.hold_requests());
         let end = MAX_VALUE.to_string();
-        for key in &registry.keys {
+        for (i, key) in registry.keys.iter().enumerate() {
+            if i > 0 && i % PIECE == 0 {
+                pieces.push(std::sync::Arc::new(std::mem::replace(&mut pipe, piece())));
+            }
             pipe.cmd("GETRANGE").arg(key).arg("0").arg(&end);
         }
         // Whether a name of the join set that had no join key got one: then it is a bench now.
@@ -213,7 +244,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             pipe.cmd("EXISTS").arg(batch);
         }
         pipe.cmd("TIME");
-        pipe
+        pieces.push(std::sync::Arc::new(pipe));
+        pieces
     }
 
     /// Asks the type of each key a read found of another type than a string, to say which: one
@@ -272,6 +304,14 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             self.keys.hold_requests()
         )
     }
+}
+
+/// One piece of a read's pipeline, each reply its own result.
+async fn query<C: ConnectionLike + Send>(
+    piece: std::sync::Arc<redis::Pipeline>,
+    mut conn: C,
+) -> redis::RedisResult<Vec<redis::RedisResult<Value>>> {
+    piece.query_async(&mut conn).await
 }
 
 /// The sum of a pipeline's counting replies (`EXISTS` in batches).
