@@ -345,11 +345,17 @@ where
         }
         let mut ops = read.operations.by_slot;
         let holder = self.leading.holder();
-        let mut by_slot: BTreeMap<BenchName, Vec<Claim>> = BTreeMap::new();
-        for c in read.claims {
-            by_slot.entry(c.slot.clone()).or_default().push(c);
-        }
-        report.writes += self.left_group(config, group, &by_slot, now).await;
+        // The claims by slot, each slot's in the order read, and the slots walked in name order
+        // take theirs from the front. Not a map of a list a slot: each list began with room for
+        // four claims, 46 MB of every pass at 100 000 slots with 50 000 claims (issue 30).
+        let mut claims = read.claims;
+        claims.sort_by(|a, b| a.slot.cmp(&b.slot));
+        report.writes += self.left_group(config, group, &claims, now).await;
+        debug_assert!(
+            slots.is_sorted_by(|a, b| a.name < b.name),
+            "slots in name order"
+        );
+        let mut claims = claims.into_iter().peekable();
         let mut phases: Map<&'static str, i64> = Map::default();
         let mut sightings = Vec::with_capacity(slots.len());
         let mut benches = snapshot.map(Benches::new);
@@ -366,7 +372,9 @@ where
                 elsewhere: elsewhere.remove(&slot.name),
                 may_start: grants.is_none_or(|g| g.contains(&slot.name)),
             };
-            let claims = by_slot.remove(&slot.name).unwrap_or_default();
+            // Claims of slots before this one are of slots that left the group (`left_group`).
+            while claims.next_if(|c| c.slot < slot.name).is_some() {}
+            let claims = std::iter::from_fn(|| claims.next_if(|c| c.slot == slot.name)).collect();
             let outcome = self
                 .slot_pass(group, slot, claims, seen, now, &holder)
                 .await;
@@ -408,19 +416,18 @@ where
         &mut self,
         config: &Config,
         group: &Group,
-        by_slot: &BTreeMap<BenchName, Vec<Claim>>,
+        claims: &[Claim],
         now: DateTime<Utc>,
     ) -> usize {
         // Claims of slots that left the group (removed, or moved to another group).
-        let orphans: Vec<&Claim> = by_slot
+        let orphans: Vec<&Claim> = claims
             .iter()
-            .filter(|(s, _)| {
+            .filter(|c| {
                 config
                     .slots
-                    .get(*s)
+                    .get(&c.slot)
                     .is_none_or(|slot| slot.group != group.name)
             })
-            .flat_map(|(_, claims)| claims.iter())
             .collect();
         let steps = slot::departed(&orphans, now, &group.timings);
         self.departed(&group.name, &group.timings, steps, now).await
