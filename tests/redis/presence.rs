@@ -472,7 +472,7 @@ async fn every_store_call_is_one_round_trip_and_the_fleet_read_at_most_two_at_an
 
 /// A read of more benches than one piece of its pipeline holds (`PIECE`) goes in pieces, one
 /// round trip each, and reads each bench where it is: the benches on either side of each edge
-/// that beat read UP, every other DOWN (it never beat), with `TIME` after the last key.
+/// that beat read UP, every other DOWN (it never beat); the kept pieces read the same again.
 #[tokio::test]
 async fn a_read_larger_than_a_piece_goes_in_pieces_and_reads_every_bench_in_its_place() {
     use fleet::store::presence::PIECE;
