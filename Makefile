@@ -41,7 +41,7 @@ bench: deps
 	cargo bench --bench page
 	FLEET_BENCH_ANCHOR=$$(scripts/bench-anchor.sh $(ANCHOR)) cargo bench --bench controller -- --slots 100000 --minute
 	cargo bench --bench page -- --slots 100000
-	cargo bench --bench load
+	cargo bench --bench load -- --nice -10 --fifo --apart
 
 # Installable artifacts of fleet and fleet-agent with their unit files (scripts/dist.sh): dist/.
 dist:

@@ -33,7 +33,10 @@
 //! Run: `cargo bench --bench load` (`-- --quick`; `--benches N`, `--rate R`, `--seconds S`,
 //! `--tasks T` generators, `--readers K`, `--read-interval S`, `--nice N` for redis-server and
 //! the generators: with -10, Redis and the agents it serves are not kept waiting for a core by
-//! the controller and the readers, which the two cores cannot all carry at once).
+//! the controller and the readers, which the two cores cannot all carry at once; `--fifo` puts
+//! the generators' thread at `SCHED_FIFO`, and `--apart` runs them in a process of their own, so
+//! that what a beat waits for is Redis, not the core and the address space it would share with
+//! the controller on a host of two cores).
 
 mod support;
 
@@ -83,6 +86,18 @@ struct Args {
     read_interval: f64,
     /// The niceness of redis-server and the generators' thread (0: as everything else).
     nice: i32,
+    /// The generators' thread at `SCHED_FIFO` (`--fifo`): it takes CPU 1 the moment a beat is
+    /// due or answered, as an agent on a machine of its own would, so the beats' waits are
+    /// Redis's and the network's, not the controller's and readers' on the core they share.
+    fifo: bool,
+    /// The generators in a process of their own (`--apart`), as agents are: no allocator, page
+    /// table or address-space lock shared with the controller and the readers.
+    apart: bool,
+    /// The port of a running benchmark's Redis: this process is that run's generators
+    /// (`--apart`), and prints what they measured.
+    generators: Option<u16>,
+    /// The port of this run's Redis, once it started.
+    port: Option<u16>,
     /// Redis on a core of its own and everything else on the other (the default on a host of two
     /// cores or more; `--no-pin` shares them), as a deployment gives Redis its own machine.
     pin: bool,
@@ -103,6 +118,10 @@ impl Args {
             readers: value("--readers").map_or(2, |n| n as usize),
             read_interval: value("--read-interval").unwrap_or(1.0),
             nice: value("--nice").map_or(0, |n| n as i32),
+            fifo: args.flag("--fifo"),
+            apart: args.flag("--apart"),
+            generators: value("--generators").map(|p| p as u16),
+            port: None,
             pin: !args.flag("--no-pin") && cores() >= 2,
             quick,
         }
@@ -446,8 +465,23 @@ async fn window(
     conn: &MultiplexedConnection,
     args: &Args,
 ) -> anyhow::Result<Window> {
-    let plan = Plan::new(args);
     let before = Reading::take(conn).await?;
+    let samples = if let (true, Some(port)) = (args.apart, args.port) {
+        apart(port).await?
+    } else {
+        generators(beats, endpoint, args).await?
+    };
+    let after = Reading::take(conn).await?;
+    Ok(Window::of(samples, args, &before, &after))
+}
+
+/// The generators on `beats`, each on its own connection, for one window.
+async fn generators(
+    beats: &Handle,
+    endpoint: &Endpoint,
+    args: &Args,
+) -> anyhow::Result<Vec<Sample>> {
+    let plan = Plan::new(args);
     let tasks: Vec<_> = (0..args.tasks)
         .map(|t| beats.spawn(generate(endpoint.clone(), t, plan, args.window())))
         .collect();
@@ -455,8 +489,66 @@ async fn window(
     for task in tasks {
         samples.push(task.await??);
     }
-    let after = Reading::take(conn).await?;
-    Ok(Window::of(samples, args, &before, &after))
+    Ok(samples)
+}
+
+/// One window's generators in a process of their own (`--apart`): this benchmark again, with
+/// the same arguments and `--generators PORT`, on this process's core (its affinity passes to
+/// the child). What they measured comes back on its standard output, a line a generator: its lag
+/// and its end in nanoseconds, then each beat's round trip.
+async fn apart(port: u16) -> anyhow::Result<Vec<Sample>> {
+    let out = tokio::process::Command::new(std::env::current_exe()?)
+        .args(std::env::args().skip(1))
+        .args(["--generators", &port.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the generators' process: {}",
+        out.status
+    );
+    let ns = |n: &str| n.parse::<u64>().map(Duration::from_nanos);
+    let mut samples = Vec::new();
+    for line in String::from_utf8(out.stdout)?.lines() {
+        let mut fields = line.split(' ');
+        let (Some(lag), Some(finished)) = (fields.next(), fields.next()) else {
+            anyhow::bail!("a generator's line without its lag and end: {line:?}");
+        };
+        samples.push(Sample {
+            lag: ns(lag)?,
+            finished: ns(finished)?,
+            latencies: fields.map(ns).collect::<Result<_, _>>()?,
+        });
+    }
+    anyhow::ensure!(
+        !samples.is_empty(),
+        "the generators' process printed nothing"
+    );
+    Ok(samples)
+}
+
+/// The generators' process (`--generators PORT`): one window against the Redis on `port`, then
+/// what each generator measured, a line each, for [`apart`].
+async fn generators_only(args: Args, port: u16, beats: Handle) -> anyhow::Result<()> {
+    use std::io::Write;
+    let endpoint = Endpoint::new(format!("redis://127.0.0.1:{port}"), Duration::from_secs(60));
+    let samples = generators(&beats, &endpoint, &args).await?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for sample in samples {
+        write!(
+            out,
+            "{} {}",
+            sample.lag.as_nanos(),
+            sample.finished.as_nanos()
+        )?;
+        for latency in sample.latencies {
+            write!(out, " {}", latency.as_nanos())?;
+        }
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// The loaded window: the controller and the readers start (each reader's first, cold read done
@@ -635,7 +727,17 @@ async fn run(args: Args, beats: Handle) -> anyhow::Result<()> {
         ..Options::default()
     })?;
     let port = server.port().expect("started with tcp");
+    let args = Args {
+        port: Some(port),
+        ..args
+    };
     let mut niceness = renice(&server, args.nice);
+    if args.fifo {
+        niceness.push_str("; the generators' thread at SCHED_FIFO (a refusal leaves it as it was)");
+    }
+    if args.apart {
+        niceness.push_str("; the generators in a process of their own");
+    }
     if args.pin {
         niceness.push_str(&pin_redis(server.pid()));
     }
@@ -774,11 +876,19 @@ fn main() -> anyhow::Result<()> {
     }
     // The generators run on a runtime of their own: a pass or a read that holds a worker for a
     // while (decoding 100 000 rows) must not hold back a beat that is due.
-    let nice = args.nice;
+    let (nice, fifo) = (args.nice, args.fifo);
     let beats = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("beats")
         .on_thread_start(move || {
+            if fifo {
+                let param = libc::sched_param { sched_priority: 10 };
+                // SAFETY: sched_setscheduler reads the parameter given, on this stack frame. A
+                // refusal (no CAP_SYS_NICE) leaves the thread as it was, which the header says.
+                unsafe {
+                    libc::sched_setscheduler(0, libc::SCHED_FIFO, &param);
+                }
+            }
             if nice != 0 {
                 // SAFETY: gettid and setpriority read their arguments only. A refusal shows on
                 // redis-server's setting, which `renice` reports.
@@ -792,5 +902,8 @@ fn main() -> anyhow::Result<()> {
     let main = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    main.block_on(run(args, beats.handle().clone()))
+    match args.generators {
+        Some(port) => main.block_on(generators_only(args, port, beats.handle().clone())),
+        None => main.block_on(run(args, beats.handle().clone())),
+    }
 }
