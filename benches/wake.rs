@@ -128,7 +128,8 @@ impl Bench {
     }
 
     async fn claims(&self) -> anyhow::Result<Vec<Claim>> {
-        Ok(self.store.read_groups(&[group()]).await?.remove(0).claims)
+        let read = self.store.read_groups(&[group()]).await?.remove(0);
+        Ok(std::sync::Arc::unwrap_or_clone(read.claims))
     }
 
     /// Polls the claims until `done` holds for every slot's, bounded.

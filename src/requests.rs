@@ -193,9 +193,8 @@ pub async fn find_claim<C: ConnectionLike + Clone + Send>(
     store
         .read_groups(groups)
         .await?
-        .into_iter()
-        .flat_map(|g| g.claims)
-        .find(|c| &c.name == name)
+        .iter()
+        .find_map(|g| g.claims.iter().find(|c| &c.name == name).cloned())
         .ok_or_else(|| RequestError::NoSuchClaim(name.clone()))
 }
 

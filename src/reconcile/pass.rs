@@ -348,7 +348,8 @@ where
         // The claims by slot, each slot's in the order read, and the slots walked in name order
         // take theirs from the front. Not a map of a list a slot: each list began with room for
         // four claims, 46 MB of every pass at 100 000 slots with 50 000 claims (issue 30).
-        let mut claims = read.claims;
+        // By reference: the claims are shared with the copy the store holds of a large group.
+        let mut claims: Vec<&Claim> = read.claims.iter().collect();
         claims.sort_by(|a, b| a.slot.cmp(&b.slot));
         report.writes += self.left_group(config, group, &claims, now).await;
         debug_assert!(
@@ -374,7 +375,9 @@ where
             };
             // Claims of slots before this one are of slots that left the group (`left_group`).
             while claims.next_if(|c| c.slot < slot.name).is_some() {}
-            let claims = std::iter::from_fn(|| claims.next_if(|c| c.slot == slot.name)).collect();
+            let claims = std::iter::from_fn(|| claims.next_if(|c| c.slot == slot.name))
+                .cloned()
+                .collect();
             let outcome = self
                 .slot_pass(group, slot, claims, seen, now, &holder)
                 .await;
@@ -416,12 +419,13 @@ where
         &mut self,
         config: &Config,
         group: &Group,
-        claims: &[Claim],
+        claims: &[&Claim],
         now: DateTime<Utc>,
     ) -> usize {
         // Claims of slots that left the group (removed, or moved to another group).
         let orphans: Vec<&Claim> = claims
             .iter()
+            .copied()
             .filter(|c| {
                 config
                     .slots

@@ -367,7 +367,7 @@ fn decode(group: &GroupName, reply: Reply) -> Result<GroupClaims, ClaimStoreErro
     Ok(GroupClaims {
         group: group.clone(),
         now,
-        claims,
+        claims: std::sync::Arc::new(claims),
         unreadable,
         unreadable_slots,
         operations: super::operation_record::decode(ops),

@@ -19,7 +19,7 @@ pub(super) struct Held {
     /// Each listed claim's value as read, digested: what a read served from this copy compares a
     /// part of the claims with.
     pub(super) digests: Digests,
-    pub(super) claims: Vec<Claim>,
+    pub(super) claims: std::sync::Arc<Vec<Claim>>,
     pub(super) unreadable: Vec<(String, String)>,
     pub(super) unreadable_slots: Vec<Option<String>>,
     /// Reads served from this copy: which part of its claims the next one checks.

@@ -97,7 +97,9 @@ impl World {
             .await
             .map_err(|e| Error::Runtime(e.into()))?;
         let now = read.first().map_or_else(Utc::now, |g| g.now);
-        let claims = read.into_iter().flat_map(|g| g.claims).collect();
+        let claims = (read.into_iter())
+            .flat_map(|g| std::sync::Arc::unwrap_or_clone(g.claims))
+            .collect();
         let asked: Vec<(GroupName, Vec<BenchName>)> = catalog
             .groups
             .iter()

@@ -114,8 +114,9 @@ async fn claim_of(
         .unwrap()
         .remove(0)
         .claims
-        .into_iter()
+        .iter()
         .find(|c| &c.name == name)
+        .cloned()
 }
 
 /// Drives `ctl` (replacing it when the dice say it dies) until `done` holds for the claim.

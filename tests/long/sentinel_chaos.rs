@@ -248,7 +248,7 @@ impl Run {
             .read_groups(std::slice::from_ref(&self.group.name))
             .await
             .ok()?;
-        Some(read.pop()?.claims)
+        Some(std::sync::Arc::unwrap_or_clone(read.pop()?.claims))
     }
 
     /// Whether the bench of `slot` reads on (UP or HELD), or `None` when the read failed.

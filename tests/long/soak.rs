@@ -132,7 +132,7 @@ async fn look(store: &ClaimStore<MultiplexedConnection>) -> Seen {
         .remove(0);
     Seen {
         at: read.now,
-        claims: read.claims,
+        claims: std::sync::Arc::unwrap_or_clone(read.claims),
         ops: read.operations.by_slot,
         target: store.target(&g).await.unwrap(),
     }

@@ -141,7 +141,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
                 .unwrap()
                 .remove(0)
                 .claims
-                .into_iter()
+                .iter()
                 .find(|c| c.name.as_str() == name)
                 .map(|c| c.phase)
         }

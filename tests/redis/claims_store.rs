@@ -60,7 +60,7 @@ async fn a_claim_is_created_read_back_and_a_second_live_claim_on_its_slot_is_ref
     let other = new_claim("bench-01-a", "bench-02", &seed);
     assert_eq!(s.create(&other, &seed).await.unwrap(), Created::NameTaken);
     let read = s.read_groups(&[group()]).await.unwrap();
-    assert_eq!(read[0].claims, vec![a.clone()]);
+    assert_eq!(*read[0].claims, vec![a.clone()]);
     let timeline = s.timeline(&group(), &a.name).await.unwrap();
     assert_eq!(timeline.len(), 1);
     assert_eq!(
@@ -120,7 +120,7 @@ async fn a_move_is_a_compare_and_set_and_a_stale_writer_writes_nothing() {
             .unwrap()
     );
     let read = s.read_groups(&[group()]).await.unwrap();
-    assert_eq!(read[0].claims, vec![booting.clone()]);
+    assert_eq!(*read[0].claims, vec![booting.clone()]);
     assert_eq!(
         s.timeline(&group(), &a.name).await.unwrap().len(),
         2,
@@ -161,7 +161,7 @@ async fn a_terminal_move_frees_the_slot_and_keeps_the_digest_that_seeds_the_next
             .unwrap()
     );
     let read = s.read_groups(&[group()]).await.unwrap();
-    assert_eq!(read[0].claims, vec![b]);
+    assert_eq!(*read[0].claims, vec![b]);
     assert_eq!(
         s.seed(&group(), &name("bench-01")).await.unwrap().last,
         Some(digest)
@@ -229,7 +229,7 @@ async fn garbage_in_a_claim_key_is_reported_and_a_foreign_pointer_does_not_block
         "a pointer to no claim is stale"
     );
     let read = s.read_groups(&[group()]).await.unwrap();
-    assert_eq!(read[0].claims, vec![a]);
+    assert_eq!(*read[0].claims, vec![a]);
     assert_eq!(read[0].unreadable.len(), 1);
     assert_eq!(read[0].unreadable[0].0, "junk");
 }
@@ -484,7 +484,7 @@ async fn a_deposed_leaders_writes_are_refused_by_the_fence() {
     );
     assert!(old.create(&b, &Default::default()).await.is_err());
     assert_eq!(
-        s.read_groups(&[group()]).await.unwrap()[0].claims,
+        *s.read_groups(&[group()]).await.unwrap()[0].claims,
         vec![a.clone()],
         "nothing was written"
     );

@@ -120,12 +120,14 @@ impl Harness {
     }
 
     async fn claims(&self) -> Vec<Claim> {
-        self.store
-            .read_groups(&[group()])
-            .await
-            .unwrap()
-            .remove(0)
-            .claims
+        std::sync::Arc::unwrap_or_clone(
+            self.store
+                .read_groups(&[group()])
+                .await
+                .unwrap()
+                .remove(0)
+                .claims,
+        )
     }
 
     async fn the_claim(&self, name: &str) -> Claim {
@@ -720,8 +722,8 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
             .await
             .unwrap()
             .remove(0)
-            .claims
-            .remove(0)
+            .claims[0]
+            .clone()
             .phase
     };
     let report = ctl.pass().await.unwrap();
@@ -798,8 +800,8 @@ async fn a_bound_nodes_life_release_provider_id_cordon_and_stale_deletion() {
             .await
             .unwrap()
             .remove(0)
-            .claims
-            .remove(0)
+            .claims[0]
+            .clone()
     };
     let the_node = || nodes.0.lock().unwrap().get("bench-01").cloned();
     let keys = |n: &fleet::domain::node::NodeView| -> Vec<String> {
@@ -890,8 +892,8 @@ async fn nodes_out_of_sight_leave_a_booting_claim_booting_with_no_power_action()
             .await
             .unwrap()
             .remove(0)
-            .claims
-            .remove(0)
+            .claims[0]
+            .clone()
     };
     assert_eq!(ctl.pass().await.unwrap().started.len(), 1);
     bounded("startup", ctl.operation_ended()).await;
@@ -1009,8 +1011,8 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
         .await
         .unwrap()
         .remove(0)
-        .claims
-        .remove(0);
+        .claims[0]
+        .clone();
     let op = booting.running_operation().cloned().unwrap();
     let mut second = make(cfg).await;
     let report = second.pass().await.unwrap();
@@ -1044,8 +1046,8 @@ async fn a_restarted_controller_never_fires_an_operation_twice_for_a_claim() {
         .await
         .unwrap()
         .remove(0)
-        .claims
-        .remove(0);
+        .claims[0]
+        .clone();
     assert_eq!(
         (c.phase, c.reason),
         (Phase::Failed, Some(Reason::StartupJobTimeout))

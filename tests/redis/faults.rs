@@ -96,13 +96,15 @@ impl World {
     }
 
     async fn claims(&self) -> Vec<Claim> {
-        self.store()
-            .await
-            .read_groups(&[group()])
-            .await
-            .unwrap()
-            .remove(0)
-            .claims
+        std::sync::Arc::unwrap_or_clone(
+            self.store()
+                .await
+                .read_groups(&[group()])
+                .await
+                .unwrap()
+                .remove(0)
+                .claims,
+        )
     }
 
     async fn claim(&self, slot: &str) {

@@ -104,7 +104,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Groups<C> {
             .await?
             .pop()
             .ok_or(ProviderError::Internal("a group read returned no group"))?;
-        let claims = Arc::new(read.claims);
+        let claims = read.claims;
         self.snapshots.claims_read(group, &claims);
         Ok(Fresh {
             claims,
