@@ -195,10 +195,20 @@ fn flag(on: bool) -> &'static str {
 }
 
 pub(crate) fn json<T: Serialize>(what: &str, value: &T) -> Result<String, ClaimStoreError> {
-    serde_json::to_string(value).map_err(|source| ClaimStoreError::Encode {
+    serde_json::to_string(value).map_err(|source| encode_error(what, source))
+}
+
+/// Whether `value` encodes as `json` would, found without keeping the text: for a write that
+/// encodes each value only as its command is built, and must fail whole before sending any.
+pub(crate) fn encodes<T: Serialize>(what: &str, value: &T) -> Result<(), ClaimStoreError> {
+    serde_json::to_writer(std::io::sink(), value).map_err(|source| encode_error(what, source))
+}
+
+fn encode_error(what: &str, source: serde_json::Error) -> ClaimStoreError {
+    ClaimStoreError::Encode {
         what: what.to_owned(),
         source,
-    })
+    }
 }
 
 impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {

@@ -12,7 +12,7 @@ use redis::aio::ConnectionLike;
 use crate::domain::claim::LastClaim;
 use crate::domain::name::{BenchName, GroupName};
 
-use super::claims::{ClaimStore, ClaimStoreError, GroupView, Seed, SlotStatus, json};
+use super::claims::{ClaimStore, ClaimStoreError, GroupView, Seed, SlotStatus, encodes, json};
 use super::script::{Script, eval, pipelined, script};
 use super::{KEYS_PER_COMMAND, mget_chunked, mget_joined};
 
@@ -193,12 +193,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         // encoded statuses of a new leader's first pass were 35 MB at once, the process's peak
         // (issue 30). Whether each encodes is known before anything is sent, at no allocation.
         for (_, status) in statuses {
-            serde_json::to_writer(std::io::sink(), status).map_err(|source| {
-                ClaimStoreError::Encode {
-                    what: "a slot status".to_owned(),
-                    source,
-                }
-            })?;
+            encodes("a slot status", status)?;
         }
         let chunks: Vec<_> = statuses.chunks(KEYS_PER_COMMAND).collect();
         let conn = self.shell.conn();

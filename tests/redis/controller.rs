@@ -723,7 +723,6 @@ async fn the_readiness_gate_waits_for_a_bound_slots_node() {
             .unwrap()
             .remove(0)
             .claims[0]
-            .clone()
             .phase
     };
     let report = ctl.pass().await.unwrap();
