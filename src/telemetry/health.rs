@@ -109,7 +109,10 @@ pub fn routes(
         .route(
             "/metrics",
             get(move || {
-                let body = metrics.encode();
+                // In pieces, each made when the connection asks for it (`super::scrape`).
+                let pieces = super::Scrape::new(metrics.clone())
+                    .map(Ok::<_, std::convert::Infallible>);
+                let body = axum::body::Body::from_stream(futures::stream::iter(pieces));
                 async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body) }
             }),
         )
@@ -140,6 +143,61 @@ pub fn routes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/metrics` answers in pieces, each made when the connection asks for the next: a slot
+    /// counted after the answer began shows in the families not yet sent, which an answer
+    /// built whole before its first byte could not show.
+    #[cfg(feature = "serve")]
+    #[tokio::test]
+    async fn metrics_are_answered_in_pieces_made_as_they_are_read() {
+        use crate::domain::name::{BenchName, GroupName};
+        use crate::telemetry::EnergyStep;
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let metrics = std::sync::Arc::new(Metrics::default());
+        let group = GroupName::parse("rack").unwrap();
+        let slot = |i: usize| BenchName::parse(&format!("n{i:05}")).unwrap();
+        let step = EnergyStep {
+            on_seconds: 1.0,
+            ..EnergyStep::default()
+        };
+        for i in 0..5_000 {
+            metrics.energy.count(&group, &slot(i), step);
+        }
+        let app = routes((metrics.clone(), std::sync::Arc::default()), Duration::ZERO);
+        let request = axum::http::Request::get("/metrics")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let answer = app.oneshot(request).await.unwrap();
+        assert_eq!(answer.status(), axum::http::StatusCode::OK);
+        assert_eq!(
+            answer.headers()[axum::http::header::CONTENT_TYPE],
+            "text/plain; version=0.0.4"
+        );
+        let mut body = answer.into_body();
+        let mut pieces = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            if pieces.len() == 2 {
+                metrics.energy.count(&group, &slot(5_000), step);
+            }
+            pieces.push(String::from_utf8(data.to_vec()).unwrap());
+        }
+        // The registry; six pieces of 5 001 slots for each of the three families every slot
+        // has; the header alone for each of the three of a draw, which none has; the end.
+        assert_eq!(pieces.len(), 1 + 3 * 6 + 3 + 1);
+        let text = pieces.concat();
+        let new = |family: &str| {
+            format!("fleet_energy_{family}_total{{group=\"rack\",slot=\"n05000\"}} ")
+        };
+        assert_eq!(
+            text.matches(&new("on_seconds")).count(),
+            1,
+            "counted before its piece"
+        );
+        assert_eq!(text.matches(&new("activations")).count(), 1);
+        assert!(text.ends_with("# EOF\n"));
+    }
 
     #[test]
     fn readiness_needs_a_recent_pass_that_could_see() {

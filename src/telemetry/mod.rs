@@ -15,6 +15,7 @@ pub mod health;
 pub mod labels;
 #[cfg(feature = "serve")]
 pub mod listener;
+pub mod scrape;
 
 use std::sync::atomic::AtomicU64;
 
@@ -31,6 +32,10 @@ pub use health::Health;
 #[cfg(feature = "serve")]
 pub use health::routes;
 pub use labels::*;
+pub use scrape::Scrape;
+
+/// The prefix of every metric's name.
+const PREFIX: &str = "fleet";
 
 /// Every metric the controller keeps.
 pub struct Metrics {
@@ -85,7 +90,8 @@ pub struct EnergyMetrics {
     slots: std::sync::RwLock<std::collections::BTreeMap<GroupName, SlotTallies>>,
 }
 
-type SlotTallies = std::collections::HashMap<BenchName, Tally, foldhash::fast::RandomState>;
+/// Ordered, so that a scrape can take a piece and go on after its last slot (`scrape`).
+type SlotTallies = std::collections::BTreeMap<BenchName, Tally>;
 
 /// One slot's counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -173,46 +179,6 @@ enum Value {
     Count(u64),
 }
 
-impl prometheus_client::collector::Collector for EnergyMetricsHandle {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::MetricType;
-        use prometheus_client::metrics::counter::ConstCounter;
-        let slots = self.0.slots.read().unwrap_or_else(|p| p.into_inner());
-        for (name, help, value) in ENERGY_FAMILIES {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (group, tallies) in slots.iter() {
-                for (slot, tally) in tallies {
-                    let Some(v) = value(tally) else { continue };
-                    let labels = [("group", group.as_str()), ("slot", slot.as_str())];
-                    let series = family.encode_family(&labels)?;
-                    match v {
-                        Value::Amount(x) => ConstCounter::new(x).encode(series)?,
-                        Value::Count(n) => ConstCounter::new(n).encode(series)?,
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The energy counters as the registry holds them: the registry owns its collectors, and the
-/// controller counts into the same map.
-#[derive(Debug)]
-struct EnergyMetricsHandle(std::sync::Arc<EnergyMetrics>);
-
-impl EnergyMetrics {
-    fn registered(r: &mut Registry) -> std::sync::Arc<EnergyMetrics> {
-        let energy = std::sync::Arc::new(EnergyMetrics::default());
-        r.register_collector(Box::new(EnergyMetricsHandle(energy.clone())));
-        energy
-    }
-}
-
 fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
@@ -226,7 +192,7 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 impl Default for Metrics {
     // Long: not complex, one registration per metric, in the order /metrics lists them.
     fn default() -> Self {
-        let mut r = Registry::with_prefix("fleet");
+        let mut r = Registry::with_prefix(PREFIX);
         let warnings = registered(
             &mut r,
             "claim_warnings",
@@ -323,7 +289,8 @@ impl Default for Metrics {
             "Kubernetes Events dropped because their queue was full",
             Counter::default(),
         );
-        let energy = EnergyMetrics::registered(&mut r);
+        // Not in the registry: a scrape writes the energy families itself, in pieces (`scrape`).
+        let energy = std::sync::Arc::new(EnergyMetrics::default());
         let replica_waits_short = registered(
             &mut r,
             "replica_waits_short",
@@ -387,12 +354,9 @@ fn operation_seconds() -> Histogram {
 }
 
 impl Metrics {
-    /// The Prometheus text exposition of every metric.
+    /// The Prometheus text exposition of every metric, whole: [`Scrape`]'s pieces joined.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        Scrape::new(self).collect()
     }
 }
 
