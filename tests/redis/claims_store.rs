@@ -390,6 +390,41 @@ async fn a_write_larger_than_a_piece_goes_in_pieces_and_every_status_lands() {
     assert_eq!(read, expected);
 }
 
+// Issue 30: a new leader reads its statuses `STATUS_PIECE` slots a round trip, each given in
+// its place on both sides of a piece's edge; a slot without a status, or whose value does not
+// decode, gives none.
+#[tokio::test]
+async fn statuses_are_read_a_piece_a_round_trip_each_in_its_place() {
+    use fleet::store::slots::STATUS_PIECE;
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let s = ClaimStore::new(counting.clone(), Keys::default());
+    let n = STATUS_PIECE + 2;
+    let slots: Vec<BenchName> = (0..n).map(|i| name(&format!("bench-{i:05}"))).collect();
+    // Every slot's status but the last's, then slot 5's overwritten with garbage.
+    let mut statuses = statuses_of(&slots[..n - 1]);
+    s.write_slots(&group(), &statuses).await.unwrap();
+    let garbage = Keys::default().group(&group()).slot(&slots[5]);
+    let () = redis::cmd("SET")
+        .arg(&garbage)
+        .arg("{not a status")
+        .query_async(&mut conn(&server).await)
+        .await
+        .unwrap();
+    statuses.remove(5);
+    let slots: Vec<&BenchName> = slots.iter().collect();
+    let mut read = Vec::new();
+    let before = counting.trips();
+    s.read_statuses(&group(), &slots, |slot, status| {
+        read.push((slot.clone(), status))
+    })
+    .await
+    .unwrap();
+    assert_eq!(counting.trips() - before, 2, "two pieces");
+    assert_eq!(read.len(), n - 2);
+    assert_eq!(read, statuses);
+}
+
 // SPEC §4.3: with `appendonly yes`, claims, slot statuses, digests and timelines survive a
 // restart of Redis.
 #[tokio::test]

@@ -1605,3 +1605,52 @@ async fn an_operation_nobody_reports_is_abandoned_at_stuck_threshold_and_fails_s
     assert!(end.tail.contains("stuck_threshold"), "{}", end.tail);
     assert!(!ran, "nothing was run for it");
 }
+
+// Issue 30: a new controller reads what the last one reported, `STATUS_PIECE` slots a round
+// trip, and rewrites none of it: each status key carries a TTL that a rewrite (a `SET`) would
+// clear, on both sides of a piece's edge.
+#[tokio::test]
+async fn a_new_controller_reads_every_status_of_a_group_larger_than_a_piece_and_rewrites_none() {
+    use fleet::store::slots::STATUS_PIECE;
+    let names: Vec<String> = (0..=STATUS_PIECE)
+        .map(|i| format!("bench-{i:05}"))
+        .collect();
+    let slots: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut h = harness(BOOTS, POWERS_OFF, FAST, &slots).await;
+    let report = bounded("the first pass", h.ctl.pass()).await.unwrap();
+    assert_eq!(report.slots, STATUS_PIECE + 1);
+    let keys: Vec<String> = (names.iter())
+        .map(|n| Keys::default().group(&group()).slot(&name(n)))
+        .collect();
+    let ttls = |command: &'static str| {
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            let c = pipe.cmd(command).arg(key);
+            if command == "PEXPIRE" {
+                c.arg(3_600_000);
+            }
+        }
+        pipe
+    };
+    let mut conn = conn(&h.server).await;
+    let set: Vec<i64> = ttls("PEXPIRE").query_async(&mut conn).await.unwrap();
+    assert!(set.iter().all(|s| *s == 1), "every slot has a status");
+    let cfg = h.config.borrow().clone();
+    let mut next = Controller::new(
+        watch::channel(cfg).1,
+        Presence::new(conn.clone(), Keys::default()),
+        ClaimStore::new(conn.clone(), Keys::default()),
+        Arc::new(exec(&h.server)),
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    bounded("the new controller's pass", next.pass())
+        .await
+        .unwrap();
+    let left: Vec<i64> = ttls("PTTL").query_async(&mut conn).await.unwrap();
+    let rewritten: Vec<&str> = (left.iter().zip(&names))
+        .filter(|(ttl, _)| **ttl < 0)
+        .map(|(_, n)| n.as_str())
+        .collect();
+    assert!(rewritten.is_empty(), "rewritten: {rewritten:?}");
+}
