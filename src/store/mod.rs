@@ -45,6 +45,17 @@ pub(crate) fn mget_joined(
     Ok(values)
 }
 
+/// The values of `keys`, in order, in one round trip of `MGET`s of `KEYS_PER_COMMAND` keys.
+pub(crate) async fn mget(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &[String],
+) -> Result<Vec<Option<String>>, redis::RedisError> {
+    let mut pipe = redis::pipe();
+    mget_chunked(&mut pipe, keys);
+    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    mget_joined(&mut replies.into_iter(), keys.len())
+}
+
 pub mod acl;
 pub mod bmc;
 pub mod catalog;

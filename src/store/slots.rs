@@ -14,7 +14,7 @@ use crate::domain::name::{BenchName, GroupName};
 
 use super::claims::{ClaimStore, ClaimStoreError, GroupView, Seed, SlotStatus, encodes, json};
 use super::script::{Script, eval, pipelined, script};
-use super::{KEYS_PER_COMMAND, mget_chunked, mget_joined};
+use super::{KEYS_PER_COMMAND, mget, mget_chunked, mget_joined};
 
 const WRITE_SLOTS: Script = script!("slots_write.lua");
 const SWAP_DIGEST: Script = script!("digest_swap.lua");
@@ -83,13 +83,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             group: group.clone(),
             source,
         };
-        let mut pipe = redis::pipe();
-        mget_chunked(
-            &mut pipe,
-            &slots.iter().map(|s| g.last_claim(s)).collect::<Vec<_>>(),
-        );
-        let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
-        let raws = mget_joined(&mut replies.into_iter(), slots.len()).map_err(failed)?;
+        let keys: Vec<String> = slots.iter().map(|s| g.last_claim(s)).collect();
+        let raws = mget(&mut conn, &keys).await.map_err(failed)?;
         Ok(raws
             .into_iter()
             .map(|raw| {
@@ -156,13 +151,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             source,
         };
         for part in slots.chunks(STATUS_PIECE) {
-            let mut pipe = redis::pipe();
-            mget_chunked(
-                &mut pipe,
-                &part.iter().map(|s| g.slot(s)).collect::<Vec<_>>(),
-            );
-            let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
-            let statuses = mget_joined(&mut replies.into_iter(), part.len()).map_err(failed)?;
+            let keys: Vec<String> = part.iter().map(|s| g.slot(s)).collect();
+            let statuses = mget(&mut conn, &keys).await.map_err(failed)?;
             for (slot, status) in part.iter().zip(statuses) {
                 if let Some(status) = status.and_then(|s| serde_json::from_str(&s).ok()) {
                     into(slot, status);
