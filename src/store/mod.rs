@@ -1,6 +1,7 @@
 //! Redis: connecting, the key schema, and the presence store (SPEC §2.3 to §2.7).
 //!
-//! Every key is named in [`keys`]; every store method is one round trip.
+//! Every key is named in [`keys`]; every store method is one round trip, but for the large calls
+//! SPEC §1.4 lets go in pieces (the fleet read, a new leader's statuses, a group's energy).
 
 // The transport (connecting, URLs, Sentinel, Cluster, one call over any topology) is a crate of its
 // own below the records: it knows no key and no record (SPEC §1).

@@ -135,9 +135,10 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
 
     /// Reads the statuses of a group's slots, the slots `STATUS_PIECE` a round trip, and gives
     /// `into` each status that decodes as its piece comes (a value that does not decode is
-    /// none). A new leader fills its memory of what it last reported this way: read whole,
-    /// with the digests it has no use for, the replies were 30 MB beside the 30 MB map they
-    /// fill at 100 000 slots, the top of its first pass (issue 30).
+    /// none): ⌈slots / `STATUS_PIECE`⌉ round trips (SPEC §1.4). A new leader fills its memory
+    /// of what it last reported this way: read whole, with the digests it has no use for, the
+    /// replies were 30 MB beside the 30 MB map they fill at 100 000 slots, the top of its first
+    /// pass (docs/measurements.md).
     pub async fn read_statuses(
         &self,
         group: &GroupName,

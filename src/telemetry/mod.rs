@@ -10,6 +10,7 @@
 //! - [`health`]: `/healthz` and `/readyz`, and the routes of the metrics and both.
 //! - [`listener`]: the hardened HTTP server of every listener: the Host check, the caps derived
 //!   from the descriptor limit, the timeouts.
+//! - [`scrape`]: one `/metrics` answer, in pieces made as the connection takes them.
 
 pub mod health;
 pub mod labels;
@@ -190,7 +191,8 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
 }
 
 impl Default for Metrics {
-    // Long: not complex, one registration per metric, in the order /metrics lists them.
+    // Long: not complex, one registration per metric, in the order /metrics lists them (the
+    // energy families, which a scrape writes itself, come last).
     fn default() -> Self {
         let mut r = Registry::with_prefix(PREFIX);
         let warnings = registered(

@@ -40,6 +40,7 @@ enum Next {
 }
 
 impl<M: Deref<Target = Metrics>> Scrape<M> {
+    /// A scrape of `metrics`, before its first piece: nothing is read until one is asked for.
     pub fn new(metrics: M) -> Self {
         Scrape {
             metrics,
@@ -313,6 +314,54 @@ mod tests {
         assert_eq!(of("energy_on_seconds", 1), 0);
         assert_eq!(of("energy_off_seconds", 1), 1);
         assert_eq!(of("energy_activations", 1), 1);
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// A piece that ends on a group's last slot goes on at the next group's first; groups
+    /// counted between pieces, one before where the scrape is and one after, are neither lost
+    /// nor doubled.
+    #[test]
+    fn a_piece_ending_at_a_groups_edge_goes_on_at_the_next_group() {
+        let m = Metrics::default();
+        let count = |g: &str, i: usize| {
+            let step = EnergyStep {
+                drawn: None,
+                ..step(i)
+            };
+            m.energy.count(&group(g), &slot(i), step);
+        };
+        for i in 0..ENERGY_PIECE {
+            count("rack-a", i);
+        }
+        for i in 0..10 {
+            count("rack-b", i);
+        }
+        let mut scrape = Scrape::new(&m);
+        // The registry, then `energy_on_seconds`'s first piece: rack-a whole, nothing of rack-b.
+        let first: Vec<String> = scrape.by_ref().take(2).collect();
+        assert!(!first[1].contains("rack-b"), "{}", first[1]);
+        count("aaa", 0);
+        count("zzz", 0);
+        let text = first.concat() + &scrape.collect::<String>();
+        let of = |name: &str, g: &str, i: usize| {
+            let series = format!("fleet_{name}_total{{group=\"{g}\",slot=\"n{i:05}\"}} ");
+            text.lines().filter(|l| l.starts_with(&series)).count()
+        };
+        for name in [
+            "energy_on_seconds",
+            "energy_off_seconds",
+            "energy_activations",
+        ] {
+            for i in 0..ENERGY_PIECE {
+                assert_eq!(of(name, "rack-a", i), 1, "{name} rack-a n{i:05}");
+            }
+            for i in 0..10 {
+                assert_eq!(of(name, "rack-b", i), 1, "{name} rack-b n{i:05}");
+            }
+            assert_eq!(of(name, "zzz", 0), 1, "{name}");
+            let before = usize::from(name != "energy_on_seconds");
+            assert_eq!(of(name, "aaa", 0), before, "{name}");
+        }
         assert!(text.ends_with("# EOF\n"));
     }
 
