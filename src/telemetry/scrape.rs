@@ -272,40 +272,46 @@ mod tests {
         assert_eq!(text.matches("# TYPE fleet_energy_").count(), 6, "{text}");
     }
 
+    /// The three families a slot counted with no draw has.
+    const UNDRAWN: [&str; 3] = [
+        "energy_on_seconds",
+        "energy_off_seconds",
+        "energy_activations",
+    ];
+
+    /// Counts slot `i` of group `g` a step with no draw.
+    fn count_undrawn(m: &Metrics, g: &str, i: usize) {
+        let step = EnergyStep {
+            drawn: None,
+            ..step(i)
+        };
+        m.energy.count(&group(g), &slot(i), step);
+    }
+
+    /// How many times `text` has family `name`'s series of slot `i` of group `g`.
+    fn series(text: &str, name: &str, g: &str, i: usize) -> usize {
+        let series = format!("fleet_{name}_total{{group=\"{g}\",slot=\"n{i:05}\"}} ");
+        text.lines().filter(|l| l.starts_with(&series)).count()
+    }
+
     /// A slot counted while a scrape is between pieces: every slot still appears once in each
     /// family, and a new one in the families whose pieces were not yet made past it.
     #[test]
     fn a_slot_counted_between_pieces_is_neither_lost_nor_doubled() {
         let m = Metrics::default();
-        let g = group("rack");
-        // No draw: the three families of time and activations.
-        let count = |i: usize| {
-            let step = EnergyStep {
-                drawn: None,
-                ..step(i)
-            };
-            m.energy.count(&g, &slot(i), step);
-        };
         for i in (0..3_000).step_by(2) {
-            count(i);
+            count_undrawn(&m, "rack", i);
         }
         let mut scrape = Scrape::new(&m);
         // The registry, then `energy_on_seconds`'s first piece: n00000 to n01998.
         let mut text: String = scrape.by_ref().take(2).collect();
         // One slot before where the scrape is, one after it, and one counted again.
         for i in [1, 2_001, 10] {
-            count(i);
+            count_undrawn(&m, "rack", i);
         }
         text.extend(scrape);
-        let of = |name: &str, i: usize| {
-            let series = format!("fleet_{name}_total{{group=\"rack\",slot=\"n{i:05}\"}} ");
-            text.lines().filter(|l| l.starts_with(&series)).count()
-        };
-        for name in [
-            "energy_on_seconds",
-            "energy_off_seconds",
-            "energy_activations",
-        ] {
+        let of = |name: &str, i: usize| series(&text, name, "rack", i);
+        for name in UNDRAWN {
             for i in (0..3_000).step_by(2) {
                 assert_eq!(of(name, i), 1, "{name} n{i:05}");
             }
@@ -323,35 +329,21 @@ mod tests {
     #[test]
     fn a_piece_ending_at_a_groups_edge_goes_on_at_the_next_group() {
         let m = Metrics::default();
-        let count = |g: &str, i: usize| {
-            let step = EnergyStep {
-                drawn: None,
-                ..step(i)
-            };
-            m.energy.count(&group(g), &slot(i), step);
-        };
         for i in 0..ENERGY_PIECE {
-            count("rack-a", i);
+            count_undrawn(&m, "rack-a", i);
         }
         for i in 0..10 {
-            count("rack-b", i);
+            count_undrawn(&m, "rack-b", i);
         }
         let mut scrape = Scrape::new(&m);
         // The registry, then `energy_on_seconds`'s first piece: rack-a whole, nothing of rack-b.
         let first: Vec<String> = scrape.by_ref().take(2).collect();
         assert!(!first[1].contains("rack-b"), "{}", first[1]);
-        count("aaa", 0);
-        count("zzz", 0);
+        count_undrawn(&m, "aaa", 0);
+        count_undrawn(&m, "zzz", 0);
         let text = first.concat() + &scrape.collect::<String>();
-        let of = |name: &str, g: &str, i: usize| {
-            let series = format!("fleet_{name}_total{{group=\"{g}\",slot=\"n{i:05}\"}} ");
-            text.lines().filter(|l| l.starts_with(&series)).count()
-        };
-        for name in [
-            "energy_on_seconds",
-            "energy_off_seconds",
-            "energy_activations",
-        ] {
+        let of = |name: &str, g: &str, i: usize| series(&text, name, g, i);
+        for name in UNDRAWN {
             for i in 0..ENERGY_PIECE {
                 assert_eq!(of(name, "rack-a", i), 1, "{name} rack-a n{i:05}");
             }
