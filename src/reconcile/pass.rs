@@ -538,8 +538,8 @@ where
     async fn load_statuses(&mut self, config: &Config) -> Result<(), ClaimStoreError> {
         for group in config.groups.keys() {
             let slots: Vec<&BenchName> = config.slots_of(group).map(|s| &s.name).collect();
-            // Not sized ahead: reserving every slot's entry at once took the RSS at rest 30 MB
-            // higher at 100 000 slots, in each of four runs (docs/measurements.md).
+            // Not sized ahead: reserving every slot's entry at once left the RSS at rest 20-35 MB
+            // higher at 100 000 slots in every run that tried it (docs/measurements.md).
             let statuses = &mut self.memory.statuses;
             let into = |slot: &BenchName, status| {
                 statuses.insert((group.clone(), slot.clone()), status);
