@@ -27,7 +27,6 @@ use fleet::store::presence::{Beat, Presence};
 use fleet::telemetry::{Health, Metrics};
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, RedisServer};
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 // The allocator the `fleet` binary runs with (cmd/fleet/main.rs), so what is measured here
@@ -66,9 +65,9 @@ async fn controller(
     cfg: &Arc<config::Config>,
     holder: &str,
     health: Arc<Health>,
-) -> Controller<ConnectionManager, Exec> {
+) -> Controller<fleet::store::conn::Conn, Exec> {
     let (_, rx) = tokio::sync::watch::channel(cfg.clone());
-    let manager = server.endpoint().manager().await.expect("redis");
+    let manager = server.endpoint().open_lasting().await.expect("redis");
     Controller::new(
         rx,
         Presence::new(manager.clone(), Keys::default()),

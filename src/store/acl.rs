@@ -74,6 +74,11 @@ const WAKE: &[&str] = &["ssubscribe"];
 /// What the replica gate sends before a power action (SPEC §5.6), beside its counter's `INCR`.
 const GATE: &[&str] = &["wait"];
 
+/// What `fleet serve` asks of each connection it keeps (SPEC §7.2, S8): never to be the client
+/// Redis cuts off when its clients' memory passes `maxmemory-clients`. It changes that connection
+/// alone, no other client and no setting of the server's.
+const KEEP: &[&str] = &["client|no-evict"];
+
 /// What a bench's beat does (`store::presence`, one pipeline of plain commands), on its own keys:
 /// the server's clock, its key's read (did its state change?) and write (or its deletion, for a
 /// TTL of 0), the announcement of a change on the wake channel; and its power-off
@@ -155,7 +160,7 @@ impl User {
                 all[0],
                 all[1],
                 keys.wake_channel(),
-                grants(&[CONNECTION, READS, WRITES, WAKE, GATE])
+                grants(&[CONNECTION, READS, WRITES, WAKE, GATE, KEEP])
             ),
             User::Viewer => format!(
                 "%R~{} %R~{} {}",
@@ -340,8 +345,8 @@ mod tests {
         let keys = Keys::new("team-a").unwrap();
         assert_eq!(
             User::Controller.rules(&keys),
-            "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +cluster|slots +del +eval +eval_ro \
-             +evalsha +exists +get +getrange +hdel +hexists +hget +hgetall +hmget +hset +incr \
+            "~{team-a}:* ~{team-a:*}:* &{team-a}:wake -@all +client|no-evict +cluster|slots +del \
+             +eval +eval_ro +evalsha +exists +get +getrange +hdel +hexists +hget +hgetall +hmget +hset +incr \
              +lrange +ltrim +mget +pexpire +ping +role +rpush +sadd +scard +select +set \
              +sismember +smembers +spublish +srem +ssubscribe +time +type +wait +zadd +zcard \
              +zrange +zrem"
@@ -380,6 +385,14 @@ mod tests {
                         "move", "copy", "client", "monitor", "sort",
                     ]
                     .contains(&c.as_str()),
+                    "{} may run {c}",
+                    user.name(&keys)
+                );
+                // Of CLIENT, only the controller may run NO-EVICT, which touches its own
+                // connection alone (SPEC §7.2, S8).
+                assert!(
+                    !c.starts_with("client|")
+                        || (c == "client|no-evict" && user == User::Controller),
                     "{} may run {c}",
                     user.name(&keys)
                 );

@@ -153,7 +153,7 @@ pub struct Snapshot {
     pub problems: Vec<String>,
 }
 
-/// The presence store over one connection (a multiplexed connection or a connection manager).
+/// The presence store over one connection (a verb's, or a long-running process's lasting one).
 #[derive(Clone)]
 pub struct Presence<C> {
     conn: C,

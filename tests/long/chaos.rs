@@ -28,11 +28,10 @@ use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
 use fleet_testing::{Fixture, RedisServer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redis::aio::ConnectionManager;
 use support::*;
 use tokio::sync::watch;
 
-type Ctl = Controller<ConnectionManager, Exec>;
+type Ctl = Controller<fleet::store::conn::Conn, Exec>;
 const SLOTS: [&str; 3] = ["bench-01", "bench-02", "bench-03"];
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -69,7 +68,7 @@ impl Chaos {
     async fn controller(&mut self) -> Ctl {
         self.generation += 1;
         let (_, rx) = watch::channel(self.cfg.clone());
-        let manager = self.server.endpoint().manager().await.unwrap();
+        let manager = self.server.endpoint().open_lasting().await.unwrap();
         let lease = Lease::new(
             manager.clone(),
             Keys::default(),

@@ -23,6 +23,9 @@ const SLOTS: [&str; 8] = [
 ];
 const ATTACKER: &str = "bench-07";
 
+/// `fleet serve`'s descriptor limit: a container's default.
+const NOFILE: u64 = 1_024;
+
 fn config(port: u16) -> String {
     pool(port, &SLOTS)
 }
@@ -38,11 +41,14 @@ struct Fleet {
 impl Fleet {
     async fn start() -> Fleet {
         let acl = Acl::with(&SLOTS, config);
-        let mut serve = Serve::start_at(
+        // As deployed: a container's 1 024 descriptors.
+        let mut serve = Serve::start_limited(
             "serve",
             &acl.url("fleet-controller"),
             &acl.config(),
             &QUICK_SERVE,
+            &[],
+            Some(NOFILE),
         );
         let started = serve.log(&["fleet serve started"]).await;
         let metrics = support::remote::metrics_addr(&started);
@@ -267,11 +273,11 @@ async fn ghost_names_are_refused_and_a_flooded_legacy_join_set_costs_the_control
     f.unharmed(None).await;
 }
 
-// SPEC §7: no value a bench wrote is read whole. The attacker writes 64 MB into each of its own
-// keys (its heartbeat, its join key, its power-off answer: it may); the controller's passes, the
-// views and the page read each to a bound of 2 kB, so `fleet serve`'s peak memory grows by less
-// than one such value, and the attacker's own slot reads DOWN, "value too large", which harms
-// only itself.
+// SPEC §7: no value a bench wrote is read whole. The attacker writes 16 MB, as large a value as
+// the deployment's Redis takes (`proto-max-bulk-len`), into each of its own keys (its heartbeat,
+// its join key, its power-off answer: it may); the controller's passes, the views and the page
+// read each to a bound of 2 kB, so `fleet serve`'s peak memory grows by less than half of one
+// such value, and the attacker's own slot reads DOWN, "value too large", which harms only itself.
 #[tokio::test]
 async fn a_value_as_large_as_redis_takes_costs_fleet_serve_no_memory() {
     let mut f = Fleet::start().await;
@@ -279,7 +285,7 @@ async fn a_value_as_large_as_redis_takes_costs_fleet_serve_no_memory() {
     f.mean_pass(5.0).await;
     let peak = f.peak();
     let attacker = name(ATTACKER);
-    let huge = "x".repeat(64 << 20);
+    let huge = "x".repeat(16 << 20);
     let mut c = f.acl.conn(ATTACKER).await;
     for key in [
         keys.heartbeat(&attacker),
@@ -309,8 +315,8 @@ async fn a_value_as_large_as_redis_takes_costs_fleet_serve_no_memory() {
     f.mean_pass(10.0).await;
     let grew = f.peak().saturating_sub(peak);
     assert!(
-        grew < 32 << 20,
-        "fleet serve's peak grew by {} MB beside three values of 64 MB",
+        grew < 8 << 20,
+        "fleet serve's peak grew by {} MB beside three values of 16 MB",
         grew >> 20
     );
     f.unharmed(Some(ATTACKER)).await;
@@ -397,4 +403,226 @@ async fn large_wakes_cost_a_reconnection_on_the_backoff_not_one_a_round_trip() {
         "the listener was disconnected and came back"
     );
     f.unharmed(None).await;
+}
+
+/// A command in Redis's protocol (RESP), as a client that never reads its replies writes it.
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A connection to the fleet's Redis as `user`, its password sent and its reply left unread.
+fn connection_as(acl: &Acl, user: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", acl.port)).unwrap();
+    let password = format!("pw-{user}");
+    s.write_all(&resp(&[b"AUTH", user.as_bytes(), password.as_bytes()]))
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Whether Redis closed `s`: its replies are read off until the end, or a reset, within 10 s.
+fn cut_off(mut s: std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return true,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Redis's `used_memory` at its highest while `run` runs, sampled every 20 ms, and its maxmemory.
+async fn memory_peak<F: std::future::Future>(
+    server: &fleet_testing::RedisServer,
+    run: F,
+) -> (u64, u64, F::Output) {
+    let field = |info: &str, name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut c = conn(server).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampling = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            let mut max = 0;
+            while !stop.is_cancelled() {
+                let info: String = redis::cmd("INFO")
+                    .arg("memory")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                peak = peak.max(field(&info, "used_memory"));
+                max = field(&info, "maxmemory");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (peak, max)
+        })
+    };
+    let out = run.await;
+    stop.cancel();
+    let (peak, max) = sampling.await.unwrap();
+    (peak, max, out)
+}
+
+// SPEC §7.2 S8: a bench's user, or the viewer, that pipelines reads of a 16 MB value on three
+// connections and never reads the replies held 478 MB of Redis against its maxmemory of 320 MB,
+// and every beat, hold and pass was refused OOM. With the deployment's maxmemory-clients, Redis
+// cuts those connections off, the largest first and never the controller's (CLIENT NO-EVICT):
+// Redis stays under maxmemory, the other benches beat, a hold is taken and the passes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_replies_is_cut_off_before_redis_refuses_anyone() {
+    use std::io::Write;
+    let mut f = Fleet::start().await;
+    let keys = Keys::default();
+    let key = keys.heartbeat(&name(ATTACKER));
+    let huge = "x".repeat(16 << 20);
+    let mut c = f.acl.conn(ATTACKER).await;
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&huge)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    drop(huge);
+    let clients: String = raw(&f.acl.server, &["CLIENT", "LIST"]).await;
+    // fleet serve's connections but its wake listener's (`flags=P`): a subscriber's memory is
+    // bounded by the pubsub limit, and cutting it off costs one subscription on the backoff.
+    let controller: Vec<&str> = clients
+        .lines()
+        .filter(|l| l.contains("user=fleet-controller") && !l.contains("flags=P"))
+        .collect();
+    assert!(controller.len() >= 2, "{clients}");
+    for line in &controller {
+        let flags = line
+            .split(' ')
+            .find_map(|w| w.strip_prefix("flags="))
+            .unwrap();
+        assert!(
+            flags.contains('e'),
+            "fleet serve's connection is no-evict: {line}"
+        );
+    }
+    let evicted = |info: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("evicted_clients:")?.trim().parse().ok())
+            .unwrap()
+    };
+    let before = evicted(&raw::<String>(&f.acl.server, &["INFO", "stats"]).await);
+    let (passes, _) = f.passes().await;
+    let acl = &f.acl;
+    let (peak, max, (hogs, held)) = memory_peak(&acl.server, async {
+        // Three connections of 15 reads each (240 MB a connection, past one client's output
+        // limit), then six of one read (16 MB each, within it: only maxmemory-clients cuts those).
+        let mut hogs = Vec::new();
+        let mut held = Vec::new();
+        for (user, reads) in [(ATTACKER, 15), ("fleet-viewer", 15), (ATTACKER, 15)]
+            .into_iter()
+            .chain([(ATTACKER, 1), ("fleet-viewer", 1)].repeat(3))
+        {
+            let mut s = connection_as(acl, user);
+            // Redis may close the connection before the last read is sent.
+            for _ in 0..reads {
+                let _ = s.write_all(&resp(&[b"GET", key.as_bytes()]));
+            }
+            if reads > 1 {
+                hogs.push(s)
+            } else {
+                held.push(s)
+            }
+        }
+        // Beside them, the other benches beat as their own users and the controller holds one.
+        for bench in &SLOTS[..4] {
+            acl.ok(bench, &["beat", bench, "--ttl", "1h"]);
+        }
+        acl.ok(
+            "fleet-controller",
+            &["hold", "bench-01", "--reason", "under attack"],
+        );
+        acl.ok("fleet-controller", &["release", "bench-01"]);
+        (hogs, held)
+    })
+    .await;
+    for hog in hogs {
+        assert!(
+            tokio::task::spawn_blocking(move || cut_off(hog))
+                .await
+                .unwrap(),
+            "the hog's connection was closed"
+        );
+    }
+    assert!(
+        peak <= max,
+        "Redis held {} MB against its maxmemory of {} MB",
+        peak >> 20,
+        max >> 20
+    );
+    let after = evicted(&raw::<String>(&f.acl.server, &["INFO", "stats"]).await);
+    assert!(
+        after >= before + 2,
+        "Redis evicted the single reads past 64 MB: {before} then {after}"
+    );
+    drop(held);
+    f.mean_pass(5.0).await;
+    let (now, _) = f.passes().await;
+    assert!(now > passes);
+    let lines = f.serve.drain();
+    let refused: Vec<&String> = lines.iter().filter(|l| l.contains("OOM")).collect();
+    assert!(refused.is_empty(), "{refused:#?}");
+    f.unharmed(Some(ATTACKER)).await;
+}
+
+// SPEC §7.2 S8: a command that announces a 16 MB argument makes Redis reserve 16 MB for it
+// before a byte of it comes. New connections that each announce one and never send it, 12 a
+// second, kept Redis over its maxmemory for 20 s with 23 KB sent; under maxmemory-clients they
+// are cut off as they come, and the benches' beats go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_that_announce_more_than_they_send_are_cut_off_as_they_come() {
+    use std::io::Write;
+    let mut f = Fleet::start().await;
+    let keys = Keys::default();
+    let key = keys.heartbeat(&name(ATTACKER));
+    let acl = &f.acl;
+    let (peak, max, half) = memory_peak(&acl.server, async {
+        let mut half = Vec::new();
+        // Ten rounds of three, a round every 250 ms: 12 a second for 2.5 s.
+        for round in 0..10 {
+            for _ in 0..3 {
+                let mut s = connection_as(acl, ATTACKER);
+                let mut head = format!(
+                    "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+                    key.len(),
+                    16 << 20
+                )
+                .into_bytes();
+                head.extend_from_slice(&[b'x'; 1000]);
+                let _ = s.write_all(&head);
+                half.push(s);
+            }
+            acl.ok(SLOTS[round % 4], &["beat", SLOTS[round % 4], "--ttl", "1h"]);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        half
+    })
+    .await;
+    assert_eq!(half.len(), 30);
+    assert!(
+        peak <= max,
+        "Redis held {} MB against its maxmemory of {} MB",
+        peak >> 20,
+        max >> 20
+    );
+    f.mean_pass(5.0).await;
+    f.unharmed(Some(ATTACKER)).await;
 }

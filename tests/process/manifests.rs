@@ -1628,6 +1628,7 @@ fn redis_runs_with_its_configuration_users_and_probes_as_deployed() {
         ("client-query-buffer-limit", "33554432"),
         ("maxclients", "10000"),
         ("databases", "1"),
+        ("maxmemory-clients", "67108864"),
     ] {
         let got: Vec<String> = redis::cmd("CONFIG")
             .arg("GET")
@@ -1641,7 +1642,7 @@ fn redis_runs_with_its_configuration_users_and_probes_as_deployed() {
         .arg("client-output-buffer-limit")
         .query(&mut conn)
         .unwrap();
-    for class in ["normal 268435456 67108864 60", "pubsub 1048576 262144 10"] {
+    for class in ["normal 33554432 16777216 60", "pubsub 1048576 262144 10"] {
         assert!(got[1].contains(class), "{class} in {}", got[1]);
     }
     assert!(

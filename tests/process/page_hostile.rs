@@ -410,20 +410,7 @@ impl Limited {
             .env("FLEET_LOG", "info")
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let limit = libc::rlimit {
-            rlim_cur: nofile,
-            rlim_max: nofile,
-        };
-        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        support::limit_nofile(&mut command, nofile);
         let mut child = command.spawn().expect("starting fleet serve");
         let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         let mut reader = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();

@@ -21,11 +21,11 @@ use fleet::store::presence::Presence;
 use fleet::telemetry::{Health, Metrics};
 use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
 use fleet_testing::{Fixture, Options, RedisServer};
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use support::*;
 use tokio::sync::watch;
 
-type Ctl = Controller<ConnectionManager, Exec>;
+type Ctl = Controller<fleet::store::conn::Conn, Exec>;
 
 const SLOTS: [&str; 4] = ["bench-01", "bench-02", "bench-03", "bench-04"];
 
@@ -76,7 +76,7 @@ impl World {
         World { server, dir, cfg }
     }
 
-    /// A controller as `fleet serve` builds one: over a connection manager, which reconnects
+    /// A controller as `fleet serve` builds one: over a lasting connection, which reconnects
     /// after the server restarts.
     async fn controller(&self, holder: &str, grace: Duration) -> Ctl {
         let (_, rx) = watch::channel(self.cfg.clone());
@@ -332,7 +332,7 @@ async fn redis_down_longer_than_a_ttl_powers_nothing_off() {
     assert!(ctl.pass().await.is_err() || ctl.pass().await.unwrap().blind);
     wait(Duration::from_millis(500)).await;
     w.server.restart().unwrap();
-    // The keys expired; the benches beat again once Redis is back. The connection manager
+    // The keys expired; the benches beat again once Redis is back. The lasting connection
     // reconnects after its first failed call.
     lead_soon(&mut ctl, "leading again").await;
     let report = ctl.pass().await.unwrap();
@@ -603,7 +603,7 @@ fn held_shutdown_yaml(server: &RedisServer, log: &Path, group: &str) -> String {
 }
 
 /// A controller as `fleet serve` builds one, over `rx` (a test renames a group through it): over a
-/// connection manager, which reconnects after the server restarts.
+/// lasting connection, which reconnects after the server restarts.
 async fn controller_over(
     w: &World,
     rx: watch::Receiver<Arc<Config>>,
@@ -612,7 +612,7 @@ async fn controller_over(
 ) -> Ctl {
     let mut endpoint = w.server.endpoint();
     endpoint.timeout = Duration::from_secs(2);
-    let manager = endpoint.manager().await.unwrap();
+    let manager = endpoint.open_lasting().await.unwrap();
     let lease = Lease::new(
         manager.clone(),
         Keys::default(),

@@ -794,7 +794,7 @@ async fn a_follower_answers_reads_and_refuses_changes_and_a_deposed_leader_is_fe
 #[tokio::test]
 async fn reads_come_from_the_last_snapshot_marked_stale_while_redis_is_down() {
     let mut server = server();
-    let manager = server.endpoint().manager().await.unwrap();
+    let manager = server.endpoint().open_lasting().await.unwrap();
     let mut c = serve(Provider::new(
         config_rx(),
         ClaimStore::new(manager, Keys::default()),

@@ -1,6 +1,7 @@
-//! A redis-server started with the ACL file `fleet acl` prints (SPEC §2.11), and every user
-//! through the real binary over `redis://user:password@host:port/`: the harness of
-//! `tests/process/acl.rs` and `tests/process/hostile.rs`.
+//! A redis-server started with the deployment's configuration (`deploy/base/redis.conf`) and the
+//! ACL file `fleet acl` prints (SPEC §2.11), and every user through the real binary over
+//! `redis://user:password@host:port/`: the harness of `tests/process/acl.rs` and
+//! `tests/process/hostile.rs`.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -84,12 +85,15 @@ impl Acl {
         );
         let aclfile = dir.path().join("users.acl");
         std::fs::write(&aclfile, &acl_text).unwrap();
+        // The deployment's own limits (SPEC §7.2, S8): what a bench's user may do to Redis is
+        // played against them.
         let server = RedisServer::with(Options {
             tcp: true,
             args: vec!["--aclfile".into(), aclfile.display().to_string()],
+            conf: Some(fleet_testing::DEPLOYED_CONF.into()),
             ..Options::default()
         })
-        .expect("starting redis-server with the ACL file");
+        .expect("starting redis-server with the deployment's configuration and the ACL file");
         let port = server.port().expect("a TCP port");
         std::fs::write(&file, config(port)).unwrap();
         let acl = Acl { server, dir, port };

@@ -216,7 +216,7 @@ impl Scene {
 
     pub async fn serve(&self, holder: &str) -> Fleet {
         let client = self.api.client();
-        let manager = self.redis.endpoint().manager().await.unwrap();
+        let manager = self.redis.endpoint().open_lasting().await.unwrap();
         let metrics = Arc::new(Metrics::default());
         let stop = CancellationToken::new();
         let (signal, leadership) = Signal::new();

@@ -74,6 +74,24 @@ pub async fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Sets the descriptor limit (soft and hard) of the process `command` starts.
+pub fn limit_nofile(command: &mut tokio::process::Command, nofile: u64) {
+    let limit = libc::rlimit {
+        rlim_cur: nofile,
+        rlim_max: nofile,
+    };
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
 /// Bounds every await in a test: a hang fails instead of blocking CI.
 pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(20), f)
@@ -132,8 +150,25 @@ impl Serve {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Serve {
+        Serve::start_limited(name, url, config, args, env, None)
+    }
+
+    /// `start_with_env`, the process's descriptor limit `nofile` (soft and hard) when given, as
+    /// a unit's `LimitNOFILE` or a container's sets it.
+    pub fn start_limited(
+        name: &'static str,
+        url: &str,
+        config: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> Serve {
         use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"));
+        if let Some(nofile) = nofile {
+            limit_nofile(&mut command, nofile);
+        }
+        let mut child = command
             .args(["--redis", url, "serve", "--config"])
             .arg(config)
             .args(args)

@@ -11,13 +11,15 @@
 
 use std::sync::Arc;
 
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::AsyncConnectionConfig;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{
     Cmd, ErrorKind, FromRedisValue, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
 use crate::connect::{ConnectError, Endpoint};
+use crate::current::Current;
 use crate::sentinel::Followed;
 use crate::url::Target;
 
@@ -33,12 +35,70 @@ pub struct Conn {
 enum Inner {
     /// A verb's one connection to one server.
     Multiplexed(MultiplexedConnection),
-    /// A long-running process's connection to one server, reconnected in the background.
-    Manager(ConnectionManager),
+    /// A long-running process's connection to one server, made again after it fails.
+    Lasting(Arc<Lasting>),
     /// The primary of a Sentinel URL, found again after a failed call.
     Sentinel(Arc<Followed>),
     /// A Redis Cluster: each call goes to the node of its keys' hash slot.
     Cluster(ClusterConnection),
+}
+
+/// One server's connection for a long-running process, shared by every clone of a `Conn`. A
+/// call whose error leaves the connection unusable (redis-rs's `is_unrecoverable_error`: it
+/// dropped, or the server went away) gives it up, and the next call connects again; the failed
+/// call's error goes back to its caller, as every call's does (SPEC §2.7). Each connection it
+/// makes is set up by `Endpoint::set_up`.
+pub struct Lasting {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) client: redis::Client,
+    pub(crate) current: Current,
+}
+
+impl Lasting {
+    /// The connection, made when there is none.
+    pub(crate) async fn connection(&self) -> RedisResult<(MultiplexedConnection, u64)> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.endpoint.timeout))
+            .set_response_timeout(Some(self.endpoint.timeout));
+        let connect = || async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            // A server that wants a password only says so at the first command.
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            self.endpoint.set_up(&mut conn).await?;
+            Ok((conn, ()))
+        };
+        let (conn, generation, _) = self.current.connection(connect).await?;
+        Ok((conn, generation))
+    }
+
+    async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let (mut conn, generation) = self.connection().await?;
+        let reply = conn.req_packed_command(cmd).await;
+        self.judge(generation, reply.as_ref().err());
+        reply
+    }
+
+    async fn commands(
+        &self,
+        pipeline: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let (mut conn, generation) = self.connection().await?;
+        let reply = conn.req_packed_commands(pipeline, offset, count).await;
+        self.judge(generation, reply.as_ref().err());
+        reply
+    }
+
+    fn judge(&self, generation: u64, failed: Option<&RedisError>) {
+        if failed.is_some_and(RedisError::is_unrecoverable_error) && self.current.forget(generation)
+        {
+            tracing::debug!("the Redis connection failed; connecting again at the next call");
+        }
+    }
 }
 
 /// Whether the parts of [`query_by_tag`] may run in any order, or must run in the order
@@ -68,7 +128,7 @@ impl Endpoint {
     /// own and reads the slot map again after a MOVED.
     pub async fn open_lasting(&self) -> Result<Conn, ConnectError> {
         let inner = match self.target()? {
-            Target::Single => Inner::Manager(self.manager().await?),
+            Target::Single => Inner::Lasting(Arc::new(self.lasting().await?)),
             Target::Sentinel(url) => Inner::Sentinel(Arc::new(Followed::open(self, url).await?)),
             Target::Cluster(url) => Inner::Cluster(self.cluster(&url, None).await?),
         };
@@ -82,7 +142,7 @@ impl Conn {
     pub async fn primary_client(&self) -> Option<redis::RedisResult<redis::Client>> {
         match &self.inner {
             Inner::Sentinel(followed) => Some(followed.primary_client().await),
-            Inner::Multiplexed(_) | Inner::Manager(_) | Inner::Cluster(_) => None,
+            Inner::Multiplexed(_) | Inner::Lasting(_) | Inner::Cluster(_) => None,
         }
     }
 
@@ -161,19 +221,11 @@ impl From<MultiplexedConnection> for Conn {
     }
 }
 
-impl From<ConnectionManager> for Conn {
-    fn from(conn: ConnectionManager) -> Self {
-        Conn {
-            inner: Inner::Manager(conn),
-        }
-    }
-}
-
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.inner {
             Inner::Multiplexed(c) => c.req_packed_command(cmd),
-            Inner::Manager(c) => c.req_packed_command(cmd),
+            Inner::Lasting(l) => Box::pin(async move { l.command(cmd).await }),
             Inner::Sentinel(s) => Box::pin(async move { s.command(cmd).await }),
             Inner::Cluster(c) => Box::pin(async move {
                 match c.req_packed_command(cmd).await {
@@ -192,7 +244,7 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.inner {
             Inner::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
-            Inner::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Lasting(l) => Box::pin(async move { l.commands(pipeline, offset, count).await }),
             Inner::Sentinel(s) => {
                 Box::pin(async move { s.commands(pipeline, offset, count).await })
             }
@@ -208,7 +260,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match &self.inner {
             Inner::Multiplexed(c) => c.get_db(),
-            Inner::Manager(c) => c.get_db(),
+            Inner::Lasting(l) => l.client.get_connection_info().redis_settings().db(),
             Inner::Sentinel(s) => s.db(),
             Inner::Cluster(c) => c.get_db(),
         }

@@ -8,9 +8,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
+use crate::conn::Lasting;
+use crate::current::Current;
 use crate::url::{self, Target};
 
 /// Every URL form fleet takes, for the messages that refuse one.
@@ -33,6 +35,10 @@ pub struct Endpoint {
     /// The sentinels' own credentials, for a Sentinel URL whose sentinels do not take the
     /// primary's (SPEC §2.7, "Sentinel"); `None`: they are asked as the URL says.
     pub sentinel_auth: Option<SentinelAuth>,
+    /// Whether the lasting connections ask Redis never to evict them (`CLIENT NO-EVICT ON`):
+    /// `fleet serve`'s, so a client that hogs Redis's memory for clients is cut off before the
+    /// controller is (SPEC §7.2, S8).
+    pub unevicted: bool,
 }
 
 /// A password read from a file, never shown: its `Debug` is `***`, and it has no `Display`.
@@ -142,6 +148,7 @@ impl std::fmt::Debug for Endpoint {
             .field("timeout", &self.timeout)
             .field("ca_file", &self.ca_file)
             .field("sentinel_auth", &self.sentinel_auth)
+            .field("unevicted", &self.unevicted)
             .finish()
     }
 }
@@ -153,7 +160,14 @@ impl Endpoint {
             timeout,
             ca_file: None,
             sentinel_auth: None,
+            unevicted: false,
         }
+    }
+
+    /// This endpoint, its lasting connections kept from client eviction (`unevicted`).
+    pub fn unevicted(mut self) -> Self {
+        self.unevicted = true;
+        self
     }
 
     /// The ACL user the URL names (`default` when it names none).
@@ -290,19 +304,17 @@ impl Endpoint {
         }
     }
 
-    /// A connection manager for a long-running process: it reconnects in the background after a
-    /// failed call, and the caller retries on its own schedule. One connection attempt here;
-    /// the caller owns the retry loop.
-    pub async fn manager(&self) -> Result<ConnectionManager, ConnectError> {
-        let client = self.client()?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(self.timeout);
-        let connecting = client.get_connection_manager_with_config(config);
-        match tokio::time::timeout(self.timeout * 2, connecting).await {
-            Ok(Ok(conn)) => Ok(conn),
+    /// The lasting connection of one server, for a long-running process: a call that finds the
+    /// connection lost makes it again at the next call, and the caller retries on its own
+    /// schedule. One connection attempt here, bounded by the timeout.
+    pub async fn lasting(&self) -> Result<Lasting, ConnectError> {
+        let lasting = Lasting {
+            endpoint: self.clone(),
+            client: self.client()?,
+            current: Current::new(),
+        };
+        match tokio::time::timeout(self.timeout * 2, lasting.connection()).await {
+            Ok(Ok(_)) => Ok(lasting),
             Ok(Err(source)) => Err(self.unreachable(source)),
             Err(_) => Err(
                 self.unreachable(redis::RedisError::from(std::io::Error::new(
@@ -310,6 +322,37 @@ impl Endpoint {
                     "connect timed out",
                 ))),
             ),
+        }
+    }
+
+    /// What every lasting connection runs once made: with `unevicted`, `CLIENT NO-EVICT ON`, so
+    /// Redis's client eviction (`maxmemory-clients`) cuts off the clients that hog its memory and
+    /// never this one. A server that refuses it (a user without `+client|no-evict`, as the
+    /// previous release's `fleet acl` made, or a Redis before 7.0) leaves the connection as it
+    /// was, said once at WARN: fleet works on, evictable.
+    pub async fn set_up(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        if !self.unevicted {
+            return Ok(());
+        }
+        match redis::cmd("CLIENT")
+            .arg("NO-EVICT")
+            .arg("ON")
+            .query_async::<()>(conn)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.code(), Some("NOPERM" | "ERR")) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!(
+                        error = cause(&e),
+                        user = self.user(),
+                        "Redis refused CLIENT NO-EVICT: it may evict fleet serve's connections when its clients' memory passes maxmemory-clients; grant the user +client|no-evict (fleet acl does) on Redis 7 or later"
+                    );
+                });
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -7,12 +7,14 @@
 //! - [`connect`]: an endpoint (URL, CA, Sentinel credentials, timeout) and its connections.
 //! - [`sentinel`]: a primary found and followed through Sentinels.
 //! - [`cluster`]: a Redis Cluster's client.
-//! - [`conn`]: one connection type over every topology, and calls split by hash tag.
+//! - [`conn`]: one connection type over every topology, and calls split by hash tag; `current`
+//!   holds the connection a long-running process makes again after it fails.
 //! - [`counting`]: a connection that counts its round trips, for the tests of the store's bound.
 
 pub mod cluster;
 pub mod conn;
 pub mod connect;
 pub mod counting;
+mod current;
 pub mod sentinel;
 pub mod url;

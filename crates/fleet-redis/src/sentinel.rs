@@ -22,7 +22,6 @@
 //! round would be refused the same.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -31,6 +30,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use crate::connect::{ConnectError, Endpoint, SentinelAuth, cause};
+use crate::current::Current;
 use crate::url::SentinelUrl;
 
 /// The Redis error codes by which a server says it is no longer the primary to write to.
@@ -80,24 +80,10 @@ fn says_not_primary(value: &Value) -> bool {
 pub struct Followed {
     url: SentinelUrl,
     endpoint: Endpoint,
-    /// The current connection and its generation; `None` until found, and after a failure.
-    current: Mutex<Option<(MultiplexedConnection, u64)>>,
+    /// The connection to the primary, found again through the sentinels after a failure.
+    current: Current,
     /// The address of the last primary found, to say when it changes.
     last: Mutex<Option<String>>,
-    /// One search at a time: callers that find no connection wait for the one search, and
-    /// share its failure rather than each searching again for a whole timeout.
-    searching: tokio::sync::Mutex<Search>,
-    /// How many searches have begun (`Search::begun`, readable without waiting).
-    begun: AtomicU64,
-}
-
-/// The searches' own record.
-#[derive(Default)]
-struct Search {
-    begun: u64,
-    /// The generation of the last connection found.
-    generation: u64,
-    failed: Option<RedisError>,
 }
 
 impl Followed {
@@ -106,10 +92,8 @@ impl Followed {
         let followed = Followed {
             url,
             endpoint: endpoint.clone(),
-            current: Mutex::new(None),
+            current: Current::new(),
             last: Mutex::new(None),
-            searching: tokio::sync::Mutex::new(Search::default()),
-            begun: AtomicU64::new(0),
         };
         match followed.connection().await {
             Ok(_) => Ok(followed),
@@ -149,57 +133,17 @@ impl Followed {
             Ok(values) => values.iter().any(says_not_primary),
             Err(e) => is_failover(e),
         };
-        if lost {
-            let mut current = self
-                .current
-                .lock()
-                .expect("never poisoned: no panic inside");
-            if current.as_ref().is_some_and(|(_, g)| *g == generation) {
-                debug!("the Redis primary's connection failed; asking the sentinels again");
-                *current = None;
-            }
+        if lost && self.current.forget(generation) {
+            debug!("the Redis primary's connection failed; asking the sentinels again");
         }
-    }
-
-    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
-        self.current
-            .lock()
-            .expect("never poisoned: no panic inside")
-            .clone()
     }
 
     /// The connection to the primary, found through the sentinels when there is none.
     async fn connection(&self) -> RedisResult<(MultiplexedConnection, u64)> {
-        if let Some(found) = self.current() {
-            return Ok(found);
+        let (conn, generation, found) = self.current.connection(|| self.search()).await?;
+        if let Some(addr) = found {
+            self.say_found(addr);
         }
-        let seen = self.begun.load(Ordering::Acquire);
-        let mut search = self.searching.lock().await;
-        if let Some(found) = self.current() {
-            return Ok(found);
-        }
-        // Another caller searched while this one waited, and found nothing: its answer is this
-        // one's too.
-        if let (true, Some(failed)) = (search.begun != seen, &search.failed) {
-            return Err(failed.clone());
-        }
-        search.begun += 1;
-        self.begun.store(search.begun, Ordering::Release);
-        let (conn, addr) = match self.search().await {
-            Ok(found) => found,
-            Err(e) => {
-                search.failed = Some(e.clone());
-                return Err(e);
-            }
-        };
-        search.failed = None;
-        search.generation += 1;
-        let generation = search.generation;
-        *self
-            .current
-            .lock()
-            .expect("never poisoned: no panic inside") = Some((conn.clone(), generation));
-        self.say_found(addr);
         Ok((conn, generation))
     }
 
@@ -405,21 +349,24 @@ impl Followed {
         let role: RedisResult<Value> = redis::cmd("ROLE").query_async(&mut conn).await;
         match role {
             Ok(Value::Array(parts)) => match parts.first() {
-                Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(conn),
-                _ => Err(RedisError::from((
-                    ErrorKind::MasterNameNotFoundBySentinel,
-                    "Sentinel",
-                    "it is a replica (ROLE), the sentinels have not yet promoted another"
-                        .to_owned(),
-                ))),
+                Some(Value::BulkString(r)) if r.as_slice() == b"master" => {}
+                _ => {
+                    return Err(RedisError::from((
+                        ErrorKind::MasterNameNotFoundBySentinel,
+                        "Sentinel",
+                        "it is a replica (ROLE), the sentinels have not yet promoted another"
+                            .to_owned(),
+                    )));
+                }
             },
             Err(e) if e.code() == Some("NOPERM") => {
                 redis::cmd("PING").query_async::<()>(&mut conn).await?;
-                Ok(conn)
             }
-            Ok(_) => Ok(conn),
-            Err(e) => Err(e),
+            Ok(_) => {}
+            Err(e) => return Err(e),
         }
+        self.endpoint.set_up(&mut conn).await?;
+        Ok(conn)
     }
 
     async fn connect(&self, url: &str) -> RedisResult<MultiplexedConnection> {

@@ -128,6 +128,7 @@ impl RedisCluster {
                 args: args.clone(),
                 tls: ca.as_ref().map(|ca| ca.files().clone()),
                 cluster_bus: true,
+                conf: None,
             })?);
         }
         let cluster = RedisCluster {

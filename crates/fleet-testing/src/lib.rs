@@ -47,6 +47,12 @@ pub enum ServerError {
     Tls(String),
     #[error("creating the server's temporary directory")]
     TempDir(#[source] std::io::Error),
+    #[error("copying the configuration file {path} into the server's directory")]
+    Conf {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("redis-server did not become ready within {READY_TIMEOUT:?}; its output:\n{log}")]
     NotReady { log: String },
     #[error("the Sentinel setup: {0}")]
@@ -68,6 +74,10 @@ pub struct Options {
     pub aof: bool,
     /// Extra `--name value` arguments.
     pub args: Vec<String>,
+    /// A configuration file the server reads first (`redis-server FILE`): the arguments above
+    /// override its `port`, `bind`, `dir` and sockets, and it keeps its own persistence
+    /// (`aof` is not applied). [`DEPLOYED_CONF`] is the deployment's own.
+    pub conf: Option<PathBuf>,
     /// Speak TLS only, with these files: the loopback port is then the TLS port (`--tls-port`,
     /// and `--port 0`), replication is in TLS too, and `tcp` must be set. The unix socket stays
     /// plain (Redis never speaks TLS there).
@@ -78,6 +88,11 @@ pub struct Options {
     /// process held it, and the node never started (found by `tests/process/cluster.rs` in parallel).
     pub cluster_bus: bool,
 }
+
+/// The Redis configuration fleet deploys with (`deploy/base/redis.conf`): its limits are what
+/// the hostile tests play against (SPEC §7.2, S8).
+pub const DEPLOYED_CONF: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/base/redis.conf");
 
 /// The loopback ports a server listens on.
 #[derive(Clone, Copy, Debug, Default)]
@@ -239,8 +254,11 @@ fn spawn(
             (_, p) => (p, None),
         };
         let mut cmd = Command::new(binary());
-        cmd.current_dir(dir)
-            .arg("--unixsocket")
+        cmd.current_dir(dir);
+        if let Some(conf) = &options.conf {
+            cmd.arg(private_conf(dir, conf)?);
+        }
+        cmd.arg("--unixsocket")
             .arg(dir.join("redis.sock"))
             .args(["--unixsocketperm", "700", "--save", "", "--daemonize", "no"])
             .args(["--bind", "127.0.0.1"])
@@ -262,7 +280,9 @@ fn spawn(
         if let Some(bus) = ports.bus {
             cmd.arg("--cluster-port").arg(bus.to_string());
         }
-        if options.aof {
+        if options.conf.is_some() {
+            // The file's own `logfile ""` and persistence stand.
+        } else if options.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "no"]);
         } else {
             cmd.args(["--appendonly", "no"]);
@@ -286,6 +306,25 @@ fn spawn(
         }
     }
     Err(ServerError::NotReady { log: last_log })
+}
+
+/// A copy of the configuration file `conf` in the server's directory, without its `dir`: Redis
+/// changes to that directory as it reads the line (`/data` in the deployment's file), before any
+/// argument could name another.
+fn private_conf(dir: &Path, conf: &Path) -> Result<PathBuf, ServerError> {
+    let failed = |source| ServerError::Conf {
+        path: conf.to_owned(),
+        source,
+    };
+    let text = std::fs::read_to_string(conf).map_err(failed)?;
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("dir "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let copy = dir.join("redis.conf");
+    std::fs::write(&copy, kept).map_err(failed)?;
+    Ok(copy)
 }
 
 /// Reads the server's log until it says it is ready; the lines after that are drained by the

@@ -125,6 +125,7 @@ impl SentinelSet {
             args: acl.clone(),
             tls: tls.clone(),
             cluster_bus: false,
+            conf: None,
         })?;
         let port = primary.port().expect("started with tcp");
         let replica = RedisServer::with(Options {
@@ -133,6 +134,7 @@ impl SentinelSet {
             args: replica_args(&acl, port, options.user.as_ref()),
             tls,
             cluster_bus: false,
+            conf: None,
         })?;
         let mut set = SentinelSet {
             servers: vec![primary, replica],

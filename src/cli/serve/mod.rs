@@ -226,6 +226,12 @@ struct Listeners {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
+        // The controller's connections are the last Redis may cut off when its clients hog its
+        // memory (SPEC §7.2, S8): every one this process keeps asks never to be evicted.
+        let ctx = &Ctx {
+            endpoint: ctx.endpoint.clone().unevicted(),
+            ..ctx.clone()
+        };
         self.check_lease()?;
         self.check_built()?;
         #[cfg(feature = "page")]
