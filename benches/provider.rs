@@ -17,7 +17,6 @@ use fleet::domain::claim::{Move, Phase};
 use fleet::domain::name::GroupName;
 use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::connect::Endpoint;
@@ -80,11 +79,16 @@ async fn main() -> anyhow::Result<()> {
     let (_tx, rx) = tokio::sync::watch::channel(cfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(Provider::new(rx, store.clone())))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
+    tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        std::sync::Arc::new(Provider::new(rx, store.clone())),
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     let mut client = CloudProviderClient::connect(format!("http://{addr}")).await?;
 
     // Every slot claimed through the provider itself, then half of them moved to ready.

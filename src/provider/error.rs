@@ -229,8 +229,24 @@ impl From<ProviderError> for Status {
             E::Store(store) | E::Request(RequestError::Store(store)) => chain(store),
             _ => e.to_string(),
         };
-        Status::new(code, message)
+        Status::new(code, bounded(message))
     }
+}
+
+/// The most of a refusal's message the provider answers and logs (SPEC §6.3): a message may
+/// quote what a peer sent (a group id of 4 MB, say), and a refusal is logged each time.
+pub const MESSAGE: usize = 1024;
+
+/// `message`, cut at a character's edge to at most [`MESSAGE`] bytes, saying how long it was.
+fn bounded(message: String) -> String {
+    if message.len() <= MESSAGE {
+        return message;
+    }
+    let mut end = MESSAGE - 64;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &message[..end], message.len())
 }
 
 #[cfg(test)]
@@ -238,6 +254,43 @@ mod tests {
     use tonic::Code;
 
     use super::*;
+
+    // A refusal that quotes what the peer sent is cut to MESSAGE bytes, at a character's edge,
+    // saying how long it was; a short one is whole.
+    #[test]
+    fn a_refusal_quoting_a_huge_id_answers_and_logs_a_bounded_message() {
+        for id in ["g".repeat(4 << 20), "é".repeat(1 << 20)] {
+            let status = Status::from(ProviderError::NoSuchGroup {
+                id: id.clone(),
+                groups: Vec::new(),
+            });
+            let message = status.message();
+            assert!(message.len() <= MESSAGE, "{} bytes", message.len());
+            assert!(
+                message.ends_with(&format!("({} bytes in all)", message_len(&id))),
+                "{}",
+                &message[message.len() - 40..]
+            );
+        }
+        let short = Status::from(ProviderError::NoSuchGroup {
+            id: "gpu".to_owned(),
+            groups: Vec::new(),
+        });
+        assert!(
+            !short.message().contains("bytes in all"),
+            "{}",
+            short.message()
+        );
+    }
+
+    fn message_len(id: &str) -> usize {
+        ProviderError::NoSuchGroup {
+            id: id.to_owned(),
+            groups: Vec::new(),
+        }
+        .to_string()
+        .len()
+    }
     use crate::domain::claim::{NotMarkable, Phase};
     use crate::domain::name::ClaimName;
     use crate::provider::pricing::QuantityError;

@@ -8,7 +8,8 @@
 //! folder reads, writes and converts.
 //!
 //! - [`service`]: the gRPC service: validate → call → convert → one mapping to a status.
-//! - [`server`]: serving it, plaintext or (mutual) TLS, and closing connections on deposition.
+//! - [`server`]: serving it, plaintext or (mutual) TLS, and closing connections on deposition;
+//!   [`bounds`]: what its listener bounds of a peer (connections, time, requests in flight).
 //! - [`convert`]: every conversion between the wire and fleet's types.
 //! - [`pricing`]: the energy prices of a machine and of a pod (PricingNodePrice, PricingPodPrice).
 //! - [`template`]: a group's template as a Kubernetes Node.
@@ -17,11 +18,13 @@
 //!   configuration and its catalog), `leader` (leader gating), `snapshot` (stale reads),
 //!   `error` (the one mapping to `Status`) and `calls` (counting calls) are private.
 
+pub mod bounds;
 mod calls;
 pub mod client;
 pub mod convert;
 mod current;
 mod error;
+pub use error::MESSAGE;
 mod groups;
 mod leader;
 pub mod pricing;

@@ -8,8 +8,11 @@ use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
+use super::bounds;
 use super::service::Provider;
 use super::wire::cloud_provider_server::CloudProviderServer;
+use crate::telemetry::Metrics;
+use crate::telemetry::listener::{Gate, Limits};
 
 /// The server side's TLS files, as given on the command line.
 #[derive(Clone, Debug, Default)]
@@ -74,13 +77,6 @@ impl TlsFiles {
     }
 }
 
-/// The incoming connections of `listener`, as the provider serves them.
-pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    // Without TCP_NODELAY an answer over more than one segment waits out the client's delayed
-    // ACK (Nagle): about 40 ms on every NodeGroupNodes of a large group.
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
-}
-
 /// Resolves when this process, having led, no longer leads.
 async fn leadership_lost(leadership: Option<tokio::sync::watch::Receiver<Option<String>>>) {
     let Some(mut leadership) = leadership else {
@@ -95,45 +91,51 @@ async fn leadership_lost(leadership: Option<tokio::sync::watch::Receiver<Option<
 /// few hundred bytes a node; a peer's larger message is refused before it is decoded.
 pub const MAX_REQUEST: usize = 4 << 20;
 
-/// Serves `provider` on `listener` until `shutdown`. When this process stops leading, every
-/// connection is closed (HTTP/2 GOAWAY, after the calls in flight), so cluster-autoscaler, which
-/// keeps one connection and does not retry a refused change, dials again and reaches the new
-/// leader through a Service whose endpoints are the ready (leading) processes (SPEC §6.4). The
-/// listener stays open throughout: a follower still answers reads.
+/// Serves `provider` on `listener` until `shutdown`, within `bounds` (SPEC §6.4). When this
+/// process stops leading, every connection is closed (HTTP/2 GOAWAY, after the calls in flight),
+/// so cluster-autoscaler, which keeps one connection and does not retry a refused change, dials
+/// again and reaches the new leader through a Service whose endpoints are the ready (leading)
+/// processes. The listener stays open throughout: a follower still answers reads.
 pub async fn serve<C: ConnectionLike + Clone + Send + Sync + 'static>(
     listener: tokio::net::TcpListener,
     tls: Option<ServerTlsConfig>,
     provider: Arc<Provider<C>>,
-    leadership: Option<tokio::sync::watch::Receiver<Option<String>>>,
+    (leadership, bounds): (Option<tokio::sync::watch::Receiver<Option<String>>>, Bounds),
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let listener = listener.into_std().map_err(ServeError::Listener)?;
+    let listener = Arc::new(listener);
     loop {
-        let round = listener
-            .try_clone()
-            .and_then(|l| {
-                l.set_nonblocking(true)?;
-                tokio::net::TcpListener::from_std(l)
-            })
-            .map_err(ServeError::Listener)?;
-        let mut server = Server::builder();
+        let mut server = Server::builder()
+            .timeout(bounds::CALL)
+            .max_concurrent_streams(bounds::STREAMS)
+            .http2_max_header_list_size(bounds::HEADERS)
+            .initial_connection_window_size(bounds::CONNECTION_WINDOW)
+            .initial_stream_window_size(bounds::STREAM_WINDOW)
+            .http2_keepalive_interval(Some(bounds::KEEPALIVE))
+            .http2_keepalive_timeout(Some(bounds::KEEPALIVE_TIMEOUT))
+            .layer(bounds::Budgeted(bounds.budget.clone()));
         if let Some(tls) = tls.clone() {
-            server = server.tls_config(tls).map_err(ServeError::Transport)?;
+            server = server
+                .tls_config(tls.timeout(bounds::FIRST_BYTE))
+                .map_err(ServeError::Transport)?;
         }
         let lost = leadership_lost(leadership.clone());
         let stop = shutdown.clone();
+        let round = CancellationToken::new();
         let leadership_ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ended = leadership_ended.clone();
+        let incoming = bounds::incoming(listener.clone(), bounds.gate.clone(), round.clone());
         server
             .add_service(
                 CloudProviderServer::from_arc(provider.clone())
                     .max_decoding_message_size(MAX_REQUEST),
             )
-            .serve_with_incoming_shutdown(incoming(round), async move {
+            .serve_with_incoming_shutdown(incoming, async move {
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     _ = lost => ended.store(true, std::sync::atomic::Ordering::Relaxed),
                 }
+                round.cancel();
             })
             .await
             .map_err(ServeError::Transport)?;
@@ -143,6 +145,28 @@ pub async fn serve<C: ConnectionLike + Clone + Send + Sync + 'static>(
         tracing::info!(
             "no longer the leader: cluster-autoscaler's connections closed so that it dials the new leader"
         );
+    }
+}
+
+/// The provider listener's places and its budget of requests in flight.
+#[derive(Clone)]
+pub struct Bounds {
+    pub gate: Gate,
+    pub budget: bounds::Budget,
+}
+
+impl Bounds {
+    /// The bounds of a process whose descriptor limit is `nofile` (`Limits::provider`), counted
+    /// on `metrics`' gauges.
+    pub fn of(nofile: u64, metrics: &Metrics) -> Bounds {
+        Bounds {
+            gate: Gate::new(
+                Limits::provider(nofile),
+                metrics.provider_connections.clone(),
+                prometheus_client::metrics::gauge::Gauge::default(),
+            ),
+            budget: bounds::Budget::new(metrics.provider_request_bytes.clone()),
+        }
     }
 }
 

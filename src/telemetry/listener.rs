@@ -187,33 +187,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// Accepts connections while a place is free (past the cap, peers wait in the kernel's
-    /// backlog and cost no descriptor), until `shutdown`; then waits for the connections to
-    /// end, each within [`STOP_GRACE`]. An accept that fails is logged and tried again.
+    /// Accepts connections while a place is free ([`accept`]), until `shutdown`; then waits for
+    /// the connections to end, each within [`STOP_GRACE`].
     pub async fn run(self, shutdown: CancellationToken) {
         let connections = TaskTracker::new();
-        loop {
-            let reserved = tokio::select! {
-                () = shutdown.cancelled() => break,
-                reserved = self.gate.reserve() => reserved,
-            };
-            let (tcp, from) = tokio::select! {
-                () = shutdown.cancelled() => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        drop(reserved);
-                        accept_failed(e, &shutdown).await;
-                        continue;
-                    }
-                },
-            };
-            // A peer past its share is closed at once: its place goes to the next peer.
-            let Some(place) = self.gate.admit(reserved, from.ip()) else {
-                debug!(peer = %from.ip(), "a peer holds its share of the connections; closed");
-                drop(tcp);
-                continue;
-            };
+        while let Some((tcp, _, place)) = accept(&self.listener, &self.gate, &shutdown).await {
             connections.spawn(serve_connection(
                 tcp,
                 place,
@@ -224,6 +202,41 @@ impl Server {
         }
         connections.close();
         connections.wait().await;
+    }
+}
+
+/// The next connection `listener` accepts with a place of `gate`'s, or `None` at `shutdown`.
+/// A place is reserved before the accept, so past the cap peers wait in the kernel's backlog and
+/// cost no descriptor; a peer past its share is closed as accepted, and its place goes to the
+/// next peer. An accept that fails is logged and tried again.
+pub async fn accept(
+    listener: &TcpListener,
+    gate: &Gate,
+    shutdown: &CancellationToken,
+) -> Option<(TcpStream, std::net::SocketAddr, Place)> {
+    loop {
+        let reserved = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            reserved = gate.reserve() => reserved,
+        };
+        let (tcp, from) = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    drop(reserved);
+                    accept_failed(e, shutdown).await;
+                    continue;
+                }
+            },
+        };
+        match gate.admit(reserved, from.ip()) {
+            Some(place) => return Some((tcp, from, place)),
+            None => {
+                debug!(peer = %from.ip(), "a peer holds its share of the connections; closed");
+                drop(tcp);
+            }
+        }
     }
 }
 
@@ -273,7 +286,13 @@ async fn serve_connection(
         .header_read_timeout(HEAD_READ)
         .max_header_size(HEAD_BYTES)
         .max_buf_size(BUFFER);
-    let io = TokioIo::new(Stalling::new(tcp, WRITE_STALL));
+    let io = TokioIo::new(Bounded::new(
+        tcp,
+        Deadlines {
+            write_stall: WRITE_STALL,
+            read: None,
+        },
+    ));
     let conn = http.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
@@ -317,35 +336,58 @@ impl Service<Request<Incoming>> for PerConnection {
     }
 }
 
-/// A socket whose writes fail once its peer has taken nothing for `limit`: a peer that stops
-/// reading cannot hold a connection, and the response buffered for it, for ever.
-struct Stalling {
-    io: TcpStream,
-    limit: Duration,
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+/// A connection's bounds in time, as [`Bounded`] keeps them.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    /// A write fails once the peer has taken nothing of it for this long.
+    pub write_stall: Duration,
+    /// A read fails when the peer has sent nothing for this long: `(first, idle)`, the first
+    /// byte's wait from the accept and the wait after any later byte. `None`: reads wait as long
+    /// as the protocol above them lets them (HTTP/1 has its own head timeout).
+    pub read: Option<(Duration, Duration)>,
 }
 
-impl Stalling {
-    fn new(io: TcpStream, limit: Duration) -> Stalling {
-        Stalling {
+/// A socket whose writes fail once its peer has taken nothing for a while, and whose reads fail
+/// once its peer has sent nothing for a while ([`Deadlines`]): a peer that stops reading or
+/// stops sending cannot hold a connection, and what is buffered for it, for ever.
+pub struct Bounded<T> {
+    io: T,
+    deadlines: Deadlines,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The read deadline's timer, and when the peer last sent a byte (`None`: never yet).
+    silent: Option<Pin<Box<tokio::time::Sleep>>>,
+    heard: Option<tokio::time::Instant>,
+}
+
+impl<T> Bounded<T> {
+    pub fn new(io: T, deadlines: Deadlines) -> Bounded<T> {
+        Bounded {
             io,
-            limit,
+            silent: deadlines
+                .read
+                .map(|(first, _)| Box::pin(tokio::time::sleep(first))),
+            deadlines,
             stalled: None,
+            heard: None,
         }
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.io
     }
 
     /// A write's outcome, timed: the clock starts at its first `Pending` and stops at any
     /// progress.
-    fn timed<T>(
+    fn timed<R>(
         &mut self,
         cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
+        polled: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
         if polled.is_ready() {
             self.stalled = None;
             return polled;
         }
-        let limit = self.limit;
+        let limit = self.deadlines.write_stall;
         let stalled = self
             .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
@@ -357,19 +399,55 @@ impl Stalling {
             Poll::Pending => Poll::Pending,
         }
     }
+
+    /// A read that waits: fails once the read deadline passed with nothing heard since. The
+    /// timer is moved on lazily, only when it fires, so a busy connection costs no timer work
+    /// per read.
+    fn silence(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (Some(silent), Some((_, idle))) = (self.silent.as_mut(), self.deadlines.read) else {
+            return Poll::Pending;
+        };
+        loop {
+            if silent.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            match self.heard {
+                Some(heard) if heard + idle > tokio::time::Instant::now() => {
+                    silent.as_mut().reset(heard + idle);
+                }
+                _ => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the peer sent nothing in time",
+                    )));
+                }
+            }
+        }
+    }
 }
 
-impl AsyncRead for Stalling {
+impl<T: AsyncRead + Unpin> AsyncRead for Bounded<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before && this.deadlines.read.is_some() {
+                    this.heard = Some(tokio::time::Instant::now());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.silence(cx),
+        }
     }
 }
 
-impl AsyncWrite for Stalling {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Bounded<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

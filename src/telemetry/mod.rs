@@ -73,6 +73,10 @@ pub struct Metrics {
     /// §4.13): each holds a place under its cap until it closes.
     pub http_connections: Gauge,
     pub page_streams: Gauge,
+    /// The provider's connections open, under its own cap, and the bytes of its requests in
+    /// flight, under its budget (SPEC §6.4).
+    pub provider_connections: Gauge,
+    pub provider_request_bytes: Gauge,
 }
 
 /// A counter of a fractional amount (seconds, kWh, money).
@@ -311,6 +315,18 @@ impl Default for Metrics {
             "The live page's event streams open",
             Gauge::default(),
         );
+        let provider_connections = registered(
+            &mut r,
+            "provider_connections",
+            "Connections open on the cluster-autoscaler provider's listener",
+            Gauge::default(),
+        );
+        let provider_request_bytes = registered(
+            &mut r,
+            "provider_request_bytes",
+            "Bytes of the provider's requests in flight, received and not yet answered",
+            Gauge::default(),
+        );
         let blind = registered(
             &mut r,
             "blind",
@@ -347,6 +363,8 @@ impl Default for Metrics {
             replica_waits_short,
             http_connections,
             page_streams,
+            provider_connections,
+            provider_request_bytes,
         }
     }
 }

@@ -13,7 +13,6 @@ use std::time::Duration;
 use fleet::domain::name::GroupName;
 use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::{
     NodeGroupIncreaseSizeRequest, NodeGroupTargetSizeRequest, NodeGroupsRequest,
 };
@@ -305,11 +304,16 @@ async fn the_provider_scales_groups_on_other_nodes() {
     let store = ClaimStore::new(conn, Keys::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(Provider::new(rx, store)))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
+    tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        std::sync::Arc::new(Provider::new(rx, store)),
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     let mut client = CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .unwrap();

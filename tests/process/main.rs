@@ -28,6 +28,7 @@ mod page_browser;
 mod page_hostile;
 mod page_views;
 mod protocol;
+mod provider_hostile;
 mod redfish;
 mod replicas;
 mod sentinel;

@@ -15,7 +15,6 @@ use fleet::provider::k8s::{
 };
 use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
 use fleet::store::keys::Keys;
@@ -82,11 +81,16 @@ async fn provider(
     let store = ClaimStore::new(conn(server).await, Keys::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(Provider::new(rx, store)))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
+    tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        std::sync::Arc::new(Provider::new(rx, store)),
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .timeout(CA_TIMEOUT)

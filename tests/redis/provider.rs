@@ -14,7 +14,6 @@ use fleet::provider::service::{
     FAKE_NODE_REASON, OTHER_ERROR, OUT_OF_RESOURCES, Provider, STALE_HEADER,
 };
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
 use fleet::provider::wire::instance_status::InstanceState;
 use fleet::provider::wire::*;
 use fleet::requests::{self, StreakReset};
@@ -85,12 +84,16 @@ async fn serve<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
 ) -> CloudProviderClient<Channel> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let incoming = fleet::provider::server::incoming(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(service))
-            .serve_with_incoming(incoming),
-    );
+    tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        Arc::new(service),
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .unwrap()
@@ -1120,7 +1123,10 @@ async fn losing_the_leadership_closes_the_connections_so_the_client_dials_again(
         listener,
         None,
         provider,
-        Some(leadership),
+        (
+            Some(leadership),
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
         stop.clone(),
     ));
     // A connector that counts the connections the client makes.
@@ -1284,7 +1290,10 @@ async fn a_request_past_the_size_bound_is_refused_and_the_provider_goes_on() {
         listener,
         None,
         provider,
-        None,
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
         stop.clone(),
     ));
     let mut c = CloudProviderClient::connect(format!("http://{addr}"))

@@ -574,7 +574,6 @@ pub async fn provider_client(
     config: std::sync::Arc<fleet::config::Config>,
 ) -> fleet::provider::wire::cloud_provider_client::CloudProviderClient<tonic::transport::Channel> {
     use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
-    use fleet::provider::wire::cloud_provider_server::CloudProviderServer;
     let (_tx, rx) = tokio::sync::watch::channel(config);
     let service = fleet::provider::service::Provider::new(
         rx,
@@ -582,11 +581,16 @@ pub async fn provider_client(
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(CloudProviderServer::new(service))
-            .serve_with_incoming(fleet::provider::server::incoming(listener)),
-    );
+    tokio::spawn(fleet::provider::server::serve(
+        listener,
+        None,
+        std::sync::Arc::new(service),
+        (
+            None,
+            fleet::provider::server::Bounds::of(1_024, &Default::default()),
+        ),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .unwrap()

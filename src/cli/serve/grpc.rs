@@ -43,14 +43,14 @@ pub(super) async fn serve_provider(
     grpc: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
     provider: Provider<Conn>,
-    leadership: watch::Receiver<Option<String>>,
+    (leadership, bounds): (watch::Receiver<Option<String>>, provider::server::Bounds),
     shutdown: CancellationToken,
 ) {
     if let Err(e) = provider::server::serve(
         grpc,
         tls,
         Arc::new(provider),
-        Some(leadership),
+        (Some(leadership), bounds),
         shutdown.clone(),
     )
     .await

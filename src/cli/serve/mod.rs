@@ -254,13 +254,15 @@ impl Args {
         let health = Arc::new(Health::default());
         let shutdown = ctx.shutdown.clone();
         let tasks = tokio_util::task::TaskTracker::new();
-        self.http(
+        let http = self.http(
             listeners.metrics,
             #[cfg(feature = "page")]
             (listeners.ui, token),
-        )?
-        .start(ctx, (metrics.clone(), health.clone()), &tasks)
-        .await?;
+        )?;
+        #[cfg(feature = "provider")]
+        let nofile = http.limits.nofile;
+        http.start(ctx, (metrics.clone(), health.clone()), &tasks)
+            .await?;
         tasks.spawn(reload(
             (self.config.clone(), hup),
             self.kubernetes,
@@ -278,11 +280,12 @@ impl Args {
                 Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
                     .with_leadership(leadership.clone())
                     .with_metrics(metrics.clone());
+            let bounds = crate::provider::server::Bounds::of(nofile, &metrics);
             tasks.spawn(grpc::serve_provider(
                 listeners.grpc,
                 tls,
                 provider,
-                leadership.clone(),
+                (leadership.clone(), bounds),
                 shutdown.clone(),
             ));
         }

@@ -63,6 +63,32 @@ impl Limits {
     }
 }
 
+/// The ceiling of the provider's connections, whatever the descriptors: cluster-autoscaler
+/// keeps one, and `fleet autoscaler` opens one a call.
+const MAX_PROVIDER_CONNECTIONS: usize = 256;
+/// The fewest provider connections one peer address may hold: cluster-autoscaler's, another
+/// while it dials a new leader, and a few verbs.
+const MIN_PROVIDER_PER_PEER: usize = 4;
+
+impl Limits {
+    /// The provider's own places (SPEC §6.4), apart from the HTTP listeners' so that neither's
+    /// peers take the other's: a sixteenth of the descriptors (at most 256), and an eighth of
+    /// them (at least 4) for one peer address. It has no streams in the page's sense.
+    pub fn provider(nofile: u64) -> Limits {
+        let connections = usize::try_from(nofile / 16)
+            .unwrap_or(usize::MAX)
+            .clamp(1, MAX_PROVIDER_CONNECTIONS);
+        Limits {
+            nofile,
+            connections,
+            streams: 0,
+            per_peer: (connections / 8)
+                .max(MIN_PROVIDER_PER_PEER)
+                .min(connections),
+        }
+    }
+}
+
 /// The descriptor limit before and after [`raise_nofile`].
 #[derive(Clone, Copy, Debug)]
 pub struct Nofile {

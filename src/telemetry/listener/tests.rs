@@ -37,6 +37,30 @@ fn the_caps_are_a_quarter_and_an_eighth_of_the_descriptors_under_their_ceilings(
     }
 }
 
+#[test]
+fn the_providers_caps_are_a_sixteenth_and_an_eighth_of_that_under_their_ceiling() {
+    let rows = [
+        // nofile, connections, per peer
+        (1_024, 64, 8),
+        (256, 16, 4),
+        (16, 1, 1),
+        (4_096, 256, 32),
+        (65_536, 256, 32),
+    ];
+    for (nofile, connections, per_peer) in rows {
+        assert_eq!(
+            Limits::provider(nofile),
+            Limits {
+                nofile,
+                connections,
+                streams: 0,
+                per_peer
+            },
+            "nofile {nofile}"
+        );
+    }
+}
+
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
 }
