@@ -134,7 +134,8 @@ pub fn incoming(
     futures::stream::unfold(
         (listener, gate, stop),
         |(listener, gate, stop)| async move {
-            let (tcp, _, place) = listener::accept(&listener, &gate, &stop).await?;
+            // The provider's gate keeps no probes' places: every place is a connection's.
+            let (tcp, _, place, _) = listener::accept(&listener, &gate, &stop).await?;
             // Without TCP_NODELAY an answer over more than one segment waits out the client's
             // delayed ACK (Nagle): about 40 ms on every NodeGroupNodes of a large group.
             let _ = tcp.set_nodelay(true);

@@ -164,7 +164,8 @@ impl Bounds {
                 Limits::provider(nofile),
                 metrics.provider_connections.clone(),
                 prometheus_client::metrics::gauge::Gauge::default(),
-            ),
+            )
+            .without_probes(),
             budget: bounds::Budget::new(metrics.provider_request_bytes.clone()),
         }
     }

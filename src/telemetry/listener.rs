@@ -12,7 +12,10 @@
 //!   holds at most an eighth of them, so no one peer takes the places of the kubelet's probes
 //!   and Prometheus;
 //! - a connection has [`HEAD_READ`] to send each request's head, of [`HEAD_BYTES`] at most, and
-//!   is closed when its peer takes nothing of a response for [`WRITE_STALL`].
+//!   is closed when its peer takes nothing of a response for [`WRITE_STALL`];
+//! - with every place held, the health probes still have [`PROBE_PLACES`] of their own, one a
+//!   peer address, each for one request to `/healthz` or `/readyz` within [`PROBE_HEAD_READ`],
+//!   so no crowd of the page's peers makes the kubelet restart the pod.
 //!
 //! It routes nothing itself: the routes are the caller's (`health::routes`, the live page's).
 
@@ -38,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-pub use gate::{Error, Gate, Limits, Nofile, Place, peer_of, raise_nofile};
+pub use gate::{Error, Gate, Limits, Nofile, PROBE_PLACES, Place, Use, peer_of, raise_nofile};
 
 /// How long a connection has to send a request's head, from the moment the server waits for
 /// one (so an idle kept-alive connection is closed after it too).
@@ -47,6 +50,11 @@ pub const HEAD_READ: Duration = Duration::from_secs(10);
 pub const HEAD_BYTES: usize = 8 * 1024;
 /// How long a peer may take nothing of a response before its connection is closed.
 pub const WRITE_STALL: Duration = Duration::from_secs(30);
+/// How long a connection on a probe's place has to send its one request's head: a probe sends
+/// it at once, and a peer that holds the place longer keeps it from the next probe.
+pub const PROBE_HEAD_READ: Duration = Duration::from_secs(2);
+/// The routes a probe's place answers.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
 /// How long a stop waits for a connection's response in flight before it closes it.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// A connection's read and write buffer: a head is at most `HEAD_BYTES`, a body the page takes
@@ -191,10 +199,11 @@ impl Server {
     /// the connections to end, each within [`STOP_GRACE`].
     pub async fn run(self, shutdown: CancellationToken) {
         let connections = TaskTracker::new();
-        while let Some((tcp, _, place)) = accept(&self.listener, &self.gate, &shutdown).await {
+        while let Some((tcp, _, place, kind)) = accept(&self.listener, &self.gate, &shutdown).await
+        {
             connections.spawn(serve_connection(
                 tcp,
-                place,
+                (place, kind),
                 self.app.clone(),
                 self.hosts.clone(),
                 shutdown.clone(),
@@ -208,16 +217,17 @@ impl Server {
 /// The next connection `listener` accepts with a place of `gate`'s, or `None` at `shutdown`.
 /// A place is reserved before the accept, so past the cap peers wait in the kernel's backlog and
 /// cost no descriptor; a peer past its share is closed as accepted, and its place goes to the
-/// next peer. An accept that fails is logged and tried again.
+/// next peer. An accept that fails is logged and tried again. With every connection's place
+/// held, a probe's place is taken (`Use::Probe`).
 pub async fn accept(
     listener: &TcpListener,
     gate: &Gate,
     shutdown: &CancellationToken,
-) -> Option<(TcpStream, std::net::SocketAddr, Place)> {
+) -> Option<(TcpStream, std::net::SocketAddr, Place, Use)> {
     loop {
         let reserved = tokio::select! {
             () = shutdown.cancelled() => return None,
-            reserved = gate.reserve() => reserved,
+            reserved = gate.reserve_any() => reserved,
         };
         let (tcp, from) = tokio::select! {
             () = shutdown.cancelled() => return None,
@@ -230,8 +240,8 @@ pub async fn accept(
                 }
             },
         };
-        match gate.admit(reserved, from.ip()) {
-            Some(place) => return Some((tcp, from, place)),
+        match gate.admit(gate.upgrade(reserved), from.ip()) {
+            Some((place, kind)) => return Some((tcp, from, place, kind)),
             None => {
                 debug!(peer = %from.ip(), "a peer holds its share of the connections; closed");
                 drop(tcp);
@@ -262,7 +272,7 @@ async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
 /// stop's grace runs out; its place is given back when it closes.
 async fn serve_connection(
     tcp: TcpStream,
-    place: Place,
+    (place, kind): (Place, Use),
     app: axum::Router,
     hosts: Hosts,
     shutdown: CancellationToken,
@@ -280,10 +290,15 @@ async fn serve_connection(
         connection: Connection {
             disconnect: disconnect.clone(),
         },
+        kind,
     };
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(HEAD_READ)
+        .header_read_timeout(match kind {
+            Use::Any => HEAD_READ,
+            Use::Probe => PROBE_HEAD_READ,
+        })
+        .keep_alive(kind == Use::Any)
         .max_header_size(HEAD_BYTES)
         .max_buf_size(BUFFER);
     let io = TokioIo::new(Bounded::new(
@@ -310,13 +325,15 @@ async fn serve_connection(
     drop(place);
 }
 
-/// The per-connection service: the Host check, then the routes.
+/// The per-connection service: the Host check, then the routes (of a probe's place, the probes'
+/// alone).
 #[derive(Clone)]
 struct PerConnection {
     app: TowerToHyperService<axum::Router>,
     hosts: Hosts,
     local: IpAddr,
     connection: Connection,
+    kind: Use,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -327,6 +344,16 @@ impl Service<Request<Incoming>> for PerConnection {
     type Future = Answer;
 
     fn call(&self, mut request: Request<Incoming>) -> Answer {
+        if self.kind == Use::Probe && !PROBES.contains(&request.uri().path()) {
+            let refused = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+                "every place of this listener is held: only /healthz and /readyz are answered \
+                 now; try again\n",
+            )
+                .into_response();
+            return Box::pin(async move { Ok(refused) });
+        }
         if let Some(named) = misdirected(&request, self.local, &self.hosts) {
             let refused = misdirected_answer(&named, self.local);
             return Box::pin(async move { Ok(refused) });

@@ -136,6 +136,14 @@ pub fn raise_nofile() -> Result<Nofile, Error> {
     })
 }
 
+/// The places kept for the health probes (SPEC §4.13 L11): taken only when every other place
+/// is held, one a peer address, for one request to `/healthz` or `/readyz`.
+pub const PROBE_PLACES: usize = 8;
+/// How long the next connection waits for another's place before it takes a probe's: a place
+/// that is being given back (a connection closing) frees within it, and a probe's timeout (a
+/// kubelet's is 1 s) is well above it.
+pub const PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The places of connections and streams, shared by every listener of the process.
 #[derive(Clone)]
 pub struct Gate {
@@ -144,6 +152,9 @@ pub struct Gate {
     streams: Arc<Semaphore>,
     /// The connections each peer holds, by [`peer_of`]; a peer with none has no entry.
     peers: Peers,
+    /// The probes' own places, and the peers that hold one.
+    probes: Arc<Semaphore>,
+    probing: Peers,
     /// The open connections and streams, as `/metrics` shows them.
     open_connections: Gauge,
     open_streams: Gauge,
@@ -195,9 +206,17 @@ impl Gate {
             connections: Arc::new(Semaphore::new(limits.connections)),
             streams: Arc::new(Semaphore::new(limits.streams)),
             peers: Arc::default(),
+            probes: Arc::new(Semaphore::new(PROBE_PLACES)),
+            probing: Arc::default(),
             open_connections,
             open_streams,
         }
+    }
+
+    /// This gate without the probes' places: a listener no probe asks (the provider's).
+    pub fn without_probes(mut self) -> Gate {
+        self.probes = Arc::new(Semaphore::new(0));
+        self
     }
 
     pub fn limits(&self) -> Limits {
@@ -225,26 +244,79 @@ impl Gate {
             .expect("the gate's semaphore is never closed")
     }
 
+    /// A place for the next connection: one of the connections', else, when none frees within
+    /// [`PROBE_AFTER`], a probe's once one is.
+    pub(super) async fn reserve_any(&self) -> Reserved {
+        if let Ok(permit) = self.connections.clone().try_acquire_owned() {
+            return Reserved::Connection(permit);
+        }
+        let probe = async {
+            tokio::time::sleep(PROBE_AFTER).await;
+            self.probes.clone().acquire_owned().await
+        };
+        tokio::select! {
+            biased;
+            permit = self.reserve() => Reserved::Connection(permit),
+            permit = probe => {
+                Reserved::Probe(permit.expect("the gate's semaphore is never closed"))
+            }
+        }
+    }
+
+    /// A reservation as it stands once its connection is accepted: a probe's, made while every
+    /// other place was held, becomes a connection's if one freed while the accept waited.
+    pub(super) fn upgrade(&self, reserved: Reserved) -> Reserved {
+        match reserved {
+            Reserved::Probe(probe) => match self.connections.clone().try_acquire_owned() {
+                Ok(permit) => Reserved::Connection(permit),
+                Err(_) => Reserved::Probe(probe),
+            },
+            connection => connection,
+        }
+    }
+
     /// The reserved place, taken by a connection accepted from `from`: counted from now; or
-    /// `None` when that peer already holds its share, and the place stays free.
-    pub(super) fn admit(&self, permit: OwnedSemaphorePermit, from: IpAddr) -> Option<Place> {
+    /// `None` when that peer already holds its share (one probe place, or `per_peer`
+    /// connections), and the place stays free.
+    pub(super) fn admit(&self, reserved: Reserved, from: IpAddr) -> Option<(Place, Use)> {
         let peer = peer_of(from);
+        let (permit, peers, share, kind) = match reserved {
+            Reserved::Connection(p) => (p, &self.peers, self.limits.per_peer, Use::Any),
+            Reserved::Probe(p) => (p, &self.probing, 1, Use::Probe),
+        };
         {
-            let mut peers = self
-                .peers
+            let mut held = peers
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let held = peers.entry(peer).or_insert(0);
-            if *held >= self.limits.per_peer {
+            let held = held.entry(peer).or_insert(0);
+            if *held >= share {
                 return None;
             }
             *held += 1;
         }
         self.open_connections.inc();
-        Some(Place {
-            _permit: permit,
-            gauge: self.open_connections.clone(),
-            peer: Some((peer, self.peers.clone())),
-        })
+        Some((
+            Place {
+                _permit: permit,
+                gauge: self.open_connections.clone(),
+                peer: Some((peer, peers.clone())),
+            },
+            kind,
+        ))
     }
+}
+
+/// A place reserved before an accept.
+pub enum Reserved {
+    Connection(OwnedSemaphorePermit),
+    Probe(OwnedSemaphorePermit),
+}
+
+/// What a connection's place lets it do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// Every route, as many requests as it sends.
+    Any,
+    /// One request to `/healthz` or `/readyz` (SPEC §4.13 L11).
+    Probe,
 }
