@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli: fleet::cli::agent::Standalone = fleet::cli::parse_or_exit();
+    // Before any other thread exists: it changes the environment (SPEC §7.2 S6).
+    fleet::cli::secrets::keep_with(&[]);
     fleet::cli::init_telemetry(cli.global.log_format);
     // One thread: the agent does one thing at a time (a beat, then a wait).
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -26,6 +26,8 @@ fn main() -> ExitCode {
         unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     }
     let cli: fleet::cli::Cli = fleet::cli::parse_or_exit();
+    // Before any other thread exists: it changes the environment (SPEC §7.2 S6).
+    fleet::cli::secrets::keep(&cli);
     fleet::cli::init_telemetry(cli.global.log_format);
     // The agent runs on every machine of the fleet and does one thing at a time (a beat, then a
     // wait), so it runs on this thread alone: no worker threads, their stacks and their

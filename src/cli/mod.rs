@@ -30,6 +30,7 @@ pub mod reload;
 pub mod reset;
 pub mod reset_attempts;
 pub mod schema;
+pub mod secrets;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod slots;

@@ -27,6 +27,9 @@ impl Args {
                  the job on stdin; this is not a job ({e})"
             ))
         })?;
+        if let Some((name, value)) = &job.secret {
+            crate::power::secrets::hold(name, crate::power::Secret::new(value.expose()));
+        }
         let report = wrapper::run(&job).await;
         // First to the controller that waits, which records it at once; it may be gone (nobody
         // to read it then, and that is fine). Then to the store, for a controller that is not.

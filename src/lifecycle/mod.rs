@@ -190,6 +190,32 @@ impl std::fmt::Debug for ReportTo {
 pub struct Job {
     pub request: Request,
     pub report_to: Option<ReportTo>,
+    /// The one secret the request's own driver reads from a variable (`password_env`), when
+    /// fleet took it out of its environment at start (`power::secrets`): the wrapper inherits
+    /// none of it, so it travels here, as the Redis URL does. Absent from an older fleet's job.
+    #[serde(default)]
+    pub secret: Option<(String, crate::store::connect::Password)>,
+}
+
+impl Job {
+    /// The job of `request`, reporting to `report_to`, with its driver's secret if fleet holds it.
+    pub fn new(request: Request, report_to: Option<ReportTo>) -> Job {
+        let secret = match request.driver.as_ref().and_then(Driver::password) {
+            Some(crate::config::SecretSource::Env(name)) => crate::power::secrets::held_value(name)
+                .map(|s| {
+                    (
+                        name.clone(),
+                        crate::store::connect::Password::new(s.expose()),
+                    )
+                }),
+            _ => None,
+        };
+        Job {
+            request,
+            report_to,
+            secret,
+        }
+    }
 }
 
 /// Runs an operation's command through the operation wrapper, a process of its own.
@@ -241,10 +267,7 @@ impl Runner for Exec {
         }
         let bound = request.timeout + REPORT_SLACK;
         let mut wrapper = self.wrapper(&request);
-        let job = Job {
-            request,
-            report_to: self.report_to.clone(),
-        };
+        let job = Job::new(request, self.report_to.clone());
         let bytes = match serde_json::to_vec(&job) {
             Ok(b) => b,
             Err(e) => return Self::failed(format!("encoding the operation: {e}"), start.elapsed()),

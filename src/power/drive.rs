@@ -251,7 +251,7 @@ pub fn secret(source: &SecretSource) -> Result<Secret, String> {
                 })?;
             text.lines().next().unwrap_or_default().to_owned()
         }
-        SecretSource::Env(name) => std::env::var(name).map_err(|e| {
+        SecretSource::Env(name) => super::secrets::get(name).map_err(|e| {
             let why = match e {
                 std::env::VarError::NotPresent => "is not set",
                 std::env::VarError::NotUnicode(_) => "is not UTF-8",

@@ -7,17 +7,19 @@
 //! - `wol`: Wake-on-LAN magic packets (on only).
 //! - `redfish`: `ComputerSystem.Reset` and `PowerState` over HTTPS.
 //! - `ipmi`: chassis power through `ipmitool` (LAN+).
+//! - `secrets`: the BMC passwords fleet took out of its environment at start.
 //!
 //! The leader's periodic reading of each Redfish and IPMI slot's BMC runs with the controller
 //! (`reconcile::bmc`), over `drive::read_state`.
 //!
 //! Secrets (BMC passwords) are read when an operation runs, from a file or an environment
-//! variable named in the configuration; they are held in [`Secret`], whose `Debug` and `Display`
-//! never show them.
+//! variable named in the configuration (held in [`secrets`] since start); they are held in
+//! [`Secret`], whose `Debug` and `Display` never show them.
 
 pub mod drive;
 pub mod ipmi;
 pub mod redfish;
+pub mod secrets;
 pub mod wol;
 
 use std::future::Future;

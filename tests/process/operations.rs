@@ -87,6 +87,7 @@ fn wrapper(job: &Job) -> (Report, i64) {
 #[test]
 fn a_command_printing_300_mb_costs_the_wrapper_a_few_megabytes() {
     let job = Job {
+        secret: None,
         request: request(
             "head -c 300000000 /dev/zero | tr '\\0' x; echo; echo last line",
             Duration::from_secs(120),
@@ -110,6 +111,7 @@ fn a_command_printing_300_mb_costs_the_wrapper_a_few_megabytes() {
 #[test]
 fn exit_0_with_a_child_holding_the_output_is_completed_at_once() {
     let job = Job {
+        secret: None,
         request: request("echo asked; (sleep 30) & exit 0", Duration::from_secs(5)),
         report_to: None,
     };
@@ -220,6 +222,7 @@ fn the_wrapper_refuses_anything_but_a_job() {
 #[test]
 fn the_command_does_not_inherit_the_controllers_secrets() {
     let job = Job {
+        secret: None,
         request: request(
             "env | grep '^FLEET_' | sort | cut -d= -f1 | tr '\\n' ' '; echo; echo \"url=$FLEET_REDIS_URL\"",
             Duration::from_secs(10),
@@ -290,6 +293,7 @@ async fn a_wake_on_lan_startup_sends_the_magic_packets_through_the_wrapper() {
     let listener = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let target = listener.local_addr().unwrap();
     let job = Job {
+        secret: None,
         request: driven(OperationKind::Startup, target, Duration::from_secs(10)),
         report_to: None,
     };
@@ -388,6 +392,7 @@ async fn agent_off(
     );
     req.started_at = started_at;
     let job = Job {
+        secret: None,
         request: req,
         report_to: Some(report_to(&server)),
     };
@@ -610,4 +615,180 @@ async fn an_operation_gets_none_of_the_secrets_fleet_read_and_all_it_is_promised
     assert!(!stored.contains("s3cret"), "{stored}");
     let lines = serve.stop().await;
     assert!(!lines.iter().any(|l| l.contains("s3cret")), "{lines:#?}");
+}
+
+/// What a startup script prints of `fleet serve`, its wrapper's parent: its environment's
+/// `FLEET_REDIS_URL` and `BMC_PASS` lines (or why it could not read them) and whether reading its
+/// memory was refused; then it fails, so its output is recorded and nothing else happens.
+const SNOOP: &str = r#"serve=$(cut -d' ' -f4 /proc/$PPID/stat); echo "environ: $(tr '\0' '\n' < /proc/$serve/environ 2>&1 | grep -e FLEET_REDIS_URL -e BMC_PASS -e denied | tr '\n' ' ')"; echo "mem: $(dd if=/proc/$serve/mem bs=1 count=1 2>&1 | grep -c denied)"; exit 1"#;
+
+/// A Redis whose user `ops` has the password `s3cret-url-pw`, on a TCP port, and the URL that
+/// names it.
+fn guarded_redis() -> (fleet_testing::RedisServer, String) {
+    let server = fleet_testing::RedisServer::with(fleet_testing::Options {
+        tcp: true,
+        args: ["--user", "ops", "on", ">s3cret-url-pw", "~*", "&*", "+@all"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+    let url = format!(
+        "redis://ops:s3cret-url-pw@127.0.0.1:{}/",
+        server.port().unwrap()
+    );
+    (server, url)
+}
+
+/// `fleet serve` with the URL in `FLEET_REDIS_URL` and a BMC password in `BMC_PASS` (its driver
+/// slot's), as `uid` when given; its stderr's lines.
+fn serve_with_secrets(
+    url: &str,
+    config: &std::path::Path,
+    uid: Option<u32>,
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"));
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(QUICK_SERVE)
+        .args(["--grpc-addr", "127.0.0.1:0"])
+        .env("FLEET_REDIS_URL", url)
+        .env("BMC_PASS", "s3cret-bmc-pw")
+        .env("FLEET_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+    }
+    let mut child = command.spawn().expect("starting fleet serve");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+async fn line_with(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, words: &[&str]) {
+    bounded(&format!("fleet serve to log {words:?}"), async {
+        loop {
+            let line = lines.recv().await.expect("fleet serve ended");
+            if words.iter().all(|w| line.contains(w)) {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+/// The configuration of the snooping startup: `bench-01` runs it; `bench-02`'s Redfish driver
+/// reads `BMC_PASS`, so fleet holds that secret too.
+fn snooping_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bmc = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    drop(listener);
+    let text = Fixture::new()
+        .group(
+            Group::new("pool-a")
+                .max(1)
+                .ungated()
+                .startup(Op::sh(SNOOP))
+                .shutdown(Op::command(["true"])),
+        )
+        .group(
+            Group::new("bmc")
+                .max(1)
+                .ungated()
+                .driver(
+                    Driver::redfish(&bmc)
+                        .username("admin")
+                        .password_env("BMC_PASS")
+                        .insecure(true),
+                )
+                .timing("job_timeout", "2s"),
+        )
+        .slots("pool-a", ["bench-01"])
+        .slots("bmc", ["bench-02"])
+        .yaml();
+    let path = dir.join("fleet.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+// SPEC §7.2 S6: a startup script read `fleet serve`'s environment through /proc and put the Redis
+// URL with its password into `fleet describe` and the page. fleet serve is not dumpable now, so a
+// program under its user reads neither its environment nor its memory: here both as `nobody`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_under_fleet_serves_user_reads_neither_its_environment_nor_its_memory() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_server, url) = guarded_redis();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = snooping_config(dir.path());
+    let (_serve, mut lines) = serve_with_secrets(&url, &config, Some(65_534));
+    line_with(&mut lines, &["became the leader"]).await;
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &url, "claim", "bench-01"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    line_with(&mut lines, &["operation ended", "bench-01"]).await;
+    let described = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["--redis", &url, "describe", "bench-01"])
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.contains("/environ: Permission denied"),
+        "{described}"
+    );
+    assert!(described.contains("mem: 1"), "{described}");
+    assert!(!described.contains("s3cret"), "{described}");
+}
+
+// SPEC §7.2 S6: the secrets fleet serve needs after start are not left in its environment: even a
+// reader that may read it (root, here) sees the Redis URL's and the BMC password's bytes
+// overwritten, and the driver's wrapper still gets its password, with its job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_serves_environment_holds_none_of_the_secrets_it_needs_after_start() {
+    let (_server, url) = guarded_redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = snooping_config(dir.path());
+    let (_serve, mut lines) = serve_with_secrets(&url, &config, None);
+    line_with(&mut lines, &["became the leader"]).await;
+    let fleet = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .arg("--redis")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    fleet(&["claim", "bench-01"]);
+    line_with(&mut lines, &["operation ended", "bench-01"]).await;
+    let described = fleet(&["describe", "bench-01"]);
+    assert!(described.contains("FLEET_REDIS_URL=****"), "{described}");
+    assert!(described.contains("BMC_PASS=****"), "{described}");
+    assert!(!described.contains("s3cret"), "{described}");
+    // The driver's wrapper reads its password from its job: its startup fails at the BMC, which
+    // refuses every connection, not for a password it could not find.
+    fleet(&["claim", "bench-02"]);
+    line_with(&mut lines, &["operation ended", "slot=bench-02", "startup"]).await;
+    let driven = fleet(&["describe", "bench-02"]);
+    assert!(driven.contains("127.0.0.1:"), "{driven}");
+    assert!(!driven.contains("is not set"), "{driven}");
+    assert!(!driven.contains("s3cret"), "{driven}");
 }
