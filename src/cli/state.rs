@@ -90,9 +90,14 @@ impl Args {
             .filter(|b| b.verdict(snapshot.now).state == State::Down)
             .map(|b| b.name.clone())
             .collect();
+        // A key of another type costs only its own times, said as the read's problems are.
+        let last = presence.last_seen(&down).await?;
+        for problem in &last.problems {
+            eprintln!("warning: {problem}");
+        }
         let seen: HashMap<String, chrono::DateTime<chrono::Utc>> = down
             .iter()
-            .zip(presence.last_seen(&down).await?)
+            .zip(last.at)
             .filter_map(|(name, at)| Some((name.to_string(), at?)))
             .collect();
         Ok(output::state_table(out, &rows, snapshot.now, &seen)?)

@@ -153,6 +153,31 @@ pub struct Snapshot {
     pub problems: Vec<String>,
 }
 
+/// When benches last beat, as `Presence::last_seen` read it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LastSeen {
+    /// Each bench's time, in the order asked; `None` where the store does not know it.
+    pub at: Vec<Option<DateTime<Utc>>>,
+    /// The keys of another type the read left out, each with its repair.
+    pub problems: Vec<String>,
+}
+
+/// A reply of the last-seen read: its value, or `None` when its key holds another type than
+/// fleet writes there (Redis's WRONGTYPE). Any other error fails the read (SPEC §2.5).
+fn other_type(
+    reply: Option<redis::RedisResult<redis::Value>>,
+    key: &str,
+) -> Result<Option<redis::Value>, PresenceError> {
+    match reply {
+        Some(Ok(value)) => Ok(Some(value)),
+        Some(Err(e)) if e.code() == Some("WRONGTYPE") => Ok(None),
+        Some(Err(source)) => Err(PresenceError::Read { source }),
+        None => Err(PresenceError::ReadReply(format!(
+            "no reply for {key} in the last-seen read"
+        ))),
+    }
+}
+
 /// The presence store over one connection (a verb's, or a long-running process's lasting one).
 #[derive(Clone)]
 pub struct Presence<C> {
@@ -274,19 +299,23 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
 
     /// When each of `names` last beat (server time), where the store still knows. One round
     /// trip. For the views only: a DOWN bench's last word, never a decision.
-    pub async fn last_seen(
-        &self,
-        names: &[BenchName],
-    ) -> Result<Vec<Option<DateTime<Utc>>>, PresenceError> {
+    ///
+    /// A key of another type than fleet writes there (a join key that is no string, a last-seen
+    /// record that is no hash: a foreign write) costs only what it held: that time is unknown,
+    /// the key is named in `LastSeen::problems` with its repair, and every other time is read, as
+    /// a heartbeat of another type costs only its own bench (SPEC §2.3 item 3, §2.5).
+    pub async fn last_seen(&self, names: &[BenchName]) -> Result<LastSeen, PresenceError> {
         if names.is_empty() {
-            return Ok(Vec::new());
+            return Ok(LastSeen::default());
         }
         // The join keys hold it; the last-seen hash holds what beats wrote before them. The later
         // of the two counts (0 in a join key: the bench has not beat with a TTL since it joined).
         // A join key is the bench's own, so it is read bounded, as every value a bench writes
-        // (SPEC §7): a number of ms is 13 digits.
+        // (SPEC §7): a number of ms is 13 digits. Errors stay per command, so a key of another
+        // type spoils only its own reply.
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         for name in names {
             pipe.cmd("GETRANGE")
                 .arg(self.keys.joined_key(name))
@@ -296,20 +325,49 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         pipe.cmd("HMGET")
             .arg(self.keys.last_seen())
             .arg(names.iter().map(BenchName::as_str).collect::<Vec<_>>());
-        let mut replies: Vec<redis::Value> = pipe.query_async(&mut conn).await.map_err(|e| {
-            PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
-        })?;
-        let seen: Vec<Option<i64>> = match replies.pop() {
-            Some(v) => redis::from_redis_value(v).map_err(|e| {
-                PresenceError::ReadReply(format!("reading when benches were last seen: {e}"))
-            })?,
-            None => Vec::new(),
-        };
-        let joined = replies.into_iter().map(|v| match v {
+        let mut replies: Vec<redis::RedisResult<redis::Value>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| PresenceError::Read { source })?;
+        let mut problems = Vec::new();
+        let seen_key = self.keys.last_seen();
+        // A time that is not a number of ms (a foreign write) is no time, as in a join key.
+        let ms = |value: redis::Value| match value {
             redis::Value::BulkString(b) => std::str::from_utf8(&b).ok()?.parse::<i64>().ok(),
             _ => None,
-        });
-        Ok(joined
+        };
+        let seen: Vec<Option<i64>> = match other_type(replies.pop(), &seen_key)? {
+            Some(redis::Value::Array(values)) => values.into_iter().map(ms).collect(),
+            Some(other) => {
+                return Err(PresenceError::ReadReply(format!(
+                    "HMGET of {seen_key} returned {other:?}"
+                )));
+            }
+            None => {
+                problems.push(format!(
+                    "{seen_key} is not a hash of last-seen times (something else wrote it): \
+                     LAST SEEN leaves it out until it is repaired (`redis-cli DEL '{seen_key}'`)"
+                ));
+                Vec::new()
+            }
+        };
+        let mut joined = Vec::with_capacity(names.len());
+        for (name, reply) in names.iter().zip(replies) {
+            let key = self.keys.joined_key(name);
+            joined.push(match other_type(Some(reply), &key)? {
+                Some(value) => ms(value),
+                None => {
+                    problems.push(format!(
+                        "{key} is not the join key of {name} (it holds another type than a \
+                         string: something else wrote it): its LAST SEEN is unknown until it is \
+                         repaired (`redis-cli DEL '{key}'`; the bench's next beat writes it again)"
+                    ));
+                    None
+                }
+            });
+        }
+        let at = joined
+            .into_iter()
             .zip(seen.into_iter().chain(std::iter::repeat(None)))
             .map(|(joined, seen)| {
                 joined
@@ -317,7 +375,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                     .filter(|ms| *ms > 0)
                     .and_then(DateTime::from_timestamp_millis)
             })
-            .collect())
+            .collect();
+        Ok(LastSeen { at, problems })
     }
 
     /// Registers benches (SPEC §2.3): every reader lists them, DOWN until they beat. Returns, per

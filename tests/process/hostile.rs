@@ -626,3 +626,40 @@ async fn commands_that_announce_more_than_they_send_are_cut_off_as_they_come() {
     f.mean_pass(5.0).await;
     f.unharmed(Some(ATTACKER)).await;
 }
+
+// SPEC §2.3 item 3: a join key and the last-seen record are no bench's to write as another type
+// (the ACL grants a bench only strings), but a foreign write may leave one so; `fleet state` then
+// reads on, each such key costing only the LAST SEEN it held and named on stderr with its repair.
+#[tokio::test]
+async fn a_join_key_or_last_seen_record_of_another_type_costs_fleet_state_only_that_column() {
+    let server = support::server();
+    fleet_ok(&server, &["register", "bench-01", "bench-02"]);
+    let keys = Keys::default();
+    let joined = keys.joined_key(&name("bench-01"));
+    let _: () = raw(&server, &["HSET", &joined, "f", "v"]).await;
+    let _: () = raw(&server, &["RPUSH", &keys.last_seen(), "x"]).await;
+    let o = run_fleet_bounded(&server, &["state"]).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let rows: Vec<(&str, &str)> = stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut cells = l.split_whitespace();
+            Some((cells.next()?, cells.next()?))
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("bench-01", "DOWN"), ("bench-02", "DOWN")],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("{fleet}:joined:bench-01 is not the join key of bench-01")
+            && stderr.contains("{fleet}:seen is not a hash of last-seen times"),
+        "{stderr}"
+    );
+}

@@ -318,7 +318,8 @@ async fn presence_written_before_the_join_set_reads_the_same_and_is_forgotten_wh
     let last = p
         .last_seen(&[name("old-down"), name("old-up")])
         .await
-        .unwrap();
+        .unwrap()
+        .at;
     assert_eq!(
         last.iter()
             .map(|t| t.map(|t| t.timestamp_millis()))
@@ -339,7 +340,7 @@ async fn presence_written_before_the_join_set_reads_the_same_and_is_forgotten_wh
     let snap = p.read(&[]).await.unwrap();
     assert_eq!(snap.benches.len(), 2);
     assert_eq!(
-        p.last_seen(&[name("old-up")]).await.unwrap(),
+        p.last_seen(&[name("old-up")]).await.unwrap().at,
         [Some(beat.at)]
     );
     // Known, so held without --register; forgotten whole, from both shapes.

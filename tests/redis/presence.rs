@@ -1109,7 +1109,7 @@ async fn a_join_key_holds_the_last_counting_beat_and_a_ttl_of_zero_keeps_it() {
     let p = presence(&server).await;
     p.beat(&beat("bench-01", Duration::ZERO)).await.unwrap();
     assert_eq!(names_of(&p.read(&[]).await.unwrap()), ["bench-01"]);
-    assert_eq!(p.last_seen(&[name("bench-01")]).await.unwrap(), [None]);
+    assert_eq!(p.last_seen(&[name("bench-01")]).await.unwrap().at, [None]);
     let counted = p
         .beat(&beat("bench-01", Duration::from_secs(30)))
         .await
@@ -1118,9 +1118,67 @@ async fn a_join_key_holds_the_last_counting_beat_and_a_ttl_of_zero_keeps_it() {
     assert_eq!(
         p.last_seen(&[name("bench-01"), name("bench-02")])
             .await
-            .unwrap(),
+            .unwrap()
+            .at,
         [Some(counted.at), None]
     );
+}
+
+// SPEC §2.3 item 3, §2.5: a join key or the last-seen record of another type (a foreign write)
+// costs only the LAST SEEN it held, named with its repair; every other time is read, in the one
+// round trip, and the fleet read is not touched.
+#[tokio::test]
+async fn a_join_key_or_last_seen_record_of_another_type_costs_only_its_own_time() {
+    let server = server();
+    let counting = Counting::new(conn(&server).await);
+    let p = Presence::new(counting.clone(), Keys::default());
+    let keys = Keys::default();
+    let mut at = Vec::new();
+    for bench in ["bench-01", "bench-02", "bench-03"] {
+        at.push(
+            p.beat(&beat(bench, Duration::from_secs(30)))
+                .await
+                .unwrap()
+                .at,
+        );
+    }
+    let all = [name("bench-01"), name("bench-02"), name("bench-03")];
+    let read = p.last_seen(&all).await.unwrap();
+    assert_eq!(read.at, at.iter().copied().map(Some).collect::<Vec<_>>());
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
+
+    // A last-seen time that is no number is no time; the join key's counts.
+    let _: () = raw(&server, &["HSET", &keys.last_seen(), "bench-01", "garbage"]).await;
+    let read = p.last_seen(&all).await.unwrap();
+    assert_eq!(read.at, at.iter().copied().map(Some).collect::<Vec<_>>());
+    assert!(read.problems.is_empty(), "{:?}", read.problems);
+
+    let _: () = raw(&server, &["DEL", &keys.last_seen()]).await;
+    let hashed = keys.joined_key(&name("bench-02"));
+    let _: () = raw(&server, &["DEL", &hashed]).await;
+    let _: () = raw(&server, &["HSET", &hashed, "f", "v"]).await;
+    let _: () = raw(&server, &["RPUSH", &keys.last_seen(), "x"]).await;
+    let trips = counting.trips();
+    let read = p.last_seen(&all).await.unwrap();
+    assert_eq!(counting.trips() - trips, 1, "still one round trip");
+    assert_eq!(read.at, [Some(at[0]), None, Some(at[2])]);
+    assert_eq!(read.problems.len(), 2, "{:?}", read.problems);
+    assert!(
+        read.problems[0].contains("{fleet}:seen is not a hash")
+            && read.problems[0].contains("redis-cli DEL '{fleet}:seen'"),
+        "{}",
+        read.problems[0]
+    );
+    assert!(
+        read.problems[1].contains("{fleet}:joined:bench-02 is not the join key of bench-02")
+            && read.problems[1].contains("redis-cli DEL '{fleet}:joined:bench-02'"),
+        "{}",
+        read.problems[1]
+    );
+    // The fleet read does not meet the join key: every bench reads as its heartbeat says.
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02", "bench-03"]);
+    assert_eq!(state_of(&snap, "bench-02"), State::Up);
 }
 
 /// A connection under which the registry changes before every call it sends: a bench is

@@ -453,6 +453,22 @@ pub fn run_fleet(server: &RedisServer, args: &[&str]) -> std::process::Output {
     o
 }
 
+/// `run_fleet`, awaited within `bounded`'s bound: a `fleet` that would hang (a file it reads
+/// without end, say) fails the test, and is killed, instead of holding CI.
+pub async fn run_fleet_bounded(server: &RedisServer, args: &[&str]) -> std::process::Output {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("--redis")
+        .arg(server.url())
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let o = bounded(&format!("fleet {args:?}"), child)
+        .await
+        .expect("running fleet");
+    contract::check(args, &String::from_utf8_lossy(&o.stdout));
+    o
+}
+
 /// `run_fleet` that must succeed: its stdout.
 pub fn fleet_ok(server: &RedisServer, args: &[&str]) -> String {
     let o = run_fleet(server, args);
