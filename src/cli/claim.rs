@@ -146,8 +146,8 @@ async fn write_last_output(
         writeln!(out, "output of its last operation:")?;
         // An operation's output is the script's, not fleet's: shown as text, never as what a
         // terminal would make of an escape or a bidi control in it (SPEC §7 S7).
-        for line in tail.lines() {
-            writeln!(out, "  {}", crate::domain::text::escaped(line))?;
+        for line in crate::domain::text::escaped_lines(&tail) {
+            writeln!(out, "  {line}")?;
         }
     }
     Ok(())

@@ -347,8 +347,8 @@ fn write_timeline(
             relative(e.at, now)
         )?;
         // The script's words, shown as text (SPEC §7 S7).
-        for line in e.detail.as_deref().unwrap_or_default().lines() {
-            writeln!(out, "  {}", crate::domain::text::escaped(line))?;
+        for line in crate::domain::text::escaped_lines(e.detail.as_deref().unwrap_or_default()) {
+            writeln!(out, "  {line}")?;
         }
     }
     Ok(())
@@ -368,9 +368,8 @@ impl From<&Entry> for TimelineLine {
             detail: e
                 .detail
                 .as_deref()
-                .map(|d| {
-                    crate::domain::text::escaped(d.lines().last().unwrap_or_default()).into_owned()
-                })
+                .and_then(|d| crate::domain::text::escaped_lines(d).last())
+                .map(std::borrow::Cow::into_owned)
                 .unwrap_or_default(),
         }
     }

@@ -293,7 +293,11 @@ async fn failures(world: &World) -> Vec<Failure> {
     let mut out = Vec::new();
     for (slot, last) in failed.into_iter().take(FAILURES) {
         let tail = views::last_output(&world.store, &last.group, &last.name).await;
-        let lines: Vec<String> = tail.lines().map(str::to_owned).collect();
+        // The script's words, shown as text exactly as `fleet describe` shows them: a control or
+        // a bidi control in them reaches the page as its `\u{…}` form (SPEC §7 S7).
+        let lines: Vec<String> = crate::domain::text::escaped_lines(&tail)
+            .map(std::borrow::Cow::into_owned)
+            .collect();
         out.push(Failure {
             slot: slot.clone(),
             claim: last.name.to_string(),

@@ -736,8 +736,9 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
         .rev()
         .find(|(name, data)| ["frame", "delta"].contains(&name.as_str()) && data.contains("three"))
         .expect("the event with the output");
-    // Every break of the output is a line break of the data, and what looked like fields is
-    // text inside the failure's `<pre>`.
+    // Every LF and CRLF of the output is a line break of the data, a lone CR is shown as its
+    // `\u{d}` form as `fleet describe` shows it (SPEC §7 S7), and what looked like fields is text
+    // inside the failure's `<pre>`.
     let pre = frame
         .split("<pre>")
         .nth(1)
@@ -745,7 +746,7 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
         .expect("the output's <pre>");
     assert_eq!(
         pre,
-        "one\nretry: 86400000\nthe fleet is fine\ntwo\nevent: frame\ndata: forged\n\nthree\n[exit status: 1]"
+        "one\\u{d}retry: 86400000\\u{d}the fleet is fine\ntwo\nevent: frame\\u{d}data: forged\\u{d}\\u{d}three\n[exit status: 1]"
     );
     // The streamed failures are the page's own, each break read as LF.
     let page = http_get(&addr, "/").1;
@@ -762,9 +763,10 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
     };
     let shown = failures(&page);
     assert!(
-        shown.contains("one\rretry: 86400000\rthe fleet is fine\ntwo")
-            && shown.contains("forged\r\rthree"),
-        "the page holds the output's lines as they were: {shown}"
+        shown.contains("one\\u{d}retry: 86400000\\u{d}the fleet is fine\ntwo")
+            && shown.contains("forged\\u{d}\\u{d}three")
+            && !shown.contains('\r'),
+        "the page holds the output's lines as fleet describe shows them: {shown}"
     );
     let read_as_lf = shown.replace("\r\n", "\n").replace('\r', "\n");
     assert_eq!(
@@ -772,6 +774,44 @@ async fn an_operations_line_breaks_reach_the_page_as_data_fleet_chose() {
         read_as_lf,
         "the streamed failures are the page's"
     );
+    serve.stop().await;
+}
+
+// SPEC §7 S7: an operation's output reaches the page as text: an escape, a bell or a bidi
+// control in it arrives as its `\u{…}` form, exactly as `fleet describe` shows it, and never as
+// the character a terminal or a browser would act on.
+#[tokio::test]
+async fn an_operations_controls_reach_the_page_escaped_as_fleet_describe_shows_them() {
+    let server = support::tcp_server();
+    let dir = tempfile::tempdir().unwrap();
+    let output = "booting\n\u{1b}[2Jthe fleet is fine \u{202E}gnp.exe\u{7}\n";
+    let config = failing_config(dir.path(), output);
+    let (mut serve, addr) = serve(&server, &config, &[]).await;
+    serve.log(&["became the leader"]).await;
+    fleet_ok(&server, &["claim", "bench-01"]);
+    let mut page = String::new();
+    until(
+        "the page shows the failure's output",
+        Duration::from_secs(20),
+        async || {
+            page = http_get(&addr, "/").1;
+            page.contains("[exit status: 1]")
+        },
+    )
+    .await;
+    let pre = page
+        .split("<pre>")
+        .nth(1)
+        .and_then(|p| p.split("</pre>").next())
+        .expect("the output's <pre>");
+    let shown = "\\u{1b}[2Jthe fleet is fine \\u{202e}gnp.exe\\u{7}";
+    assert_eq!(pre, format!("booting\n{shown}\n[exit status: 1]"));
+    for raw in ['\u{1b}', '\u{7}', '\u{202E}'] {
+        assert!(!page.contains(raw), "{raw:?} reached the page: {pre:?}");
+    }
+    // The same line, as the terminal shows it.
+    let described = fleet_ok(&server, &["describe", "bench-01"]);
+    assert!(described.contains(&format!("\n  {shown}\n")), "{described}");
     serve.stop().await;
 }
 

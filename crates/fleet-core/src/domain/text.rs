@@ -105,6 +105,14 @@ pub fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The lines of `text`, split where [`str::lines`] splits (LF, CRLF), each [`escaped`]: how fleet
+/// shows text it relays (an operation's output), the same in a terminal (`fleet describe`,
+/// `fleet claim --wait`) and on the live page, so the two never differ (SPEC §7 S7). A lone CR
+/// is no line break here, so it shows as `\u{d}`, as every other control does.
+pub fn escaped_lines(text: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    text.lines().map(escaped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +173,17 @@ mod tests {
         assert_eq!(
             escaped("\u{1b}[2Jfleet is fine\r\u{202E}x"),
             "\\u{1b}[2Jfleet is fine\\u{d}\\u{202e}x"
+        );
+    }
+
+    // SPEC §7 S7: relayed text keeps its LF and CRLF breaks as lines and shows every control
+    // inside a line, a lone CR among them, as its `\u{…}` form.
+    #[test]
+    fn relayed_lines_are_split_at_line_feeds_and_each_escaped() {
+        let lines: Vec<_> = escaped_lines("one\r\ntwo\rthree\n\u{1b}[2J \u{202E}\u{7}").collect();
+        assert_eq!(
+            lines,
+            ["one", "two\\u{d}three", "\\u{1b}[2J \\u{202e}\\u{7}"]
         );
     }
 }
