@@ -142,13 +142,17 @@ pub(crate) fn one_line_secret(path: &Path, whose: &Whose<'_>) -> Result<String, 
         short,
         reader,
     } = whose;
-    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{shown}: missing: write {named} there"),
-        std::io::ErrorKind::InvalidData => {
-            format!("{shown}: not UTF-8 text: write {short} there as text")
+    use fleet_redis::file::{self, ReadError};
+    // Read to a bound (SPEC §7 S10): a path that names a file without end is refused, not read.
+    let bytes = file::read(path, file::SECRET).map_err(|e| match e {
+        ReadError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            format!("{shown}: missing: write {named} there")
         }
-        _ => format!("{shown}: cannot be read ({e}): let {reader} read it"),
+        ReadError::Io(e) => format!("{shown}: cannot be read ({e}): let {reader} read it"),
+        too_large @ ReadError::TooLarge { .. } => too_large.to_string(),
     })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{shown}: not UTF-8 text: write {short} there as text"))?;
     let secret = text
         .strip_suffix('\n')
         .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
@@ -241,6 +245,10 @@ mod tests {
             ),
             (file("two", "hunter2\nhunter2\n"), "more than one line"),
             ("/nonexistent/pw".to_owned(), "/nonexistent/pw: missing"),
+            (
+                "/dev/zero".to_owned(),
+                "/dev/zero holds more than 64 KiB, the most fleet reads of a token or password file",
+            ),
         ] {
             let err = password_file(&path).unwrap_err();
             assert!(err.contains(said), "{path}: {err}");

@@ -51,6 +51,10 @@ pub enum ConfigError {
         path.display()
     )]
     Read { path: PathBuf, error: io::Error },
+    /// Past the bound of a configuration file (`file::CONFIG`, SPEC §7 S10); the message names
+    /// the file, the bound and what to do.
+    #[error(transparent)]
+    TooLarge(fleet_redis::file::ReadError),
     #[error(
         "{}: the configuration is not YAML of the expected shape: {message}",
         path.display()
@@ -78,9 +82,14 @@ fn render_problems(path: &Path, problems: &[Problem]) -> String {
 
 /// Reads and validates the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
-        path: path.to_owned(),
-        error,
+    use fleet_redis::file::{self, ReadError};
+    // Read to a bound: a path that names a file without end costs the bound, not the memory.
+    let bytes = file::read(path, file::CONFIG).map_err(|e| match e {
+        ReadError::Io(error) => ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        },
+        too_large @ ReadError::TooLarge { .. } => ConfigError::TooLarge(too_large),
     })?;
     let text = String::from_utf8(bytes).map_err(|e| ConfigError::Parse {
         path: path.to_owned(),

@@ -19,7 +19,6 @@
 //! log or an error: a password is named by where it is, never by what it is.
 
 use std::future::Future;
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use crate::config::{
@@ -35,9 +34,6 @@ use super::{Audit, Bmc, Intent, PowerError, PowerState, Secret, Sent, wol};
 /// each driver bounds itself by the timeout, plus at most one bounded request in flight. Well
 /// within the controller's report slack, which also covers the wrapper's report to the store.
 pub const OVERRUN: Duration = Duration::from_secs(5);
-
-/// The most bytes of a password file read: a password is a line, not a document.
-const MAX_SECRET: u64 = 4096;
 
 /// Asks the bench's own agent to power its machine off (SPEC §4.10): a request with a fresh
 /// nonce, and the agent's answer to that nonce. The wrapper implements it over the store.
@@ -240,15 +236,19 @@ pub async fn read_state(driver: &Driver) -> Option<Result<PowerState, PowerError
 pub fn secret(source: &SecretSource) -> Result<Secret, String> {
     let text = match source {
         SecretSource::File(path) => {
-            let mut text = String::new();
-            std::fs::File::open(path)
-                .and_then(|f| f.take(MAX_SECRET).read_to_string(&mut text))
-                .map_err(|e| {
-                    format!(
-                        "{source}: cannot be read ({e}); give fleet serve a readable file whose \
-                         first line is the password"
-                    )
-                })?;
+            use fleet_redis::file::{self, ReadError};
+            // Read to a bound (SPEC §7 S10), and refused past it: a password cut short at the
+            // bound would be a wrong password, not an error that says why.
+            let bytes = file::read(path, file::SECRET).map_err(|e| match e {
+                ReadError::Io(e) => format!(
+                    "{source}: cannot be read ({e}); give fleet serve a readable file whose \
+                     first line is the password"
+                ),
+                too_large @ ReadError::TooLarge { .. } => format!("{source}: {too_large}"),
+            })?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                format!("{source}: not UTF-8 text; write the BMC's password there as text")
+            })?;
             text.lines().next().unwrap_or_default().to_owned()
         }
         SecretSource::Env(name) => super::secrets::get(name).map_err(|e| {
@@ -301,6 +301,18 @@ mod tests {
 
     use super::*;
     use crate::config::{Mac, WolDriver};
+
+    // SPEC §7 S10: a BMC's password file is read to the bound of a secret, and one past it is
+    // refused naming it, never read whole nor cut short into a wrong password.
+    #[test]
+    fn a_password_file_past_its_bound_is_refused_naming_it() {
+        let e = secret(&SecretSource::File("/dev/zero".into())).unwrap_err();
+        assert_eq!(
+            e,
+            "password_file /dev/zero: /dev/zero holds more than 64 KiB, the most fleet reads of a \
+             token or password file: give the file that holds the secret alone, on its first line"
+        );
+    }
 
     /// An agent port that answers as told, and counts the requests.
     struct Answering {

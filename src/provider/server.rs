@@ -41,13 +41,29 @@ pub enum TlsError {
     },
     #[error("{flag} {path} holds no PEM block: give a PEM file (-----BEGIN ...)")]
     NotPem { flag: &'static str, path: PathBuf },
+    /// Past the bound of a PEM file (`file::PEM`, SPEC §7 S10): bad input, as a file with no PEM
+    /// block is.
+    #[error("reading {flag}")]
+    TooLarge {
+        flag: &'static str,
+        #[source]
+        source: fleet_redis::file::ReadError,
+    },
 }
 
+/// A PEM file, read to its bound (SPEC §7 S10).
 fn pem(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
-        flag,
-        path: path.to_owned(),
-        source,
+    use fleet_redis::file::{self, ReadError};
+    let bytes = file::read(path, file::PEM).map_err(|e| match e {
+        ReadError::Io(source) => TlsError::Read {
+            flag,
+            path: path.to_owned(),
+            source,
+        },
+        too_large @ ReadError::TooLarge { .. } => TlsError::TooLarge {
+            flag,
+            source: too_large,
+        },
     })?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(TlsError::NotPem {

@@ -16,6 +16,7 @@ mod cluster;
 mod dist;
 mod drivers;
 mod energy;
+mod files;
 mod hostile;
 mod ipmi;
 mod kube_scenario;

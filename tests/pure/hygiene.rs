@@ -155,6 +155,72 @@ fn every_key_is_named_in_the_key_module() {
     }
 }
 
+/// The reads of a whole file outside the bounded reader, each with why it may: a file of the
+/// kernel's, not one fleet is given, or a reader on its way to `fleet_redis::file::read`. An entry
+/// that no longer occurs fails the test, so the list stays exact.
+const WHOLE_READS: &[(&str, &str)] = &[
+    ("src/agent/mod.rs", "/proc/loadavg, the kernel's one line"),
+    (
+        "src/cli/serve/mod.rs",
+        "/proc/sys/kernel/hostname, the kernel's one line",
+    ),
+    (
+        "src/provider/client.rs",
+        "fleet autoscaler's --tls-* files, to be moved to the reader",
+    ),
+];
+
+// SPEC §7 S10: a file fleet is given (a token, a password, a PEM file, the configuration) is read
+// through the one bounded reader, `fleet_redis::file::read`, never whole: `--ui-token-file
+// /dev/zero` grew `fleet serve` to 24 GB.
+#[test]
+fn every_file_fleet_is_given_is_read_through_the_bounded_reader() {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for dir in ["src", "cmd", CORE, TRANSPORT] {
+        for (path, text) in sources(dir) {
+            if is_test_file(&path) {
+                continue;
+            }
+            let inner = path
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            if inner == "crates/fleet-redis/src/file.rs" {
+                continue;
+            }
+            let code = code(&text);
+            let whole = [
+                "fs::read(",
+                "fs::read_to_string(",
+                "File::open(",
+                "tokio::fs::",
+            ]
+            .into_iter()
+            .find(|w| code.contains(w));
+            match (whole, WHOLE_READS.iter().find(|(p, _)| *p == inner)) {
+                (Some(_), Some(known)) => {
+                    seen.insert(known.0);
+                }
+                (Some(word), None) => failures.push(format!(
+                    "{inner} reads a file with {word}: read a file fleet is given with \
+                     fleet_redis::file::read and its kind's limit"
+                )),
+                (None, _) => {}
+            }
+        }
+    }
+    for (known, _) in WHOLE_READS {
+        if !seen.contains(known) {
+            failures.push(format!(
+                "WHOLE_READS lists {known}, which reads no whole file today: remove it"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
 // STYLE: no unwrap() outside tests.
 #[test]
 fn no_unwrap_outside_tests() {

@@ -63,9 +63,11 @@ impl Endpoint {
             .connection_timeout(self.timeout / 2)
             .response_timeout(self.timeout);
         if let Some(path) = &self.ca_file {
-            let pem = std::fs::read(path).map_err(|source| ConnectError::CaFile {
-                path: path.clone(),
-                source,
+            let pem = crate::file::read(path, crate::file::PEM).map_err(|source| {
+                ConnectError::CaFile {
+                    path: path.clone(),
+                    source,
+                }
             })?;
             builder = builder.certs(redis::TlsCertificates {
                 client_tls: None,

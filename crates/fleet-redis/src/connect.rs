@@ -108,8 +108,9 @@ pub enum ConnectError {
     #[error("reading the Redis CA file {path}")]
     CaFile {
         path: PathBuf,
+        /// Read to a bound (`file::PEM`): past it, bad input like an unreadable file.
         #[source]
-        source: std::io::Error,
+        source: crate::file::ReadError,
     },
     /// The cause is said once, in words (`cause`), never as Redis's own chain.
     #[error("cannot reach Redis at {url}: {cause}")]
@@ -263,9 +264,11 @@ impl Endpoint {
         match &self.ca_file {
             None => Client::open(info).map_err(invalid),
             Some(path) => {
-                let pem = std::fs::read(path).map_err(|source| ConnectError::CaFile {
-                    path: path.clone(),
-                    source,
+                let pem = crate::file::read(path, crate::file::PEM).map_err(|source| {
+                    ConnectError::CaFile {
+                        path: path.clone(),
+                        source,
+                    }
                 })?;
                 let certs = redis::TlsCertificates {
                     client_tls: None,

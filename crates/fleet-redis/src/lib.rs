@@ -10,11 +10,15 @@
 //! - [`conn`]: one connection type over every topology, and calls split by hash tag; `current`
 //!   holds the connection a long-running process makes again after it fails.
 //! - [`counting`]: a connection that counts its round trips, for the tests of the store's bound.
+//! - [`file`]: the one reader of a file fleet is given (a token, a password, a PEM file, the
+//!   configuration), to a bound for its kind: here, the lowest crate that may do I/O, so the
+//!   Redis CA file and the product's files are read alike.
 
 pub mod cluster;
 pub mod conn;
 pub mod connect;
 pub mod counting;
 mod current;
+pub mod file;
 pub mod sentinel;
 pub mod url;

@@ -25,10 +25,11 @@ const LOW_NOFILE: u64 = 4_096;
 /// The token of `--ui-token-file`: its first line, of 16 printable ASCII characters or more. A
 /// browser sends nothing else in a header, and the server reads nothing else from one, so any
 /// other token could never authenticate: it is refused at start (exit 2), naming the first
-/// character that is not, and where.
+/// character that is not, and where. The file is read to its bound (SPEC §7 S10).
 #[cfg(feature = "page")]
 pub fn token(path: &Path) -> Result<String, Error> {
-    let bytes = std::fs::read(path)
+    use fleet_redis::file;
+    let bytes = file::read(path, file::SECRET)
         .map_err(|e| Error::usage(format!("reading --ui-token-file {}: {e}", path.display())))?;
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     let token = line.trim_ascii();

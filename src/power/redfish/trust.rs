@@ -286,9 +286,14 @@ fn ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TargetError> {
         path: path.to_path_buf(),
         why,
     };
-    let pem = std::fs::read(path).map_err(|source| TargetError::CaFileUnreadable {
-        path: path.to_path_buf(),
-        source,
+    use fleet_redis::file::{self, ReadError};
+    // Read to a bound (SPEC §7 S10): past it, a file that is no CA bundle.
+    let pem = file::read(path, file::PEM).map_err(|e| match e {
+        ReadError::Io(source) => TargetError::CaFileUnreadable {
+            path: path.to_path_buf(),
+            source,
+        },
+        ReadError::TooLarge { limit, .. } => bad(format!("it holds {limit}")),
     })?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
