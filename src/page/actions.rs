@@ -33,6 +33,11 @@ use crate::views::{Ctx, Error};
 
 /// The shortest token `--ui-token-file` may hold.
 pub const MIN_TOKEN: usize = 16;
+/// The longest token `--ui-token-file` may hold (SPEC §4.13 L9): a request's head is at most
+/// `HEAD_BYTES` (8 KiB, L3), and the token rides in its `Authorization` header beside the rest a
+/// browser sends (cookies, user agent, the CSRF token, origin), so half the head is left them.
+pub const MAX_TOKEN: usize = 4_096;
+const _: () = assert!(MAX_TOKEN <= crate::telemetry::listener::HEAD_BYTES / 2);
 /// The largest body an action may have: its JSON is a name and a reason, some hundred bytes.
 pub const BODY_MAX: usize = 4 * 1024;
 /// How long an action's body may take to arrive once its head passed.

@@ -46,6 +46,11 @@ use view::{Change, Main, Query};
 pub fn actions_min_token() -> usize {
     actions::MIN_TOKEN
 }
+
+/// The longest token `--ui-token-file` may hold: one that fits a request's head (SPEC §4.13 L9).
+pub fn actions_max_token() -> usize {
+    actions::MAX_TOKEN
+}
 use frame::Frame;
 
 /// How many frames one page's stream may hold unsent before the page is disconnected.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, RedisServer};
 use support::remote::{metrics_addr, sample, until};
-use support::{Serve, fleet_ok, http_get, run_fleet};
+use support::{Serve, fleet_ok, http_get, run_fleet, run_fleet_bounded};
 
 const TOKEN: &str = "hostile-test-token-0123456789";
 
@@ -94,20 +94,30 @@ fn csrf_of(page: &str) -> String {
     page[at..].split('"').next().unwrap().to_owned()
 }
 
-#[tokio::test]
-async fn an_action_is_refused_on_its_head_before_its_body_is_sent() {
-    let server = support::tcp_server();
-    let dir = tempfile::tempdir().unwrap();
-    let (config, token) = setup(dir.path(), &server);
-    let token_arg = token.display().to_string();
-    let (mut serve, addr) = serve(&server, &config, &["--ui-token-file", &token_arg]).await;
+/// `fleet serve` with the token in `token`, leading and past a pass, so an action would run;
+/// its address and its page's CSRF token.
+async fn ready_to_act(
+    server: &RedisServer,
+    config: &Path,
+    token: &Path,
+) -> (Serve, String, String) {
+    let token = token.display().to_string();
+    let (mut serve, addr) = serve(server, config, &["--ui-token-file", &token]).await;
     serve.log(&["became the leader"]).await;
-    // Ready: it leads and has passed, so an action would run.
     until("ready", Duration::from_secs(10), async || {
         support::remote::readyz(&addr).await == 200
     })
     .await;
     let csrf = csrf_of(&http_get(&addr, "/").1);
+    (serve, addr, csrf)
+}
+
+#[tokio::test]
+async fn an_action_is_refused_on_its_head_before_its_body_is_sent() {
+    let server = support::tcp_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, token) = setup(dir.path(), &server);
+    let (mut serve, addr, csrf) = ready_to_act(&server, &config, &token).await;
     let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
     let csrf_header = format!("X-Fleet-CSRF: {csrf}\r\n");
     let post = |headers: &str, length: &str| {
@@ -815,6 +825,35 @@ async fn an_operations_controls_reach_the_page_escaped_as_fleet_describe_shows_t
     serve.stop().await;
 }
 
+// SPEC §4.13 L9: the longest token fleet takes (4 096 characters; a longer one is refused at
+// start, in the test below) rides a request's head (L3: 8 KiB) beside a browser's other headers,
+// and an action carrying it is answered.
+#[tokio::test]
+async fn a_token_of_the_most_characters_rides_a_browsers_request_and_is_accepted() {
+    let server = support::tcp_server();
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::remote::serve_config(dir.path(), &server.url());
+    let token = dir.path().join("token");
+    let longest = "t".repeat(4_096);
+    std::fs::write(&token, format!("{longest}\n")).unwrap();
+    let (mut serve, addr, csrf) = ready_to_act(&server, &config, &token).await;
+    let body = "{\"target\":\"bench-01\"}";
+    let request = format!(
+        "POST /actions/claim HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nAuthorization: Bearer {longest}\r\nX-Fleet-CSRF: {csrf}\r\n\
+         Origin: http://{addr}\r\nSec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\n\
+         Sec-Fetch-Dest: empty\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 \
+         (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36\r\nAccept: */*\r\n\
+         Accept-Language: en-GB,en;q=0.9\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\
+         Referer: http://{addr}/\r\nCookie: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len(),
+        "c".repeat(1_024)
+    );
+    let answer = exchange(&addr, request.as_bytes(), Duration::from_secs(10));
+    assert_eq!(status(&answer), 200, "{answer}");
+    serve.stop().await;
+}
+
 #[tokio::test]
 async fn a_token_that_is_not_printable_ascii_is_refused_at_start_naming_it() {
     let server = support::tcp_server();
@@ -852,9 +891,13 @@ async fn a_token_that_is_not_printable_ascii_is_refused_at_start_naming_it() {
             "the character ' ' (U+0020) at position 9",
         ),
         (b"short\n".to_vec(), "has 5 characters, fewer than 16"),
+        (
+            format!("{}\n", "t".repeat(4_097)).into_bytes(),
+            "has 4097 characters, more than 4096: a request's head is at most 8192 bytes",
+        ),
     ] {
         std::fs::write(&token, &content).unwrap();
-        let o = run_fleet(&server, &start);
+        let o = run_fleet_bounded(&server, &start).await;
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains(said), "{said}: {stderr}");

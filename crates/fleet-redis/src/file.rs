@@ -24,8 +24,8 @@ pub struct Limit {
 }
 
 /// A file of one secret: the page's token, a Redis or BMC password. Its first line is the
-/// secret (some dozens of characters), so 64 KiB is room for any such file and still nothing
-/// to hold.
+/// secret (a token at most 4 096 characters, SPEC §4.13 L9; a password far less), so 64 KiB is
+/// room for any such file and still nothing to hold.
 pub const SECRET: Limit = Limit {
     bytes: 64 << 10,
     what: "a token or password file",

@@ -17,15 +17,17 @@ use crate::telemetry::{self, Health, Metrics};
 
 use super::super::{Ctx, Error};
 #[cfg(feature = "page")]
-use crate::page::{Actions, Feed, actions_min_token, router};
+use crate::page::{Actions, Feed, actions_max_token, actions_min_token, router};
 
 /// Under this descriptor limit, operations and HTTP peers may run a controller out of them.
 const LOW_NOFILE: u64 = 4_096;
 
-/// The token of `--ui-token-file`: its first line, of 16 printable ASCII characters or more. A
-/// browser sends nothing else in a header, and the server reads nothing else from one, so any
-/// other token could never authenticate: it is refused at start (exit 2), naming the first
-/// character that is not, and where. The file is read to its bound (SPEC §7 S10).
+/// The token of `--ui-token-file`: its first line, of 16 to 4 096 printable ASCII characters
+/// (SPEC §4.13 L9). A browser sends nothing else in a header, and the server reads nothing else
+/// from one; and a request's head is at most 8 KiB (L3), the token beside the other headers a
+/// browser sends. Any other token could never authenticate: it is refused at start (exit 2),
+/// naming the first character that is not, and where, or how long it may be. The file is read to
+/// its bound (SPEC §7 S10).
 #[cfg(feature = "page")]
 pub fn token(path: &Path) -> Result<String, Error> {
     use fleet_redis::file;
@@ -48,6 +50,17 @@ pub fn token(path: &Path) -> Result<String, Error> {
             path.display(),
             token.len(),
             actions_min_token()
+        )));
+    }
+    if token.len() > actions_max_token() {
+        return Err(Error::usage(format!(
+            "--ui-token-file {}: the token (its first line) has {} characters, more than {}: a \
+             request's head is at most {} bytes (SPEC §4.13 L3), and the token rides in it beside \
+             the other headers a browser sends, so a longer one could never be accepted; {how}",
+            path.display(),
+            token.len(),
+            actions_max_token(),
+            listener::HEAD_BYTES,
         )));
     }
     // Every byte is printable ASCII: the text is UTF-8, and nothing is replaced.
