@@ -35,6 +35,14 @@ const RAISE_FENCE: Script = script!("fence_raise.lua");
 /// The most entries a claim's timeline keeps; older ones are dropped as new ones come.
 pub const TIMELINE_CAP: usize = 64;
 
+/// The most ended claims (failed or completed) a group keeps (SPEC §4.3). Ended claims
+/// are kept `ttl_after_finished` for the views and cluster-autoscaler, but a provider that asks
+/// as fast as it can ends claims without limit in that hour (it grew Redis some 470 MB an hour):
+/// past this many, the terminal write that ends one more collects the oldest, with its timeline,
+/// in the same step. A slot's last claim lives on in its digest (SPEC §3.10), which no collection
+/// touches. A thousand claims with timelines of a few kB each are a few MB a group.
+pub const ENDED_KEPT: usize = 1_000;
+
 /// A failed claim-store operation, named after the operation, with the claim or group.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimStoreError {
@@ -369,6 +377,8 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.wanted(),
             g.operations(),
             g.changes(),
+            g.ended(),
+            g.claims(),
         ];
         let (op_slot, op_start) = Self::start_args(op, &old.slot)?;
         let terminal = next.phase.is_terminal();
@@ -394,6 +404,9 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             .arg(flag(next.wants_machine()))
             .arg(op_slot)
             .arg(op_start)
+            .arg(ENDED_KEPT)
+            .arg(g.claim_prefix())
+            .arg(g.timeline_prefix())
             .query_async(&mut conn)
             .await
             .map_err(|source| ClaimStoreError::Write {
@@ -420,6 +433,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
             g.fence(),
             g.wanted(),
             g.changes(),
+            g.ended(),
         ];
         let entry = entry
             .map(|e| json("a timeline entry", e))

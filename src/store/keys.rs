@@ -332,7 +332,19 @@ impl GroupKeys {
     /// A claim's timeline: a list of JSON entries, one per accepted move, capped in length, and
     /// expiring with the claim's collection.
     pub fn timeline(&self, claim: &ClaimName) -> String {
-        format!("{}:timeline:{}", self.tag, claim)
+        format!("{}{}", self.timeline_prefix(), claim)
+    }
+
+    /// The part of every timeline key before the claim name, for the terminal write, which
+    /// collects the oldest ended claims past the bound with their timelines.
+    pub fn timeline_prefix(&self) -> String {
+        format!("{}:timeline:", self.tag)
+    }
+
+    /// The group's ended claims (failed or completed): a sorted set of names scored by when each
+    /// ended (µs, strictly increasing), kept to `claims::ENDED_KEPT` by the terminal write.
+    pub fn ended(&self) -> String {
+        format!("{}:ended", self.tag)
     }
 }
 

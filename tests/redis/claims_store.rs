@@ -1035,3 +1035,75 @@ async fn every_write_of_a_claim_or_an_operation_record_moves_the_groups_count() 
     );
     moved("put back").await;
 }
+
+// SPEC §4.3: a group keeps at most `ENDED_KEPT` ended claims. Ending one more collects the
+// oldest with its timeline, in the terminal write's own round trip; the newest stay, and every
+// slot's digest (the history that outlives its claims, §3.10) is untouched.
+#[tokio::test]
+async fn a_group_keeps_only_its_newest_ended_claims_up_to_the_bound_and_every_digest() {
+    use fleet::store::claims::ENDED_KEPT;
+    let server = server();
+    let s = store(&server).await;
+    let counting = Counting::new(conn(&server).await);
+    let writer = ClaimStore::new(counting.clone(), Keys::default());
+    let over = 5;
+    let n = ENDED_KEPT + over;
+    many_claims(&s, n).await;
+    let mut claims: Vec<Claim> = s.read_groups(&[group()]).await.unwrap()[0]
+        .claims
+        .iter()
+        .cloned()
+        .collect();
+    claims.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(claims.len(), n);
+    for c in &claims {
+        let failed = c
+            .apply(
+                Move::because(Phase::Failed, Reason::StartupJobFailed),
+                now(),
+            )
+            .unwrap();
+        let trips = counting.trips();
+        assert!(writer.write(c, &failed, None).await.unwrap());
+        assert_eq!(counting.trips() - trips, 1, "{}: one round trip", c.name);
+    }
+    let keys = Keys::default().group(&group());
+    let kept: Vec<String> = s.read_groups(&[group()]).await.unwrap()[0]
+        .claims
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    let newest: Vec<String> = claims[over..].iter().map(|c| c.name.to_string()).collect();
+    let mut sorted = kept.clone();
+    sorted.sort();
+    assert_eq!(sorted, newest, "exactly the newest {ENDED_KEPT}");
+    let ended: usize = raw(&server, &["ZCARD", &keys.ended()]).await;
+    assert_eq!(ended, ENDED_KEPT);
+    for (i, c) in claims.iter().enumerate() {
+        let timeline: usize = raw(&server, &["EXISTS", &keys.timeline(&c.name)]).await;
+        let claim: usize = raw(&server, &["EXISTS", &keys.claim(&c.name)]).await;
+        let want = usize::from(i >= over);
+        assert_eq!((claim, timeline), (want, want), "{}", c.name);
+        let digest = s.seed(&group(), &c.slot).await.unwrap().last.unwrap();
+        assert_eq!(
+            (digest.name.as_str(), digest.phase),
+            (c.name.as_str(), Phase::Failed),
+            "{}: the digest outlives the claim",
+            c.slot
+        );
+    }
+    // A kept claim collected at its time leaves the ended claims with it.
+    let last = s.read_groups(&[group()]).await.unwrap()[0]
+        .claims
+        .iter()
+        .find(|c| c.name == claims[n - 1].name)
+        .cloned()
+        .unwrap();
+    assert!(
+        s.delete(&last, None, Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+    let ended: usize = raw(&server, &["ZCARD", &keys.ended()]).await;
+    assert_eq!(ended, ENDED_KEPT - 1);
+}

@@ -10,6 +10,10 @@
 -- ARGV[10] the slot, ARGV[11] the start of an operation this write records ('' for none): it
 -- becomes the slot's operation record in the same step, replacing the last one with its outcome
 -- and its observation (SPEC §5.4).
+-- KEYS[9] the group's ended claims, KEYS[10] the group's claim index; ARGV[12] the most ended
+-- claims the group keeps, ARGV[13] the claim key prefix, ARGV[14] the timeline key prefix: a
+-- claim that ends joins the ended claims, and past the bound the oldest are collected here, with
+-- their timelines, in the same step (SPEC §4.3). Their digests stay.
 --
 -- Returns {1, ''} when written, {0, why} when refused.
 -- Fenced: a controller's write carries its leadership token (ARGV[8]); it is refused
@@ -39,6 +43,24 @@ end
 if ARGV[11] ~= '' then
   redis.call('HSET', KEYS[7], ARGV[10], ARGV[11])
   redis.call('HDEL', KEYS[7], ARGV[10] .. ':end', ARGV[10] .. ':off')
+end
+if ARGV[3] == '1' then
+  -- Scored by when it ended, in µs and strictly after the last: the order of the terminal
+  -- writes, even when the clock steps back. A claim written terminal again keeps its place.
+  local t = redis.call('TIME')
+  local at = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = redis.call('ZRANGE', KEYS[9], -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) >= at then at = tonumber(last[2]) + 1 end
+  redis.call('ZADD', KEYS[9], 'NX', string.format('%d', at), ARGV[7])
+  local over = redis.call('ZCARD', KEYS[9]) - tonumber(ARGV[12])
+  if over > 0 then
+    for _, name in ipairs(redis.call('ZRANGE', KEYS[9], 0, over - 1)) do
+      redis.call('DEL', ARGV[13] .. name, ARGV[14] .. name)
+      redis.call('ZREM', KEYS[10], name)
+      redis.call('SREM', KEYS[6], name)
+      redis.call('ZREM', KEYS[9], name)
+    end
+  end
 end
 count_change(KEYS[8])
 return { 1, '' }
