@@ -36,7 +36,10 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::telemetry::listener::{self, Bounded, Deadlines, Gate, Place, peer_of};
 
-use super::server::MAX_REQUEST;
+/// The largest request the provider reads (SPEC §7.1): tonic's own default, said here so it is
+/// fleet's rule. cluster-autoscaler's largest request, DeleteNodes of every node of a group, is a
+/// few hundred bytes a node; a peer's larger message is refused before it is decoded.
+pub const MAX_REQUEST: usize = 4 << 20;
 
 /// How long a new connection has to send its first byte, and a TLS client to finish its
 /// handshake: a peer that connects and says nothing holds a place no longer.

@@ -85,8 +85,9 @@ fn refused(about: impl Into<String>) -> impl FnOnce(tonic::Status) -> ClientErro
     }
 }
 
+/// A `--tls-*` file, read to the bound of a PEM file (SPEC §7 S10); either failure is bad input.
 fn read(flag: &str, path: &Path) -> Result<Vec<u8>, ClientError> {
-    std::fs::read(path)
+    fleet_redis::file::read(path, fleet_redis::file::PEM)
         .map_err(|e| ClientError::Invalid(format!("reading {flag} {}: {e}", path.display())))
 }
 

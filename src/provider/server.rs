@@ -102,10 +102,7 @@ async fn leadership_lost(leadership: Option<tokio::sync::watch::Receiver<Option<
     let _ = leadership.wait_for(Option::is_none).await;
 }
 
-/// The largest request the provider reads (SPEC §7.1): tonic's own default, said here so it is
-/// fleet's rule. cluster-autoscaler's largest request, DeleteNodes of every node of a group, is a
-/// few hundred bytes a node; a peer's larger message is refused before it is decoded.
-pub const MAX_REQUEST: usize = 4 << 20;
+pub use super::bounds::MAX_REQUEST;
 
 /// Serves `provider` on `listener` until `shutdown`, within `bounds` (SPEC §6.4). When this
 /// process stops leading, every connection is closed (HTTP/2 GOAWAY, after the calls in flight),

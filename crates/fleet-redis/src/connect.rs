@@ -11,8 +11,6 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
-use crate::conn::Lasting;
-use crate::current::Current;
 use crate::url::{self, Target};
 
 /// Every URL form fleet takes, for the messages that refuse one.
@@ -172,7 +170,7 @@ impl Endpoint {
     }
 
     /// The ACL user the URL names (`default` when it names none).
-    fn user(&self) -> String {
+    pub(crate) fn user(&self) -> String {
         let rest = self.url.split_once("://").map_or("", |(_, r)| r);
         match rest.rfind('@') {
             Some(at) => {
@@ -304,58 +302,6 @@ impl Endpoint {
                     "connect timed out",
                 ))),
             ),
-        }
-    }
-
-    /// The lasting connection of one server, for a long-running process: a call that finds the
-    /// connection lost makes it again at the next call, and the caller retries on its own
-    /// schedule. One connection attempt here, bounded by the timeout.
-    pub async fn lasting(&self) -> Result<Lasting, ConnectError> {
-        let lasting = Lasting {
-            endpoint: self.clone(),
-            client: self.client()?,
-            current: Current::new(),
-        };
-        match tokio::time::timeout(self.timeout * 2, lasting.connection()).await {
-            Ok(Ok(_)) => Ok(lasting),
-            Ok(Err(source)) => Err(self.unreachable(source)),
-            Err(_) => Err(
-                self.unreachable(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))),
-            ),
-        }
-    }
-
-    /// What every lasting connection runs once made: with `unevicted`, `CLIENT NO-EVICT ON`, so
-    /// Redis's client eviction (`maxmemory-clients`) cuts off the clients that hog its memory and
-    /// never this one. A server that refuses it (a user without `+client|no-evict`, as the
-    /// previous release's `fleet acl` made, or a Redis before 7.0) leaves the connection as it
-    /// was, said once at WARN: fleet works on, evictable.
-    pub async fn set_up(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
-        if !self.unevicted {
-            return Ok(());
-        }
-        match redis::cmd("CLIENT")
-            .arg("NO-EVICT")
-            .arg("ON")
-            .query_async::<()>(conn)
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if matches!(e.code(), Some("NOPERM" | "ERR")) => {
-                static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    tracing::warn!(
-                        error = cause(&e),
-                        user = self.user(),
-                        "Redis refused CLIENT NO-EVICT: it may evict fleet serve's connections when its clients' memory passes maxmemory-clients; grant the user +client|no-evict (fleet acl does) on Redis 7 or later"
-                    );
-                });
-                Ok(())
-            }
-            Err(e) => Err(e),
         }
     }
 

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
 use crate::store::conn::Conn;
+use crate::telemetry::Metrics;
 
 use super::super::Error;
 use super::Args;
@@ -37,15 +38,20 @@ impl Args {
     }
 }
 
-/// Serves cluster-autoscaler's provider until `shutdown`; a provider that stops on its own stops
-/// the whole of `fleet serve`, since the autoscaler can no longer reach it.
+/// Serves cluster-autoscaler's provider on `grpc` until `shutdown`, within the bounds of a
+/// process of `nofile` descriptors (SPEC §6.4); a provider that stops on its own stops the whole
+/// of `fleet serve`, since the autoscaler can no longer reach it.
 pub(super) async fn serve_provider(
-    grpc: tokio::net::TcpListener,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    (grpc, tls, nofile): (
+        tokio::net::TcpListener,
+        Option<tonic::transport::ServerTlsConfig>,
+        u64,
+    ),
     provider: Provider<Conn>,
-    (leadership, bounds): (watch::Receiver<Option<String>>, provider::server::Bounds),
+    (leadership, metrics): (watch::Receiver<Option<String>>, Arc<Metrics>),
     shutdown: CancellationToken,
 ) {
+    let bounds = provider::server::Bounds::of(nofile, &metrics);
     if let Err(e) = provider::server::serve(
         grpc,
         tls,

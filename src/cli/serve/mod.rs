@@ -226,8 +226,7 @@ struct Listeners {
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, _out: &mut (dyn Write + Send)) -> Result<(), Error> {
-        // The controller's connections are the last Redis may cut off when its clients hog its
-        // memory (SPEC §7.2, S8): every one this process keeps asks never to be evicted.
+        // Redis cuts off its hogs, never the controller (SPEC §7.2, S8).
         let ctx = &Ctx {
             endpoint: ctx.endpoint.clone().unevicted(),
             ..ctx.clone()
@@ -275,20 +274,14 @@ impl Args {
         // One leadership signal: the controller announces it, the provider and its server follow.
         let (signal, leadership) = Signal::new();
         #[cfg(feature = "provider")]
-        {
-            let provider =
-                Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
-                    .with_leadership(leadership.clone())
-                    .with_metrics(metrics.clone());
-            let bounds = crate::provider::server::Bounds::of(nofile, &metrics);
-            tasks.spawn(grpc::serve_provider(
-                listeners.grpc,
-                tls,
-                provider,
-                (leadership.clone(), bounds),
-                shutdown.clone(),
-            ));
-        }
+        tasks.spawn(grpc::serve_provider(
+            (listeners.grpc, tls, nofile),
+            Provider::new(rx.clone(), ClaimStore::new(conn.clone(), ctx.keys.clone()))
+                .with_leadership(leadership.clone())
+                .with_metrics(metrics.clone()),
+            (leadership.clone(), metrics.clone()),
+            shutdown.clone(),
+        ));
         // WAIT blocks its connection: the replication gate has one of its own.
         let acks = ctx.endpoint.open_lasting().await?;
         let parts = Parts {
