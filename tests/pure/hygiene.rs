@@ -50,6 +50,63 @@ fn is_test_file(path: &Path) -> bool {
 // SPEC §1: the domain has no I/O, no clock, no environment, no async. The core crate's
 // dependencies hold most of it (no tokio, redis, kube or tonic to call, chrono without its clock),
 // and this holds the rest (std's own I/O, clock and environment).
+// Tool output and logs are not the project's: a mutation run's report, a build, a coverage
+// profile or a merge's leftovers are made again by whoever needs them, and kept out of the tree
+// by `.gitignore`. Git holds the history; the tree holds the source.
+#[test]
+fn git_tracks_no_tool_output() {
+    let listed = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git, to list the tracked files");
+    assert!(listed.status.success(), "git ls-files: {listed:?}");
+    let junk: Vec<String> = listed
+        .stdout
+        .split(|b| *b == 0)
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .filter(|p| is_tool_output(p))
+        .collect();
+    assert!(
+        junk.is_empty(),
+        "tool output is tracked (git rm --cached it, and ignore it): {junk:?}"
+    );
+}
+
+/// Whether a tracked path is a tool's output: a directory that a tool writes, or a file of a kind
+/// that only tools leave.
+fn is_tool_output(path: &str) -> bool {
+    let dirs = ["mutants.out", "target", "node_modules", "__pycache__"];
+    let in_dir = path.split('/').rev().skip(1).any(|part| {
+        dirs.iter()
+            .any(|d| part == *d || part.starts_with("mutants.out"))
+    });
+    let kinds = [".log", ".profraw", ".orig", ".rej", ".pyc"];
+    in_dir || kinds.iter().any(|k| path.ends_with(k))
+}
+
+#[test]
+fn tool_output_is_told_from_the_source() {
+    for junk in [
+        "mutants.out/caught.txt",
+        "mutants.out.old/log/x.log",
+        "a/target/debug/fleet",
+        "examples/python/__pycache__/x.pyc",
+        "fleet.log",
+        "src/x.rs.orig",
+    ] {
+        assert!(is_tool_output(junk), "{junk}");
+    }
+    for source in [
+        "src/lib.rs",
+        "docs/target.md",
+        "src/cli/log.rs",
+        "mutants.md",
+    ] {
+        assert!(!is_tool_output(source), "{source}");
+    }
+}
+
 #[test]
 fn the_domain_is_pure() {
     let forbidden = [
