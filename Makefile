@@ -28,7 +28,7 @@ lint:
 	cargo clippy -p fleet -p fleet-agent --no-default-features --all-targets -- -D warnings
 
 # Every benchmark, each printing its figures and the ratio to its anchor (docs/measurements.md),
-# then fleet at 100 000 slots (issue 30): the controller's passes over a minute and its memory
+# then fleet at 100 000 slots: the controller's passes over a minute and its memory
 # beside the build of ANCHOR (scripts/bench-anchor.sh), the page at that size, and the beat under
 # load beside its quiet self.
 ANCHOR ?= 0e2d719

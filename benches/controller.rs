@@ -1,4 +1,4 @@
-//! The controller benchmark (README "Benchmarks"; issue 4).
+//! The controller benchmark (README "Benchmarks").
 //!
 //! 1. One full pass over 10 000 slots (5 000 with a ready claim and a beating bench, 5 000 off
 //!    with no claim): the median and worst of repeated passes, with the presence read inside it,
@@ -8,7 +8,7 @@
 //!    its own loop (a pass each second): measured on the server's clock, over several slots.
 //!
 //! 3. With `--minute`: passes back to back for 65 s, so every slot's energy ledger falls due once
-//!    at its own phase of the minute (issue 30: spread, not all in one pass); their median, p99
+//!    at its own phase of the minute (spread, not all in one pass); their median, p99
 //!    and worst, and the p99's ratio to the median (target at most 1.5x at 100 000 slots).
 //!
 //! Run: `cargo bench --bench controller` (add `-- --quick` for 1 000 slots, `-- --slots N` for
@@ -101,7 +101,7 @@ fn main() -> anyhow::Result<()> {
 async fn run() -> anyhow::Result<()> {
     let args = support::Args::new();
     let quick = args.quick();
-    // `--slots N` measures another fleet size (issue 15 asks for 100 000).
+    // `--slots N` measures another fleet size (fleet is sized for 100 000).
     let asked = args.value::<usize>("--slots");
     let slots = asked.unwrap_or(if quick { 1_000 } else { 10_000 });
     let server = RedisServer::with(Options {

@@ -1,4 +1,4 @@
-//! The reaction benchmark (README "Benchmarks"; issue 5).
+//! The reaction benchmark (README "Benchmarks").
 //!
 //! 1. From a bench's key expiring to the controller acting on it (the ready claim's machine
 //!    observed off), with the controller's own 1 s loop: target under the TTL plus one second,

@@ -1,4 +1,4 @@
-//! The load benchmark (issue 15, "100 000 benches on one Redis"; SPEC §2.5, §5.7).
+//! The load benchmark ("100 000 benches on one Redis"; SPEC §2.5, §5.7).
 //! Long: one measurement read top to bottom (seeding, the load generator, the load beside it,
 //! the readings of Redis and the host, the report); its pieces serve no other bench.
 //!

@@ -1,4 +1,4 @@
-//! The live page's benchmark (issue 16): does a crowd of open pages slow the controller?
+//! The live page's benchmark: does a crowd of open pages slow the controller?
 //!
 //! Starts a private redis-server and a real `fleet serve` over 1 000 slots (10 groups of 100),
 //! each with a beating bench, which the controller adopts (a ready claim each). Then, for two windows of the same length, every

@@ -1,4 +1,4 @@
-//! The presence benchmark (README "Benchmarks"; issue 2's speed target).
+//! The presence benchmark (README "Benchmarks"; its speed target).
 //!
 //! Starts a private redis-server on a loopback port, seeds 1 000, 10 000 and 100 000 benches
 //! through the real beat (one pipeline of plain commands), and prints, per size, measured in this one run: the median of
@@ -326,7 +326,7 @@ async fn eval_calls(conn: &MultiplexedConnection) -> anyhow::Result<u64> {
         .sum())
 }
 
-/// The agent's RSS target (issue 15): under 5 MB, read strictly (5 000 kB, not 5 MiB).
+/// The agent's RSS target: under 5 MB, read strictly (5 000 kB, not 5 MiB).
 const RSS_TARGET_KB: u64 = 5_000;
 
 /// Measures the peak RSS of `fleet agent`, of `fleet-agent` as this benchmark's profile builds

@@ -1,4 +1,4 @@
-//! The provider benchmark (README "Benchmarks"; issue 6): p50 and p99 of NodeGroupTargetSize and
+//! The provider benchmark (README "Benchmarks"): p50 and p99 of NodeGroupTargetSize and
 //! NodeGroupNodes for a group of 1 000 slots, every one claimed (half of them ready), over
 //! loopback with the generated client, against a real redis-server on loopback TCP. The anchors
 //! are the targets (TargetSize p99 under 2 ms, NodeGroupNodes p99 under 20 ms) and the floor of

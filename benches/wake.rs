@@ -1,4 +1,4 @@
-//! The wake benchmark (README "Benchmarks"; issue 15, SPEC §4.5 the wake path).
+//! The wake benchmark (README "Benchmarks"; SPEC §4.5 the wake path).
 //!
 //! A real redis-server and a controller running its own loop (a pass each second), measured
 //! twice in one run: the anchor with wakes off (the plain 1 s pass), then waking on beats. In

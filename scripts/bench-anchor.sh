@@ -4,7 +4,7 @@
 #
 #   scripts/bench-anchor.sh [REV]
 #
-# REV defaults to 0e2d719, the last commit before issue 30's work on memory and the page. The
+# REV defaults to 0e2d719, the last commit before the work on memory and the page at 100 000 slots. The
 # worktree stays between runs, so its build is reused; `git worktree remove PATH` removes it.
 set -euo pipefail
 

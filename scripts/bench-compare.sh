@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the controller and provider benchmarks of an earlier commit and of the work tree in one
-# run, alternately, and prints each figure with the ratio after/before (issue 12: a reshaping
+# run, alternately, and prints each figure with the ratio after/before (a reshaping
 # must not make fleet slower). The earlier commit is built in a git worktree (kept between runs) that
 # shares this tree's target directory, so only fleet itself is compiled twice.
 #
 #   scripts/bench-compare.sh [REV] [ROUNDS]
 #
-# REV defaults to be759e0 (the last commit before issue 12), ROUNDS to 2. Each round runs both
+# REV defaults to be759e0 (the last commit before the reshaping it measures), ROUNDS to 2. Each round runs both
 # benchmarks at REV, then here; a figure is the median over the rounds.
 set -euo pipefail
 

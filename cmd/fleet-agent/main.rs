@@ -3,7 +3,7 @@
 //! It parses the same flags as `fleet agent` and runs the library's agent through the same verb,
 //! so it behaves as `fleet agent` does (Sentinel and Cluster URLs, TLS, the power-off command,
 //! the final beat, the exit codes). Linking that verb alone keeps the binary small: fewer pages
-//! of code to load and fewer relocations to apply, so a smaller RSS (issue 15).
+//! of code to load and fewer relocations to apply, so a smaller RSS.
 
 use std::process::ExitCode;
 

@@ -17,8 +17,8 @@ fn main() -> ExitCode {
     // A controller pass frees nearly all it allocates (at 100 000 slots some 200 MB of reads,
     // claims and replies), and mimalloc keeps freed pages for its purge delay before it gives
     // them back; a pass every second reuses them first, so `fleet serve` held its passes'
-    // high-water mark for good: 536 MB at 100 000 slots where 240 MB were in use (issue 30,
-    // docs/measurements.md). Freed pages go back at once; the page faults cost a pass no more
+    // high-water mark for good: 536 MB at 100 000 slots where 240 MB were in use
+    // (docs/measurements.md). Freed pages go back at once; the page faults cost a pass no more
     // than its noise. Before any other thread exists: the option is not thread-safe to set.
     // An operator's own `MIMALLOC_PURGE_DELAY` stands: mimalloc reads it at start.
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     fleet::cli::init_telemetry(cli.global.log_format);
     // The agent runs on every machine of the fleet and does one thing at a time (a beat, then a
     // wait), so it runs on this thread alone: no worker threads, their stacks and their
-    // allocator arenas (issue 15, "the agent is small"). Every other verb gets the multi-thread
+    // allocator arenas ("the agent is small"). Every other verb gets the multi-thread
     // runtime (`fleet serve` needs it).
     let runtime = match cli.command {
         fleet::cli::Command::Agent(_) => tokio::runtime::Builder::new_current_thread()

@@ -90,7 +90,7 @@ impl Args {
 
 /// The command line of `fleet-agent`, the agent alone as a binary of its own (SPEC §2.9): the
 /// global flags and `fleet agent`'s, the same definitions, so `fleet-agent NAME ...` is `fleet
-/// agent NAME ...` in a binary that links no other verb (issue 15, "the agent is small").
+/// agent NAME ...` in a binary that links no other verb ("the agent is small").
 #[derive(Debug, clap::Parser)]
 #[command(name = "fleet-agent", version = super::VERSION, max_term_width = 100)]
 pub struct Standalone {

@@ -199,7 +199,7 @@ pub fn cores(text: &str) -> Result<u32, String> {
 mod tests {
     use super::*;
 
-    // Issue 10 #8: values past any range panicked (`3 × interval` overflowed) or never led.
+    // Values past any range panicked (`3 × interval` overflowed) or never led.
     #[test]
     fn every_bounded_duration_refuses_what_is_outside_its_range() {
         type Parser = fn(&str) -> Result<Duration, String>;

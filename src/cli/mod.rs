@@ -289,7 +289,7 @@ pub async fn main(cli: Cli) -> u8 {
 
 /// Runs one verb with the context the global flags make, the shutdown signal armed, on stdout,
 /// to its exit code. `fleet-agent` calls it with the agent verb alone, so that binary links no
-/// other verb (issue 15).
+/// other verb.
 pub async fn run_verb(
     global: &Global,
     verb: impl AsyncFnOnce(&Ctx, &mut (dyn Write + Send)) -> Result<(), Error>,

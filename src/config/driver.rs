@@ -66,7 +66,7 @@ pub struct RedfishDriver {
     /// The CA that signed the BMC's certificate, or the BMC's own certificate (pinned); the
     /// system's roots when unset.
     pub ca_file: Option<PathBuf>,
-    /// Exactly the certificate with this SHA-256, and no other (issue 27). A serde default, so a
+    /// Exactly the certificate with this SHA-256, and no other. A serde default, so a
     /// request written before the field reads as it did.
     #[serde(default)]
     pub tls_fingerprint: Option<TlsFingerprint>,

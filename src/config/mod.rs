@@ -105,7 +105,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// Parses and validates configuration text; `path` is used only in messages.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     // serde-saphyr's default budget (250 000 nodes) refuses a file of 50 000 slots; a slot is
-    // five to twenty nodes, so this admits 200 000 slots and more (issue 15 asks for 100 000)
+    // five to twenty nodes, so this admits 200 000 slots and more (fleet is sized for 100 000)
     // while still bounding a hostile file. The depth limit, which protects the stack, stays.
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {

@@ -233,7 +233,7 @@ mod tests {
         );
     }
 
-    // Issue 27 (SPEC §4.2): a variable fleet reads a secret from (a BMC's `password_env`) is
+    // SPEC §4.2: a variable fleet reads a secret from (a BMC's `password_env`) is
     // not in the command's environment, even though the wrapper's own holds it. Played with a
     // variable the test process surely has (cargo sets it for every test run).
     #[tokio::test]
@@ -270,7 +270,7 @@ mod tests {
         assert!(r.tail.contains("cannot start"), "{}", r.tail);
     }
 
-    // Issue 10 #5: a command that exits 0 and leaves a background child holding its output
+    // A command that exits 0 and leaves a background child holding its output
     // (as `nohup` or `ssh -f` do) has succeeded; its outcome is its exit status, not the end of
     // its output. The old runner waited for end-of-file and recorded TimedOut.
     #[tokio::test]
@@ -318,7 +318,7 @@ mod tests {
         assert!(!alive(), "the operation's child survived its timeout");
     }
 
-    // Issue 10 #10: output is read and discarded as it arrives; only the tail is kept.
+    // Output is read and discarded as it arrives; only the tail is kept.
     #[test]
     fn the_tail_holds_at_most_twice_its_size_whatever_is_pushed() {
         let mut t = Tail::default();

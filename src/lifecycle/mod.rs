@@ -493,7 +493,7 @@ mod tests {
         assert!(r.tail.contains("run it with --kubernetes"), "{}", r.tail);
     }
 
-    // Issue 27 (SPEC §4.2): every variable fleet reads a secret from is kept from the command,
+    // SPEC §4.2: every variable fleet reads a secret from is kept from the command,
     // and from the wrapper but for the one its own driver reads; fleet's own variables are kept
     // from both, the wrapper's log settings excepted; anything else passes.
     #[test]

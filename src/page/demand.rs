@@ -20,7 +20,7 @@ const FRESH_WAIT: Duration = Duration::from_secs(5);
 /// Who wants the page's reads (SPEC §4.13): the open streams, and a page loaded within `LINGER`.
 /// The feed reads the store only while someone does: at 100 000 slots a read is a third of a
 /// second of a core and some 100 MB for a moment, and `fleet serve` made two a second for nobody
-/// when no page was open (issue 30).
+/// when no page was open.
 #[derive(Clone, Default)]
 pub struct Demand(Arc<DemandState>);
 

@@ -1,4 +1,4 @@
-//! The live page (SPEC §4.13, issue 16): `fleet serve` serves the fleet at a glance at `/`, on
+//! The live page (SPEC §4.13): `fleet serve` serves the fleet at a glance at `/`, on
 //! its metrics listener or on `--ui-addr`.
 //!
 //! One reader per process reads the store once a pass interval (`Feed`), like the views do, so

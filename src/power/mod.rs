@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The share of an off's time given to the soft off before the hard one (issue 14: escalate soft
+/// The share of an off's time given to the soft off before the hard one (escalate soft
 /// to hard when the soft off has not landed), so the hard off still lands within the operation's
 /// timeout.
 pub const SOFT_SHARE: f64 = 2.0 / 3.0;
@@ -125,7 +125,7 @@ pub struct Sent {
     pub at_ms: u64,
 }
 
-/// The audit record of one power action (issue 14): what the driver sent, what it verified,
+/// The audit record of one power action: what the driver sent, what it verified,
 /// whether it escalated from soft to hard, and how long it took. It goes into the operation's
 /// tail, so the claim's timeline shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

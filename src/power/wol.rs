@@ -99,7 +99,7 @@ mod tests {
         }
     }
 
-    // Issue 14's proof: the packet captured on a loopback UDP socket, byte for byte.
+    // The proof: the packet captured on a loopback UDP socket, byte for byte.
     #[tokio::test]
     async fn the_packets_arrive_on_a_loopback_socket_byte_for_byte() {
         let listener = UdpSocket::bind("127.0.0.1:0").await.unwrap();

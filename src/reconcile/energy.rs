@@ -27,7 +27,7 @@ use super::{Controller, Map, Nodes};
 /// The most ledgers a group's accounting reads, or steps and writes, in one round trip. A new
 /// leader's first pass reads and steps every ledger of its groups: at 100 000 slots in one
 /// group, all at once, its steps, their commands and their answers were 80 MB of the process's
-/// peak, 1.6 times what it holds at rest (issue 30). In parts, a few megabytes at a time; a pass
+/// peak, 1.6 times what it holds at rest. In parts, a few megabytes at a time; a pass
 /// at rest steps about a sixtieth of the ledgers (`energy::due`), one part up to 600 000 slots.
 pub const LEDGERS_AT_ONCE: usize = 10_000;
 
@@ -125,7 +125,7 @@ where
             match answer {
                 Ok(Accounted::Written) => {
                     count(&self.metrics, group, x, &advance);
-                    // The copy keeps only the buckets a step can still change (issue 30); one
+                    // The copy keeps only the buckets a step can still change; one
                     // whose mark a clock moved back onto let-go days is read again instead.
                     let mut ledger = ledger;
                     ledger.shed();

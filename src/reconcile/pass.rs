@@ -247,7 +247,7 @@ where
     /// read and from this controller's own memory (which outlives a store that lost them, SPEC
     /// §5.3); the newest where there are several. The slot's group reads only its own records,
     /// so without these a rename inside the adoption window adopted a machine whose old group's
-    /// shutdown was still darkening it (issue 27). Only a record that may still run or be going
+    /// shutdown was still darkening it. Only a record that may still run or be going
     /// down is kept: the planner judges it, and every other is cheaper left unlooked-up.
     fn elsewhere(&self, config: &Config, read: &[GroupClaims]) -> Map<BenchName, SlotOp> {
         let may_matter = |op: &SlotOp| {
@@ -347,7 +347,7 @@ where
         let holder = self.leading.holder();
         // The claims by slot, each slot's in the order read, and the slots walked in name order
         // take theirs from the front. Not a map of a list a slot: each list began with room for
-        // four claims, 46 MB of every pass at 100 000 slots with 50 000 claims (issue 30).
+        // four claims, 46 MB of every pass at 100 000 slots with 50 000 claims.
         // By reference: the claims are shared with the copy the store holds of a large group.
         let mut claims: Vec<&Claim> = read.claims.iter().collect();
         claims.sort_by(|a, b| a.slot.cmp(&b.slot));

@@ -170,7 +170,7 @@ pub struct GroupClaims {
     pub group: GroupName,
     pub now: DateTime<Utc>,
     /// Shared with the copy a large group's read holds (`claims_read`), never copied from it:
-    /// the copy of 50 000 claims was 11.6 MB of every pass at 100 000 slots (issue 30).
+    /// the copy of 50 000 claims was 11.6 MB of every pass at 100 000 slots.
     pub claims: std::sync::Arc<Vec<Claim>>,
     /// Claims whose stored JSON does not decode: reported, never acted on.
     pub unreadable: Vec<(String, String)>,

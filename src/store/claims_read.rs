@@ -23,7 +23,7 @@
 //! also reads a tenth of the held claims (`CHECKS`), a different tenth each read, and a value whose
 //! digest is not the one held reads the group again. Such an edit is seen within ten reads, and no
 //! read is the one that reads a whole group again at rest (that read, every tenth pass, was the
-//! p99 of a pass over 100 000 slots: issue 30).
+//! p99 of a pass over 100 000 slots).
 
 use redis::aio::ConnectionLike;
 

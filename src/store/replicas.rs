@@ -1,4 +1,4 @@
-//! Waiting for replicas before a power action (SPEC §5.6, issue 15).
+//! Waiting for replicas before a power action (SPEC §5.6).
 //!
 //! Redis replicates asynchronously: a write a primary acknowledged can be lost when it dies and a
 //! replica is promoted, and with it the record of an operation, the lease or a fence. So before

@@ -60,7 +60,7 @@ pub(crate) fn hash_tag(key: &str) -> &str {
 }
 
 /// Whether `keys` share one hash tag, so a script over them runs on one Redis Cluster node and
-/// in one hash slot (issue 15). Every script call is checked in debug builds, so the whole test
+/// in one hash slot. Every script call is checked in debug builds, so the whole test
 /// suite holds it.
 pub(crate) fn one_slot(keys: &[String]) -> bool {
     keys.windows(2)
@@ -99,7 +99,7 @@ pub(crate) type Start = fn(Script, &[String]) -> redis::Cmd;
 /// The most bytes of arguments one piece of a [`pipelined`] call carries. A connection's write
 /// buffer grows to the largest message sent on it and keeps that size (redis-rs's codec appends
 /// each message whole): the first pass over 100 000 slots sent its statuses as one 40 MB message,
-/// and the buffer held 41 MB for the rest of the process's life (issue 30).
+/// and the buffer held 41 MB for the rest of the process's life.
 pub const PIECE_BYTES: usize = 1 << 20;
 
 /// How many pieces of one call are in flight at once: enough that Redis always has the next to

@@ -220,7 +220,7 @@ impl<C: ConnectionLike + Clone + Send> ClaimStore<C> {
         let g = self.shell.keys().group(group);
         // Each status is encoded as its script is built, not all first: at 100 000 slots the
         // encoded statuses of a new leader's first pass were 35 MB at once, the process's peak
-        // (issue 30). Whether each encodes is known before anything is sent, at no allocation.
+        // Whether each encodes is known before anything is sent, at no allocation.
         for (_, status) in statuses {
             encodes("a slot status", status)?;
         }

@@ -87,7 +87,7 @@ pub type Amount = Counter<f64, AtomicU64>;
 /// zero with the process as counters do.
 ///
 /// One map by group and slot, encoded as the six `fleet_energy_*` families at each scrape: six
-/// `Family`s held a copy of both names for each series, 22 MB at 100 000 slots (issue 30). A
+/// `Family`s held a copy of both names for each series, 22 MB at 100 000 slots. A
 /// slot's series appear once something was counted for it; the three of energy and money once
 /// it was counted with a draw.
 #[derive(Debug, Default)]

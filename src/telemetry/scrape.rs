@@ -1,4 +1,4 @@
-//! One `/metrics` answer, in pieces (issue 30). The per-slot energy families are most of the
+//! One `/metrics` answer, in pieces. The per-slot energy families are most of the
 //! text at fleet scale (six series a slot: some 20 MB at 100 000 slots), and an answer built
 //! whole held it twice over while its string grew, for every scrape at once: a few scrapers
 //! could take `fleet serve`'s memory where they liked. Here the registry's own families are one

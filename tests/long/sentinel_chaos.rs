@@ -1,4 +1,4 @@
-//! Failover chaos (issue 15, "Proof"; SPEC §2.7 Sentinel, §5.3, §5.4): scale cycles through two
+//! Failover chaos ("Proof"; SPEC §2.7 Sentinel, §5.3, §5.4): scale cycles through two
 //! `fleet serve` processes on a Sentinel setup (`fleet_testing::SentinelSet`: one primary, one
 //! replica, three sentinels) while the primary is SIGKILLed at seeded random points of a cycle
 //! and the sentinels promote the replica; the dead primary then comes back as the new primary's
@@ -21,7 +21,7 @@
 //! observed loses nothing): the failover is then an outage of a few seconds. A *lossy* kill
 //! first holds the replica's replication (`SentinelSet::hold_replication`) from a seeded point
 //! before the event, so the failover loses every write acknowledged since: what asynchronous
-//! replication does when a primary dies with writes its replica never got (issue 15, "Failover
+//! replication does when a primary dies with writes its replica never got ("Failover
 //! safety").
 //!
 //! CI runs the clean short form. `cargo test --test long sentinel_chaos:: -- --ignored` runs the long
@@ -61,7 +61,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(10);
 /// operation's start (SPEC §5.4, `operation::unreported`), 40 s here: that wait can fall inside
 /// one stage. Beside it a failover (about 3 s, up to 10 s when the sentinels failed over within
 /// twice `failover-timeout`), the old primary's return, a boot or a power-off and a few passes.
-/// The stage was 45 s, and a CI run on a loaded host failed at it (issue 30).
+/// The stage was 45 s, and a CI run on a loaded host failed at it.
 const STAGE: Duration =
     Duration::from_secs(OP_TIMEOUT.as_secs() + fleet::lifecycle::REPORT_SLACK.as_secs() + 20);
 /// How long a lossy kill waits for an operation the held replica keeps from firing: above the

@@ -1,4 +1,4 @@
-//! The soak (issue 10 #11): cluster-autoscaler-like traffic against `fleet serve` processes for a
+//! The soak: cluster-autoscaler-like traffic against `fleet serve` processes for a
 //! while, with startups that fail at random, shutdowns that return before the machine goes dark
 //! (as a BMC soft-off does, leaving a background child behind), and the leader SIGKILLed at
 //! random and replaced. At every step it checks fleet's safety promises from the store:

@@ -186,7 +186,7 @@ async fn the_agent_binary_stops_on_sigterm_with_a_final_beat_and_exit_0() {
 
 // `fleet-agent`, the same verb alone, is tested in its own package (cmd/fleet-agent/tests).
 
-// Issue 11 #8: the agent's stop is bounded by --timeout, and its exit code says whether the final
+// The agent's stop is bounded by --timeout, and its exit code says whether the final
 // beat landed: with Redis gone it stops within the timeout and exits 1 (it used to exit 0, as if
 // the bench had said goodbye).
 #[tokio::test]

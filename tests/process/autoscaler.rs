@@ -595,7 +595,7 @@ fn bad_tls_flags_are_usage_errors_naming_the_flag() {
     }
 }
 
-// Issue 11 #1: a scale-down blinded the controller. Deleting every machine of a group in one call
+// A scale-down blinded the controller. Deleting every machine of a group in one call
 // made them all go dark in one pass, the mass-vanishing rule fired (`vanished=4 on=4`), and for
 // the blind grace nothing booted. Machines fleet itself powers off do not count: no blindness, and
 // a claim made right after boots at once.

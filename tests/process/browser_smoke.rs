@@ -1,5 +1,5 @@
 //! The browser harness (`support::browser`) against a small page of its own, so that a failure
-//! here is the harness or the machine (chromium, chromedriver), never fleet's page (issue 16).
+//! here is the harness or the machine (chromium, chromedriver), never fleet's page.
 //!
 //! The page is served by axum on 127.0.0.1:0 inside the test: a table, a button whose click
 //! changes the table a little later (as the live page changes after a poll), an endpoint that

@@ -172,7 +172,7 @@ async fn a_leader_killed_mid_way_changes_nothing() {
     // is full and a records no third until they boot. A kill between an operation's record and
     // its wrapper's spawn is another case: the record has no process to report it, so the
     // successor holds the slot for the timeout and the report slack (SPEC §5.4), 40 s, past this
-    // test's bound. Two CI runs on a loaded host killed there (issue 30): the first time because
+    // test's bound. Two CI runs on a loaded host killed there: the first time because
     // the wrappers had not yet run, the second because the first startup had already ended and
     // a third was being recorded.
     bounded("both startups' wrappers to run", async {

@@ -492,7 +492,7 @@ fn a_bench_whose_clock_is_an_hour_off_still_reads_correctly() {
     }
 }
 
-// Issue 10 #8: durations past any range panicked (exit 101) or made a controller that never led.
+// Durations past any range panicked (exit 101) or made a controller that never led.
 // Every duration has a range and is exit 2 outside it; the lease must outlast a pass.
 #[test]
 fn durations_outside_their_range_are_usage_errors() {
@@ -553,7 +553,7 @@ fn durations_outside_their_range_are_usage_errors() {
     );
 }
 
-// Issue 10 #9: the password in a unix URL's query, or one with an unescaped `/`, was printed
+// The password in a unix URL's query, or one with an unescaped `/`, was printed
 // whole in errors.
 #[test]
 fn no_form_of_redis_url_prints_its_password() {
@@ -575,7 +575,7 @@ fn no_form_of_redis_url_prints_its_password() {
     }
 }
 
-// Issue 11 #6: `--help` printed `[env: FLEET_REDIS_URL=redis://:s3cret@…]`. No help text shows the
+// `--help` printed `[env: FLEET_REDIS_URL=redis://:s3cret@…]`. No help text shows the
 // value of a variable that may hold a secret: every verb's help, with secrets in the environment.
 #[test]
 fn no_help_text_shows_a_secret_from_the_environment() {
@@ -609,7 +609,7 @@ fn no_help_text_shows_a_secret_from_the_environment() {
     }
 }
 
-// Issue 11 #7: a Redis error names its real cause, once: a refused connection, a wrong password
+// A Redis error names its real cause, once: a refused connection, a wrong password
 // (and whose), a missing one (naming the URL), a database out of range, a timeout (the only one
 // that says "within"). redis-rs's own rendering repeated itself (`Connection refused (os error
 // 111): Connection refused (os error 111)`).
@@ -675,7 +675,7 @@ fn redis_errors_name_their_cause_once() {
     drop(silent);
 }
 
-// Issue 11 #8: `fleet state --watch` shows a Redis error where the rows were and keeps trying,
+// `fleet state --watch` shows a Redis error where the rows were and keeps trying,
 // instead of exiting; the rows come back when Redis does.
 #[tokio::test]
 async fn state_watch_shows_a_redis_error_and_keeps_trying() {
@@ -762,7 +762,7 @@ async fn state_watch_shows_a_redis_error_and_keeps_trying() {
     );
 }
 
-// Issue 11 #15: every argument and option of every verb says what it is for (a help line), and
+// Every argument and option of every verb says what it is for (a help line), and
 // the positional ones are named for what they take.
 #[test]
 fn every_argument_of_every_verb_has_a_help_line() {
@@ -792,7 +792,7 @@ fn every_argument_of_every_verb_has_a_help_line() {
     assert!(text[global..].contains("--redis"), "{text}");
 }
 
-// Issue 11 #14: every bad input is exit 2 with what is valid.
+// Every bad input is exit 2 with what is valid.
 #[test]
 fn bad_input_of_every_kind_is_exit_2_saying_what_is_valid() {
     let cases: &[(&[&str], &str)] = &[
@@ -839,7 +839,7 @@ fn bad_input_of_every_kind_is_exit_2_saying_what_is_valid() {
     );
 }
 
-// Issue 11 #14: `fleet hold` of a bench that never beat is refused unless --register.
+// `fleet hold` of a bench that never beat is refused unless --register.
 #[tokio::test]
 async fn hold_of_a_bench_that_never_beat_needs_register() {
     let server = server();
@@ -866,7 +866,7 @@ async fn hold_of_a_bench_that_never_beat_needs_register() {
 
 #[test]
 fn completions_and_version_need_no_redis() {
-    // Issue 11 #17. An unreachable Redis: neither verb may try it.
+    // An unreachable Redis: neither verb may try it.
     let env = [("FLEET_REDIS_URL", "redis://127.0.0.1:1")];
     for (shell, marker) in [
         ("bash", "complete -F _fleet"),
@@ -916,7 +916,7 @@ fn completions_and_version_need_no_redis() {
     assert_eq!(String::from_utf8_lossy(&flag.stdout), line);
 }
 
-// Issue 11 #7 and #9: a key of another type than fleet writes there. The hold-request hash costs
+// A key of another type than fleet writes there. The hold-request hash costs
 // only the requests (every beat still lands; it used to fail every beat, and so the fleet within
 // a TTL); any other key fails the write naming that key, never a script hash.
 #[tokio::test]
@@ -1021,7 +1021,7 @@ fn a_reason_with_a_bidi_control_is_refused_naming_it() {
     }
 }
 
-// Issue 27: a Sentinel URL whose password held an unescaped `/` waited the whole `--timeout`,
+// A Sentinel URL whose password held an unescaped `/` waited the whole `--timeout`,
 // said `TLS failed` and exited 1, while the same password in a `redis://` URL was exit 2 at once
 // in words that named no part. Every form is now read whole before anything connects: exit 2
 // at once, naming the part and the fix, never the password (SPEC §2.7).

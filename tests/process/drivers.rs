@@ -1,6 +1,6 @@
 //! fleet's own power drivers end to end (SPEC §4.10): `fleet serve` powers a slot on by
 //! Wake-on-LAN and off through the bench's own `fleet agent`, with no script and no BMC, the
-//! homelab setup issue 14 promises. The test plays the machine: a UDP socket on loopback is its
+//! homelab setup SPEC §4.10 promises. The test plays the machine: a UDP socket on loopback is its
 //! NIC, and the magic packet "boots" it by starting its agent; the agent's power-off command
 //! stops the agent, as `systemctl poweroff` would.
 

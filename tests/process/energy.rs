@@ -747,7 +747,7 @@ async fn a_groups_steps_go_by_hash_after_the_first_and_whole_again_where_evalsha
     }
 }
 
-// Issue 27 (SPEC §4.12): one forward step of Redis's clock deleted up to 400 days of buckets,
+// SPEC §4.12: one forward step of Redis's clock deleted up to 400 days of buckets,
 // the days being trimmed by the clock's day. A ledger of 400 days, written step by step through
 // the store as the leader writes it, then the server's time (the `now` every step is taken at)
 // a year ahead: the step writes no day and deletes none; the hour of steps on that clock adds

@@ -1,5 +1,5 @@
 //! A bench is hostile (SPEC §7): its Redis user, the one `fleet acl` prints for it, is in an
-//! attacker's hands. Each test plays one attack of issue 27 from that user against a real
+//! attacker's hands. Each test plays one attack from that user against a real
 //! redis-server started with the ACL file and a real `fleet serve` as the controller's user, and
 //! shows what the security model says: the command refused, or the controller's passes unharmed
 //! (as many as it would run, as long as they took, its peak memory within a stated bound), no

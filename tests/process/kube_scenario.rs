@@ -1,4 +1,4 @@
-//! Issue 13, the proof: fleet's Kubernetes side as `fleet serve --kubernetes` wires it (the real
+//! fleet's Kubernetes side as `fleet serve --kubernetes` wires it (the real
 //! controller with `KubeNodes`, `Events`, the `JobRunner` through `Dispatch` and the Job
 //! `Reporter`, a lease, a real redis-server), against a scripted API server
 //! (`support/apiserver.rs`) that stores Nodes, Jobs, Pods and Events, bumps resourceVersions,
@@ -572,7 +572,7 @@ async fn a_cordon_refused_by_a_concurrent_write_is_retried_while_the_machine_goe
     fleet.stop().await;
 }
 
-// Issue 29, SPEC §3.12 8: claims made and cancelled through the provider are Events like the
+// SPEC §3.12 8: claims made and cancelled through the provider are Events like the
 // controller's own moves. Two slots, one startup a minute: IncreaseSize by 2 makes two claims
 // (ClaimCreated each, about the claim as a NodeClaim: neither has a Node or a Job yet), bench-01's
 // startup is a Job (ClaimBooting, about it), bench-02's claim waits for the budget; the

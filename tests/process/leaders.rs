@@ -237,7 +237,7 @@ async fn fifty_scale_cycles_through_three_leaders_with_faults() {
     cycles_through_three_leaders(50).await;
 }
 
-// Issue 10 #4: a clean stop (a rolling restart) does not take the startup in flight with it. The
+// A clean stop (a rolling restart) does not take the startup in flight with it. The
 // old controller killed it (kill_on_drop) and its successor failed the claim StartupJobTimeout,
 // burning an attempt on every restart. Now the operation runs on in its wrapper, which reports
 // its real outcome to the store; the successor records it and the claim goes ready on attempt 1,

@@ -81,7 +81,7 @@ fn wrapper(job: &Job) -> (Report, i64) {
     (report, peak)
 }
 
-// Issue 10 #10: an operation's output was buffered whole (a startup printing 300 MB took the
+// An operation's output was buffered whole (a startup printing 300 MB took the
 // controller from 10.8 MB to 304 MB resident). The wrapper reads and discards it as it arrives,
 // keeping the 2 KiB tail.
 #[test]
@@ -106,7 +106,7 @@ fn a_command_printing_300_mb_costs_the_wrapper_a_few_megabytes() {
     assert!(peak_kb < 40 * 1024, "the wrapper peaked at {peak_kb} kB");
 }
 
-// Issue 10 #5: exit 0 is success even when the command leaves a background child holding its
+// Exit 0 is success even when the command leaves a background child holding its
 // output (`nohup`, `ssh -f`); the old runner waited for end-of-file and recorded TimedOut.
 #[test]
 fn exit_0_with_a_child_holding_the_output_is_completed_at_once() {
@@ -128,7 +128,7 @@ fn exit_0_with_a_child_holding_the_output_is_completed_at_once() {
     );
 }
 
-// Issue 10 #4: the wrapper reports the outcome to the slot's operation record, where the next
+// The wrapper reports the outcome to the slot's operation record, where the next
 // controller reads it, whether or not anyone waits for it. Here nobody does: the runner's future
 // is dropped as soon as the operation started (a controller that stopped).
 #[tokio::test]
@@ -488,7 +488,7 @@ async fn an_off_no_agent_answers_times_out_at_the_timeout_saying_what_to_look_at
 }
 
 // ---------------------------------------------------------------------------------------------
-// What an operation inherits (SPEC §4.2, issue 27).
+// What an operation inherits (SPEC §4.2).
 
 /// Every value of every key of `server`, as text: what a search for a secret must cover (the
 /// timelines, the operation records, the slot reports, the ledgers).
@@ -511,7 +511,7 @@ async fn everything_stored(server: &fleet_testing::RedisServer) -> String {
     all
 }
 
-// Issue 27: a BMC's `password_env` secret was inherited by every command operation, so a script
+// A BMC's `password_env` secret was inherited by every command operation, so a script
 // that printed its environment put it in the timeline and on the page. A real `fleet serve`, with
 // that secret and a Redis URL with a password in its environment, runs a startup whose command
 // prints its environment: neither value is anywhere in what is recorded (the claim's timeline,

@@ -1,4 +1,4 @@
-//! What an operator meets (issue 11), with real `fleet serve` processes, a real redis-server and
+//! What an operator meets, with real `fleet serve` processes, a real redis-server and
 //! the `fleet` binary's views: a wiped store, blindness said in words, holds fleet set and lifts.
 
 use crate::support;
@@ -61,7 +61,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-// Issue 11 #2 and #3: FLUSHALL under running machines (or a Redis that restarts without
+// FLUSHALL under running machines (or a Redis that restarts without
 // persistence) killed every view (`no catalog is published under this prefix`) until `fleet
 // serve` restarted, and the blindness that follows was invisible. The leader publishes the
 // catalog again within a pass; every view answers within 2 s, says the controller is blind, why

@@ -1,4 +1,4 @@
-//! The live page in a real browser (issue 16, SPEC §4.13): Debian's Chromium, headless, driven
+//! The live page in a real browser (SPEC §4.13): Debian's Chromium, headless, driven
 //! over WebDriver (`support::browser`), against a real redis-server and `fleet serve`.
 //!
 //! A claim made with the command line shows on the open page as booting, then ready, each within
@@ -206,7 +206,7 @@ fn large_config(dir: &Path, url: &str) -> PathBuf {
         .write(dir)
 }
 
-/// The fleet size of the large page test (issue 30).
+/// The fleet size of the large page test.
 const LARGE: usize = 10_000;
 /// How soon a filter must show on the page at `LARGE` slots: it is one page load, which a
 /// loaded host delays little (0.10-0.25 s measured).

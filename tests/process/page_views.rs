@@ -1,4 +1,4 @@
-//! The live page's views (SPEC §4.13, issue 30), against a real redis-server and `fleet serve`:
+//! The live page's views (SPEC §4.13), against a real redis-server and `fleet serve`:
 //! the summary first, the slot table filtered and paged on the server with links that keep the
 //! filter, a view that cannot be read refused with what it takes, and a stream that sends a
 //! page only the rows of its view that changed.

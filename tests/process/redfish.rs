@@ -1,5 +1,5 @@
 //! The Redfish driver against a real Redfish service: sushy-tools' emulator, the one OpenStack's
-//! CI drives Ironic with (issue 14's proof). Each test starts its own `sushy-emulator --fake` on a
+//! CI drives Ironic with. Each test starts its own `sushy-emulator --fake` on a
 //! free loopback port with its own configuration and state directory, killed on drop.
 //!
 //! The emulator's fake driver serves one system, applies a new power state 1 to 11 s after a
@@ -12,7 +12,7 @@
 //!
 //! Over TLS the emulator presents a certificate signed by the test's own CA, or a self-signed one
 //! made by `openssl req -x509` with its defaults (CA:TRUE), as a BMC presents its own: the
-//! latter is pinned in `ca_file` or by `tls_fingerprint` (issue 27).
+//! latter is pinned in `ca_file` or by `tls_fingerprint`.
 //!
 //! What the emulator cannot be made to do (a 409 to On, a 400 meaning "already off", a BMC that
 //! lists PushPowerButton or no off at all, a 503, garbage, a BMC that never answers) is played by
@@ -750,7 +750,7 @@ async fn tls_is_verified_against_the_ca_file_and_refused_without_it() {
     );
 }
 
-// Issue 27, SPEC §4.10: the certificate a BMC presents itself, self-signed and CA:TRUE as
+// SPEC §4.10: the certificate a BMC presents itself, self-signed and CA:TRUE as
 // `openssl req -x509` makes it, is pinned by putting it in ca_file: trusted as itself (a chain
 // refuses it as CaUsedAsEndEntity), for the endpoint's host. Another certificate of the same
 // name is refused, saying what was presented and how to pin it.
@@ -833,7 +833,7 @@ async fn a_self_signed_certificate_in_ca_file_is_pinned_and_another_of_its_name_
     );
 }
 
-// Issue 27, SPEC §4.10: `tls_fingerprint` accepts exactly the certificate with that SHA-256,
+// SPEC §4.10: `tls_fingerprint` accepts exactly the certificate with that SHA-256,
 // written as openssl prints it, whatever name the endpoint uses; another certificate of the same
 // name, or a wrong fingerprint, is refused saying what was presented.
 #[tokio::test]

@@ -72,12 +72,12 @@ fn an_invalid_config_exits_2_listing_every_problem() {
     assert_eq!(
         o.status.code(),
         Some(2),
-        "a file that cannot be read is bad input (issue 11 #14)"
+        "a file that cannot be read is bad input"
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/fleet.yaml"));
 }
 
-// Issue 30, SPEC §4.5: a fleet serve started before its Redis (a host booting, a Deployment
+// SPEC §4.5: a fleet serve started before its Redis (a host booting, a Deployment
 // whose Redis comes up second, a loaded host slow to answer) waits for it, as a running one does,
 // rather than exiting; it starts and leads once Redis answers. Stopped while it waits, it exits 1
 // naming what it waited for.
@@ -167,7 +167,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
     );
 
     // A bad new version is refused; the running one is kept, and the refusal is counted and
-    // shown on /readyz (issue 11 #17).
+    // shown on /readyz.
     std::fs::write(&path, "groups: [ this is not yaml").unwrap();
     serve.log(&["new configuration refused"]).await;
     let slots = run_fleet(&server, &["slots", "-o", "json"]);
@@ -190,7 +190,7 @@ async fn serve_drives_a_claim_to_ready_reports_metrics_reloads_and_stops_cleanly
         "names the file: {body}"
     );
     // A good one (bench-02 removed) is taken, on SIGHUP at the latest; its max_size (2) is now
-    // above its one slot, which is said (issue 11 #17).
+    // above its one slot, which is said.
     std::fs::write(&path, yaml(&server, &["bench-01"])).unwrap();
     serve.signal("-HUP");
     serve.log(&["configuration reloaded", "slots=1"]).await;

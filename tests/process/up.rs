@@ -1,4 +1,4 @@
-//! The README's quick start (issue 11 #16): `make up` (scripts/up.sh) under a pseudo-terminal,
+//! The README's quick start: `make up` (scripts/up.sh) under a pseudo-terminal,
 //! as a person runs it, a claim to ready, another whose startup is in flight, then Ctrl-C. The
 //! stack stops with exit 0 and leaves no process behind, the operation in flight and the
 //! simulated benches' agents included.

@@ -1251,7 +1251,7 @@ fn a_group_opts_in_to_autoscaling_options_with_true_or_with_its_overrides() {
     );
 }
 
-// Issue 11 #5: lock_timeout was parsed and changed nothing. fleet takes no coordination lock, so
+// `lock_timeout` was parsed and changed nothing. fleet takes no coordination lock, so
 // the setting is gone, and a file that still sets it is told so (exit 2, its place and why).
 // SPEC §4.2, Jobs as operations: a group's operation may be a Kubernetes Job; every field of
 // the template lands where it should, the environment is the operation's, and the Job is kept
@@ -1421,7 +1421,7 @@ fn lock_timeout_is_refused_saying_why() {
     );
 }
 
-// Issue 11 #5: an operation abandoned as stuck must be one that can no longer report: its timeout
+// An operation abandoned as stuck must be one that can no longer report: its timeout
 // and the wrapper's 30 s to report stay short of stuck_threshold.
 #[test]
 fn an_operation_timeout_reaching_the_stuck_threshold_is_refused() {
@@ -1958,7 +1958,7 @@ fn a_slots_power_is_its_groups_with_its_own_fields_over_it() {
     assert_eq!(alone.slots.get(&bench("bench-02")).unwrap().power, None);
 }
 
-/// A fleet of 100 000 slots (issue 15) parses: the YAML budget admits it, and every slot lands.
+/// A fleet of 100 000 slots parses: the YAML budget admits it, and every slot lands.
 #[test]
 fn a_configuration_of_a_hundred_thousand_slots_parses() {
     let mut text = String::from(

@@ -50,6 +50,51 @@ fn is_test_file(path: &Path) -> bool {
 // SPEC §1: the domain has no I/O, no clock, no environment, no async. The core crate's
 // dependencies hold most of it (no tokio, redis, kube or tonic to call, chrono without its clock),
 // and this holds the rest (std's own I/O, clock and environment).
+// STYLE: comments say why, never which issue. An issue tracker is not in the repository, so "issue
+// 30" says nothing to the reader; the reason itself, or the SPEC section, does.
+#[test]
+fn no_comment_cites_an_issue() {
+    let mut found = Vec::new();
+    let mut all = Vec::new();
+    for dir in [
+        "src",
+        "cmd",
+        "tests",
+        "benches",
+        CORE,
+        TRANSPORT,
+        "crates/fleet-testing/src",
+    ] {
+        all.extend(sources(dir));
+    }
+    for extra in [
+        "Cargo.toml",
+        "Makefile",
+        "scripts/bench-anchor.sh",
+        "scripts/bench-compare.sh",
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(extra);
+        all.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+    }
+    for (path, text) in all {
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            let cites = lower.match_indices("issue").any(|(at, word)| {
+                let rest = lower[at + word.len()..].trim_start_matches(['s', ' ', '#']);
+                rest.starts_with(|c: char| c.is_ascii_digit())
+            });
+            if cites {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "say why, or the SPEC section, not the issue:\n{}",
+        found.join("\n")
+    );
+}
+
 // Tool output and logs are not the project's: a mutation run's report, a build, a coverage
 // profile or a merge's leftovers are made again by whoever needs them, and kept out of the tree
 // by `.gitignore`. Git holds the history; the tree holds the source.
@@ -379,7 +424,7 @@ fn unit(name: &str) -> (PathBuf, Vec<String>) {
 
 #[test]
 fn the_systemd_units_are_hardened_and_valid() {
-    // Issue 11 #17: the controller's unit runs as a user of its own, with a read-only system,
+    // The controller's unit runs as a user of its own, with a read-only system,
     // its secrets in an EnvironmentFile, and operations that outlive a restart (KillMode=process).
     let (serve, settings) = unit("fleet-serve.service");
     for want in [
@@ -403,7 +448,7 @@ fn the_systemd_units_are_hardened_and_valid() {
         "no secret inline in the unit"
     );
     let (agent, settings) = unit("fleet-agent@.service");
-    // The small agent, not `fleet agent` (issue 29): the same flags and variables, 5 MB.
+    // The small agent, not `fleet agent`: the same flags and variables, 5 MB.
     assert!(
         settings
             .iter()
@@ -952,7 +997,7 @@ fn the_import_reader_reads_use_trees_paths_and_super() {
     );
 }
 
-// Issue 12: a long file or function is a smell a reader pays for; one over the limit says why at
+// A long file or function is a smell a reader pays for; one over the limit says why at
 // its top, in a line that starts `Long:` (`//! Long: …` for a file, `/// Long: …` or `// Long: …`
 // above a function).
 const FILE_LINES: usize = 600;

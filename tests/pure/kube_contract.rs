@@ -744,7 +744,7 @@ fn granted() -> std::collections::BTreeSet<(String, String, String, String)> {
     granted
 }
 
-// Issue 13, proof: the RBAC in deploy/ grants every call the contract tests recorded, and
+// The RBAC in deploy/ grants every call the contract tests recorded, and
 // nothing more (least privilege is checked, not claimed).
 #[test]
 fn the_rbac_grants_exactly_the_calls_fleet_makes() {

@@ -345,7 +345,7 @@ fn statuses_of(slots: &[BenchName]) -> Vec<(BenchName, SlotStatus)> {
         .collect()
 }
 
-// Issue 30: a write larger than a piece goes as pieces of at most `PIECE_BYTES`, in flight
+// A write larger than a piece goes as pieces of at most `PIECE_BYTES`, in flight
 // together (a connection's buffer keeps the size of the largest message it sent), and every
 // status lands, in order, the script sent whole once.
 #[tokio::test]
@@ -390,7 +390,7 @@ async fn a_write_larger_than_a_piece_goes_in_pieces_and_every_status_lands() {
     assert_eq!(read, expected);
 }
 
-// Issue 30: a new leader reads its statuses `STATUS_PIECE` slots a round trip, each given in
+// A new leader reads its statuses `STATUS_PIECE` slots a round trip, each given in
 // its place on both sides of a piece's edge; a slot without a status, or whose value does not
 // decode, gives none.
 #[tokio::test]
@@ -663,7 +663,7 @@ fn unclaimed_shutdown(at: DateTime<Utc>) -> fleet::domain::operation::SlotOp {
     }
 }
 
-// Issue 10 #1, the race from the controller's side: a pass read no claim on the slot and decides
+// The race from the controller's side: a pass read no claim on the slot and decides
 // to power its machine off; a request creates a claim before the shutdown is recorded. The
 // record is refused atomically, so nothing is told to power off a machine a live claim wants.
 #[tokio::test]

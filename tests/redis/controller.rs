@@ -395,7 +395,7 @@ async fn a_no_op_shutdown_is_counted_stops_after_the_bound_and_resumes_after_the
         paused.shutdown_attempts, 3,
         "no fourth shutdown inside the grace"
     );
-    // Issue 11 #5: the pause is recorded on the claim (it was only a debug log).
+    // The pause is recorded on the claim (it was only a debug log).
     assert_eq!(paused.reason, Some(Reason::ShutdownAttemptLimitReached));
     assert!(h.events("bench-01-1").await.contains(&Event::Warned));
     assert_eq!(h.slot_phase("bench-01").await, Some(Report::Draining));
@@ -589,7 +589,7 @@ impl fleet::reconcile::Nodes for TestNodes {
     }
 }
 
-// Issue 29, SPEC §3.12 8: every claim move the store accepted is told once (an Event with
+// SPEC §3.12 8: every claim move the store accepted is told once (an Event with
 // Kubernetes), whoever made it: the controller's own, and those another writer made between two
 // passes (a claim made by `fleet claim` or the provider, a pending one cancelled). A refused
 // request is no move, so nothing is told of it. bench-02's claim is kept pending by the power-on
@@ -1062,7 +1062,7 @@ fn log_lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-// Issue 10 #1: a machine no claim wants is told to power off, and the command returns before the
+// A machine no claim wants is told to power off, and the command returns before the
 // machine goes dark (as a BMC soft-off does). A claim that arrives then (the provider offered
 // the slot in the old code) must not go ready on the dying machine: it waits for the machine to
 // be observed off, and then starts it.
@@ -1116,7 +1116,7 @@ async fn a_claim_on_a_machine_going_down_waits_for_it_to_go_dark_then_starts_it(
     assert_eq!(h.state("bench-01").await, State::Up);
 }
 
-// Issue 10 #3: Redis loses the write that recorded a boot (a restart under appendfsync everysec
+// Redis loses the write that recorded a boot (a restart under appendfsync everysec
 // drops the last second): the claim reads pending again, and the slot's operation record is gone.
 // The controller remembers the startup it fired for the claim's attempt, puts the record back,
 // and never fires it a second time (the old code fired it again, 3 s later).
@@ -1183,7 +1183,7 @@ async fn lossy(
 
 const BOOTING_WRITE: [&str; 2] = ["Writes a claim's next state", r#""phase":"booting""#];
 
-// Issue 10 #6: the write that records a boot is applied, and its reply is lost. The old code took
+// The write that records a boot is applied, and its reply is lost. The old code took
 // the error for "not written", ran nothing, and the claim failed StartupJobTimeout after the
 // operation's timeout. The write is read back before the pass decides: the startup runs, once.
 #[tokio::test]
@@ -1215,7 +1215,7 @@ async fn a_lost_reply_on_the_booting_write_is_read_back_and_the_startup_runs_onc
     assert_eq!(log_lines(&log), ["startup bench-01-1"]);
 }
 
-// Issue 10 #6, the read-back failing too: the next pass finds the operation recorded and not
+// The read-back failing too: the next pass finds the operation recorded and not
 // running anywhere, and runs it; never twice, never left to time out.
 #[tokio::test]
 async fn a_booting_write_whose_outcome_stays_unknown_runs_at_the_next_pass() {
@@ -1249,7 +1249,7 @@ async fn a_booting_write_whose_outcome_stays_unknown_runs_at_the_next_pass() {
     assert_eq!(log_lines(&log), ["startup bench-01-1"]);
 }
 
-// Issue 10 #2: a renamed group is a removal plus an addition. The old group's ready claim ends
+// A renamed group is a removal plus an addition. The old group's ready claim ends
 // SlotDeleted (the old code left it ready in Redis forever, and revived it when the name came
 // back), is collected after the group's own ttl_after_finished, and the group is forgotten. The
 // machine is the new group's, where no claim wants it: powered off.
@@ -1298,7 +1298,7 @@ async fn a_renamed_groups_claims_end_slot_deleted_and_are_collected() {
     assert_eq!(h.state("bench-01").await, State::Down);
 }
 
-// Issue 10 #2: a removed slot's ended claim, its index entry and its timeline are collected
+// A removed slot's ended claim, its index entry and its timeline are collected
 // after ttl_after_finished (the old code kept them forever).
 #[tokio::test]
 async fn a_removed_slots_ended_claims_are_collected() {
@@ -1407,7 +1407,7 @@ async fn requested_hold(h: &Harness, slot: &str) -> Option<String> {
     snap.benches[0].row(snap.now).requested_hold
 }
 
-// Issue 11 #4: a completed scale-down left `requested: fleet: draining for claim …` on its bench
+// A completed scale-down left `requested: fleet: draining for claim …` on its bench
 // for good. Fleet lifts its own request once the machine is off and the claim that set it ended.
 #[tokio::test]
 async fn fleets_cordon_ends_with_the_claim_that_set_it() {
@@ -1430,7 +1430,7 @@ async fn fleets_cordon_ends_with_the_claim_that_set_it() {
     assert_eq!(requested_hold(&h, "bench-02").await, None);
 }
 
-// Issue 11 #4: a ready machine whose bench holds showed slot phase `booting` (history `ready →
+// A ready machine whose bench holds showed slot phase `booting` (history `ready →
 // booting`, which reads like a reboot). A hold never sends the phase backwards: ready, and held.
 // A claim that waits on a held bench says so.
 #[tokio::test]
@@ -1479,7 +1479,7 @@ async fn a_held_ready_machine_stays_ready_and_a_claim_on_a_held_bench_says_it_wa
     assert_eq!(status(&h, "bench-02").await.waiting, None);
 }
 
-// Issue 11 #5: ShutdownJobTimeout at the controller: a scale-down whose shutdown outlives its
+// ShutdownJobTimeout at the controller: a scale-down whose shutdown outlives its
 // timeout is recorded on the claim as a warning; the claim stays marked and live.
 #[tokio::test]
 async fn a_shutdown_that_outlives_its_timeout_is_recorded_shutdown_job_timeout() {
@@ -1520,7 +1520,7 @@ async fn a_shutdown_that_outlives_its_timeout_is_recorded_shutdown_job_timeout()
     );
 }
 
-// Issue 11 #5: ReadinessGateTimeout at the controller: a startup that completes and a bench that
+// ReadinessGateTimeout at the controller: a startup that completes and a bench that
 // never beats fail the claim once the gate's first budget passes, and the machine is left alone.
 #[tokio::test]
 async fn a_machine_never_heard_after_its_startup_fails_readiness_gate_timeout() {
@@ -1544,7 +1544,7 @@ async fn a_machine_never_heard_after_its_startup_fails_readiness_gate_timeout() 
     );
 }
 
-// Issue 11 #5: the seed's ForceCleanup. A startup whose controller died with it (no wrapper ever
+// The seed's ForceCleanup. A startup whose controller died with it (no wrapper ever
 // reported) and whose machine never came on is in flight until its timeout and report slack,
 // then late, then abandoned at stuck_threshold from its start: its claim fails StuckTransition
 // and the slot's record shows why. Nothing is run again for it.
@@ -1606,7 +1606,7 @@ async fn an_operation_nobody_reports_is_abandoned_at_stuck_threshold_and_fails_s
     assert!(!ran, "nothing was run for it");
 }
 
-// Issue 30: a new controller reads what the last one reported, `STATUS_PIECE` slots a round
+// A new controller reads what the last one reported, `STATUS_PIECE` slots a round
 // trip, and rewrites none of it: each status key carries a TTL that a rewrite (a `SET`) would
 // clear, on both sides of a piece's edge.
 #[tokio::test]

@@ -752,7 +752,7 @@ async fn renamed_passes_never_adopt_bench_01(w: &World, ctl: &mut Ctl) {
     );
 }
 
-// Issue 27 (SPEC §4.1, §5.3): a group renamed inside the wipe-adoption window adopted a machine
+// SPEC §4.1, §5.3: a group renamed inside the wipe-adoption window adopted a machine
 // whose old group's shutdown was still running. The new name's pass reads only its own
 // operation records, and adoption did not ask what ran here. Now no claim is adopted for that
 // slot while the shutdown runs, nor once it ended with the machine off; the other machines are

@@ -761,7 +761,7 @@ async fn carried_by_the_readers_rule(
     }
 }
 
-// Issue 10 #7: a hold request fleet's own reader refuses (here a 300-character reason written
+// A hold request fleet's own reader refuses (here a 300-character reason written
 // straight into the hash) was carried by the beat, which the reader then rejected whole: a
 // running machine read DOWN. The beat and the reader now share one rule, tested on its edges.
 #[tokio::test]
@@ -868,7 +868,7 @@ async fn random_hold_requests_are_carried_exactly_when_the_reader_accepts_them()
     }
 }
 
-// Issue 11 #9: heartbeat values that cannot be true read DOWN with an error that says why: a key
+// Heartbeat values that cannot be true read DOWN with an error that says why: a key
 // of another type (a hash: it read DOWN with no error at all), a beat written in the server's
 // future (it read UP for 73 years), a TTL past the cap. A hold-request key of another type broke
 // `fleet state` for every bench; now the rows are read and the problem names the key. Both read

@@ -1180,7 +1180,7 @@ async fn losing_the_leadership_closes_the_connections_so_the_client_dials_again(
         .unwrap();
 }
 
-// Issue 10 #1, the provider's side: a slot whose machine fleet told to power off and has not
+// The provider's side of the race: a slot whose machine fleet told to power off and has not
 // seen off yet is not free. NodeGroups does not count it, IncreaseSize says why it cannot have
 // it (the old code offered it, and the new claim went ready on the dying machine), and the slot
 // is offered again once the machine is observed off.
@@ -1247,7 +1247,7 @@ async fn a_slot_fleet_is_powering_off_is_not_offered_until_it_is_observed_off() 
             .collect::<Vec<_>>(),
         ["bench-03"]
     );
-    // Issue 11 #5: the claim says which call made it, and its digest keeps it (the seed's call).
+    // The claim says which call made it, and its digest keeps it (the seed's call).
     assert_eq!(
         claims[0].call,
         Some(fleet::domain::claim::Call::IncreaseSize)

@@ -257,7 +257,7 @@ async fn cancel_deletes_a_pending_claim_and_reverses_a_ready_one() {
     assert_eq!(code, 2);
     assert!(out.contains("has ended"), "{out}");
 
-    // --since keeps the live claims and those ended within it (issue 11 #16: make up's view).
+    // --since keeps the live claims and those ended within it (make up's view).
     run(&server, &["claim", "bench-02"]).await;
     let names = |out: &str| -> Vec<String> {
         json(out)
@@ -349,7 +349,7 @@ async fn reset_shutdown_attempts_restarts_the_streak() {
     );
 }
 
-// Issue 10 #1: `fleet claim` refuses a slot whose machine fleet told to power off and has not
+// `fleet claim` refuses a slot whose machine fleet told to power off and has not
 // seen off yet, saying when the shutdown fired and what to wait for; once the machine is
 // observed off, the claim is taken.
 #[tokio::test]
@@ -418,7 +418,7 @@ async fn failing_setup() -> (
     (server, ctl)
 }
 
-// Issue 11 #10: why a startup failed is readable without Redis tools. `fleet describe SLOT` shows
+// Why a startup failed is readable without Redis tools. `fleet describe SLOT` shows
 // the last claim's timeline once it ended (not only a live claim's), with the operation's exit
 // status and output; `fleet describe CLAIM` works for a claim still kept; `fleet claims --slot`
 // lists the ended ones; the boots ledger and the last scaling call are shown.
@@ -474,7 +474,7 @@ async fn describe_shows_why_an_operation_failed_by_slot_and_by_claim() {
     );
 }
 
-// Issue 11 #11: `fleet claim` on a slot that spent its attempts is refused (exit 1) with when it
+// `fleet claim` on a slot that spent its attempts is refused (exit 1) with when it
 // rests until and the command that resets it; nothing is started.
 #[tokio::test]
 async fn claim_refuses_a_spent_slot_saying_until_when_and_how_to_reset_it() {
@@ -499,7 +499,7 @@ async fn claim_refuses_a_spent_slot_saying_until_when_and_how_to_reset_it() {
     assert_eq!(code, 0, "{out}");
 }
 
-// Issue 11 #11: `fleet claim --wait` follows the claim: a line per step, exit 0 on ready; exit 1
+// `fleet claim --wait` follows the claim: a line per step, exit 0 on ready; exit 1
 // on failed, with the reason and the output of its last operation.
 #[tokio::test]
 async fn claim_wait_follows_the_claim_to_ready_or_failed() {
@@ -561,7 +561,7 @@ async fn claim_wait_follows_the_claim_to_ready_or_failed() {
     assert_eq!(json(&claims).as_array().unwrap().len(), 1, "{claims}");
 }
 
-// Issue 11 #11: `--watch` on the views: each frame redrawn, JSON one document a line.
+// `--watch` on the views: each frame redrawn, JSON one document a line.
 #[tokio::test]
 async fn views_watch_like_state_does() {
     let (server, mut ctl) = setup().await;
@@ -619,7 +619,7 @@ impl std::io::Write for Frames {
     }
 }
 
-// Issue 11 #12: describe explains the deadline from the span the claim was given; where the
+// Describe explains the deadline from the span the claim was given; where the
 // group's timings changed since, it says the span as it was and the budget as it is.
 #[tokio::test]
 async fn describe_explains_the_deadline_as_it_was_set() {

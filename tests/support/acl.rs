@@ -247,7 +247,7 @@ pub fn previous_rules(keys: &Keys, bench: &str) -> String {
     )
 }
 
-/// The controller's and the viewer's rules as the release before issue 27's `fleet acl` wrote
+/// The controller's and the viewer's rules as the previous release's `fleet acl` wrote
 /// them (default prefix): neither has `GETRANGE`, which this release's read sends.
 pub fn previous_fleet_rules(keys: &Keys, controller: bool) -> String {
     let (p, q) = (keys.prefix(), keys.prefix());

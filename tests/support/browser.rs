@@ -1,5 +1,5 @@
 //! A real headless Chromium, driven over WebDriver: for the tests of the live page that `fleet
-//! serve` serves (issue 16).
+//! serve` serves.
 //!
 //! `Browser::start` starts a private `chromedriver` on a free loopback port, waits until it says
 //! it is ready, and opens one headless Chromium session with a fresh profile in a temporary

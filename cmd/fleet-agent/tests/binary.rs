@@ -5,7 +5,7 @@ use clap::CommandFactory;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_fleet-agent");
 
-// Issue 15: `fleet-agent` is `fleet agent` alone, a small binary of its own over the same library
+// `fleet-agent` is `fleet agent` alone, a small binary of its own over the same library
 // code: its beat reads UP through the library, and it stops as `fleet agent` does (a final beat,
 // exit 0).
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Redis Cluster (SPEC §2.7, issue 15): a `redis+cluster://` URL's connection, through
+//! Redis Cluster (SPEC §2.7): a `redis+cluster://` URL's connection, through
 //! redis-rs's `cluster-async`.
 //!
 //! Every fleet key carries a hash tag (`store::keys`): the presence keys, the lease and the

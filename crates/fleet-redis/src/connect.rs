@@ -564,7 +564,7 @@ pub fn redact(url: &str) -> String {
 mod tests {
     use super::*;
 
-    // Issue 10 #9: a password in a unix URL's query, or one with an unescaped `/`, was printed
+    // A password in a unix URL's query, or one with an unescaped `/`, was printed
     // whole. One rule for every form.
     #[test]
     fn every_form_of_password_is_redacted() {

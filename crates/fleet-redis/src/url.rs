@@ -9,7 +9,7 @@
 //! the last `@` (`store::connect::redact`). A password with an unescaped `/` thus read as another
 //! host, another port or a path, and failed late and in other words (a Sentinel URL waited the
 //! whole `--timeout` and said `TLS failed`). Here every part is checked, and a refusal names the
-//! part and the fix (issue 27).
+//! part and the fix.
 //!
 //! Pure: no I/O. A refusal never quotes the user info or a password parameter, so no password
 //! can reach a message through it; the caller names the URL by its redacted form.

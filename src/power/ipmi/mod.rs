@@ -6,7 +6,7 @@
 //! quirks with real BMCs are known and worked around. Shelling out costs a process per command,
 //! which the pacing between commands dwarfs.
 //!
-//! What it holds to (issue 14, from MAAS and Ironic): the state is read before acting (already
+//! What it holds to (from MAAS and Ironic): the state is read before acting (already
 //! there is done, with nothing sent); a command is followed by readings with jittered backoff
 //! until the state holds; an off is `soft` (ACPI) first and `off` (hard) after `SOFT_SHARE` of
 //! the timeout, recorded as escalated; refused credentials are never retried; one command at a
@@ -48,8 +48,8 @@ const JITTER: f64 = 0.1;
 pub struct IpmiOptions {
     /// The ipmitool to run: a name looked up on PATH, or a path.
     pub ipmitool: PathBuf,
-    /// The least time from the end of one command to a BMC to the start of the next (issue 14:
-    /// BMCs drop commands that come too close together).
+    /// The least time from the end of one command to a BMC to the start of the next: BMCs
+    /// drop commands that come too close together.
     pub gap: Duration,
     /// The hard limit of one ipmitool call, past which its process group is killed and the BMC
     /// counts as unreachable for that call.
@@ -221,7 +221,7 @@ impl Ipmi {
 
     /// The first reading of an action. A BMC that does not answer is asked again, with the
     /// waits of a poll, until `until`: unreachable for a while is no failure of the action before
-    /// its timeout (issue 14), and the last failure is returned after it.
+    /// its timeout, and the last failure is returned after it.
     async fn first_read(&self, until: Instant, log: &mut Log) -> Result<PowerState, PowerError> {
         let mut wait = self.options.gap;
         loop {

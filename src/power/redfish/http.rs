@@ -34,7 +34,7 @@ pub struct Transport {
     endpoint: Endpoint,
     tls: Option<TlsConnector>,
     authorization: HeaderValue,
-    /// One request at a time per BMC (issue 14): many BMCs serve one request at a time and drop
+    /// One request at a time per BMC: many BMCs serve one request at a time and drop
     /// the rest.
     one_at_a_time: tokio::sync::Mutex<()>,
 }

@@ -1,4 +1,4 @@
-//! The Redfish driver (issue 14): `ComputerSystem.Reset` to power a machine on and off, and its
+//! The Redfish driver: `ComputerSystem.Reset` to power a machine on and off, and its
 //! `PowerState` as the BMC's reading.
 //!
 //! An action reads before it acts and believes only a reading: a machine already in the target
@@ -196,7 +196,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Reads first, then the move or moves of the intent (SPEC §4.10; issue 14).
+    /// Reads first, then the move or moves of the intent (SPEC §4.10).
     async fn act(&mut self, intent: Intent) -> Result<(), PowerError> {
         let mut poll = 0;
         let first = loop {

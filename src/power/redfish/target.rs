@@ -21,7 +21,7 @@ use crate::config::TlsFingerprint;
 use crate::power::Secret;
 use crate::power::redfish::wire::SERVICE_ROOT;
 
-/// A Redfish BMC as the configuration names it (issue 14). Its `Debug` shows no password, nor
+/// A Redfish BMC as the configuration names it. Its `Debug` shows no password, nor
 /// credentials written into the endpoint.
 #[derive(Clone)]
 pub struct RedfishTarget {

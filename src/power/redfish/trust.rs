@@ -1,4 +1,4 @@
-//! How a BMC's certificate is trusted (SPEC §4.10, issue 27): the one rustls verifier every
+//! How a BMC's certificate is trusted (SPEC §4.10): the one rustls verifier every
 //! Redfish TLS connection uses, and the words of its refusals.
 //!
 //! - `insecure: true`: any certificate.

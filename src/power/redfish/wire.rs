@@ -16,7 +16,7 @@ pub const SERVICE_ROOT: &str = "/redfish/v1/";
 /// The collection whose single member is driven when no system is configured.
 pub const SYSTEMS: &str = "/redfish/v1/Systems";
 
-/// What fleet asks `ComputerSystem.Reset` to do: issue 14's three moves.
+/// What fleet asks `ComputerSystem.Reset` to do: the three moves of SPEC §4.10.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {
     On,
@@ -25,7 +25,7 @@ pub enum Move {
 }
 
 impl Move {
-    /// The `ResetType` values that do this move, best first (issue 14: `On`, else `ForceOn`;
+    /// The `ResetType` values that do this move, best first (`On`, else `ForceOn`;
     /// `GracefulShutdown`, else `PushPowerButton`, which is HPE's soft off; `ForceOff`). The first
     /// is the standard one, sent when a BMC lists no allowable values.
     pub fn preferences(self) -> &'static [&'static str] {
@@ -111,7 +111,7 @@ pub fn system(body: &[u8]) -> Result<System, String> {
 }
 
 /// `PowerState`: `On` and `Off` hold; `PoweringOn`, `PoweringOff`, `Paused`, `Unknown`, null
-/// and an absent field are transitional and never count (issue 14). Case is not held against a
+/// and an absent field are transitional and never count. Case is not held against a
 /// BMC. A value that is not a string is garbage.
 pub fn power_state(value: Option<&Value>) -> Result<(PowerState, String), String> {
     match value {
@@ -242,7 +242,7 @@ pub fn message(body: &[u8]) -> Option<String> {
     Some(one_line(&text, 200))
 }
 
-/// The pauses between reads after a request (issue 14: jittered backoff; MAAS pauses 1, 2, 2,
+/// The pauses between reads after a request (jittered backoff; MAAS pauses 1, 2, 2,
 /// 4 … s): 0.5, 1, 2, 2, then 4 s each, each scaled by 0.75 to 1.25 by `jitter` (taken from
 /// [0, 1), clamped), so BMCs polled together drift apart. A BMC is slow to settle, and a read a
 /// second is the most a small BMC should be asked for.

@@ -27,7 +27,7 @@ pub(super) const BATCH: usize = 250;
 /// The most heartbeat keys one piece of a read's pipeline asks for. A read's replies are decoded
 /// piece by piece as they come, so no more than [`IN_FLIGHT`] pieces of replies are held at once:
 /// at 100 000 benches the replies of the whole pipeline, held until the last came, were 35 MB of
-/// each of `fleet serve`'s passes (issue 30). A fleet of up to this many is one piece.
+/// each of `fleet serve`'s passes. A fleet of up to this many is one piece.
 pub const PIECE: usize = 10_000;
 
 /// The pieces of a read sent at once, in order on the one connection: Redis has the next to run

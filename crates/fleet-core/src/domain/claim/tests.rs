@@ -371,7 +371,7 @@ fn shutdown_attempts_are_counted_per_operation_bounded_and_reset_after_the_grace
     // The boot attempt is untouched by the shutdown streak.
     assert_eq!(again.attempt, ready.attempt);
     // The pause's warning lasts as long as the pause: a new streak or a reset ends it, so the
-    // next pause is recorded anew (issue 11 #5); other warnings stay.
+    // next pause is recorded anew; other warnings stay.
     let warned = c.warn(Reason::ShutdownAttemptLimitReached);
     assert_eq!(
         warned

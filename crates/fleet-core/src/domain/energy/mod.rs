@@ -9,7 +9,7 @@
 //! any points (a restart, a failover, the controller's once-a-minute re-accounting) gives the
 //! same totals exactly. The ledger keeps the newest [`KEPT_DAYS`] daily buckets: an older day is
 //! dropped only when a newer day's bucket takes its place, never because the clock says the day
-//! is old, so a clock that steps forward deletes no history (issue 27). A step longer than
+//! is old, so a clock that steps forward deletes no history. A step longer than
 //! [`MAX_STEP_MS`], forward or back, is taken as a clock step: it accrues nothing and moves the
 //! mark to the new time. Pure: no I/O, no clock.
 
@@ -40,7 +40,7 @@ pub const REACCOUNT_MS: i64 = 60_000;
 /// Whether the ledger should take a step now: it has none yet, the power changed since its
 /// mark, or the ledger's minute turned since the mark. A ledger's minute starts at its own
 /// `phase` (`phase_of` its slot, in `[0, REACCOUNT_MS)`), so a fleet's unchanged ledgers step
-/// spread over the minute, a sixtieth of them each second, rather than all in one pass (issue 30),
+/// spread over the minute, a sixtieth of them each second, rather than all in one pass,
 /// and each still steps once a minute: never more than [`REACCOUNT_MS`] after its mark. A mark
 /// from the future (a clock that stepped back) is in another minute, so it is due, and `observe`
 /// judges it.
@@ -182,7 +182,7 @@ impl Mark {
 ///
 /// The buckets are a vector sorted by day, not a map: a ledger of one day is one 32-byte entry,
 /// where a `BTreeMap` allocated a node of eleven (about 360 bytes), a third of a 100 000-slot
-/// controller's energy memory (issue 30). A leader's copy may [`shed`](Ledger::shed) the buckets no
+/// controller's energy memory. A leader's copy may [`shed`](Ledger::shed) the buckets no
 /// step can change again, keeping only their days, so a year of history costs it a few bytes a
 /// slot rather than 401 buckets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -342,7 +342,7 @@ impl Ledger {
     /// §4.12): it accrues nothing (no time, no activation), drops no day, and moves the mark to
     /// `now`, so a clock a year ahead credits no year and a clock put right again does not leave
     /// the ledger waiting a year for its mark. The days kept are the newest [`KEPT_DAYS`]: a day
-    /// goes only when a newer day's bucket takes its place (issue 27: with the days trimmed by
+    /// goes only when a newer day's bucket takes its place (with the days trimmed by
     /// the clock, one forward step of Redis's clock deleted up to 400 days of history).
     pub fn observe(&mut self, power: Option<Power>, now: DateTime<Utc>) -> Advance {
         let mut advance = Advance::default();

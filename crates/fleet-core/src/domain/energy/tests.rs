@@ -143,7 +143,7 @@ fn the_newest_days_are_kept_and_an_older_one_goes_only_when_a_newer_one_comes() 
 }
 
 /// A leader's copy of a ledger of a year and more holds one bucket and one run of days:
-/// what 401 buckets cost it before (issue 30).
+/// what 401 buckets cost it before.
 #[test]
 fn a_shed_copy_of_a_full_ledger_holds_one_bucket_and_one_run() {
     let first = at(12, 0, 0);
@@ -168,7 +168,7 @@ fn a_shed_copy_of_a_full_ledger_holds_one_bucket_and_one_run() {
     assert!(!copy.holds_the_open_days());
 }
 
-// Issue 27: one forward step of Redis's clock could delete up to 400 days of buckets (the
+// One forward step of Redis's clock could delete up to 400 days of buckets (the
 // days were trimmed by the clock's day). Over steps just past the bound, a month, a year and
 // a century, forward and back, on a ledger of 400 days: the step accrues nothing and drops
 // nothing, and the mark moves to the new time; the steps after it, on the stepped clock,
@@ -283,7 +283,7 @@ fn a_step_is_due_on_a_change_of_power_or_once_a_minute() {
     assert!(due(mark(on), on, later(-1)), "a clock a millisecond back");
 }
 
-// Issue 30: with passes every second, each unchanged ledger steps exactly once in each of its
+// With passes every second, each unchanged ledger steps exactly once in each of its
 // minutes and never more than a minute after its mark, whatever its phase and the passes'
 // offset; and 100 000 slots' phases spread the steps over the minute, so no second holds
 // more than twice a sixtieth of them.
@@ -482,7 +482,7 @@ proptest! {
         prop_assert!(whole.days().len() <= KEPT_DAYS);
     }
 
-    /// A leader's copy shed after every step (issue 30) steps exactly as the whole ledger:
+    /// A leader's copy shed after every step steps exactly as the whole ledger:
     /// the same `Advance`s, the same kept days, and the same buckets from the mark's day on,
     /// over histories long enough to be trimmed, with clock steps of any size either way. A
     /// copy that no longer holds its open days (a clock stepped back onto shed days) is read

@@ -296,7 +296,7 @@ impl<'a> Planner<'a> {
     /// is not written stops the slot, so it never falls through to the law.
     ///
     /// Never while an operation of the slot is in flight, or a shutdown may still be darkening
-    /// the machine: the slot's own, or one its old group fired before a rename (issue 27: a
+    /// the machine: the slot's own, or one its old group fired before a rename (a
     /// group renamed inside the adoption window adopted a machine whose old group's shutdown was
     /// still running, whose record the new group's pass does not read as its own).
     pub(super) fn adoption(&mut self) {

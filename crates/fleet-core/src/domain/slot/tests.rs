@@ -455,7 +455,7 @@ fn shutdown_elsewhere(end: Option<(OperationOutcome, i64)>) -> SlotOp {
     }
 }
 
-// Issue 27: a group renamed inside the adoption window (SPEC §5.3) adopted a machine whose old
+// A group renamed inside the adoption window (SPEC §5.3) adopted a machine whose old
 // group's shutdown was still running: the new group's pass reads only its own operation
 // records. Over what the old group's record can say, the machine seen on or off, and the time
 // since: while that shutdown runs, or may still be darkening the machine, nothing adopts it and
