@@ -4,6 +4,17 @@
 //! Verbs are library functions `run(self, ctx, out)`, so tests call them with a `Vec<u8>` writer.
 //! Every flag a deployment sets also reads an environment variable (`FLEET_...`). Exit codes:
 //! 0 ok, 1 runtime failure, 2 usage or invalid input.
+//!
+//! - Presence: [`beat`], [`agent`], [`state`], [`live`], [`hold`], [`release`], [`forget`],
+//!   [`register`].
+//! - The controller and its claims: [`serve`] (and [`reload`], its SIGHUP), [`groups`],
+//!   [`slots`], [`claims`], [`describe`], [`energy`], [`claim`], [`cancel`], [`reset`],
+//!   [`reset_attempts`], and [`operation`], the wrapper `fleet serve` runs each operation in.
+//! - cluster-autoscaler's calls from the command line: [`autoscaler`].
+//! - The deployment's: [`acl`] (the Redis ACL file), [`schema`] (the `-o json` contracts),
+//!   [`completions`].
+//! - Shared: [`args`] (flags read from text), [`output`] (tables, JSON, TSV), [`watch`]
+//!   (`--watch` redraws), [`secrets`] (what a process keeps to itself from its start).
 
 pub mod acl;
 pub mod agent;

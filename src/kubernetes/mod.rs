@@ -1,7 +1,9 @@
 //! The Kubernetes side (SPEC §3.12): a thin layer behind the ports the controller already has.
 //! `nodes` watches the Nodes into a reflector and writes fleet's taints, provider IDs and stale
 //! Node deletions; `events` publishes one Event per claim move from a bounded queue; `jobs` runs
-//! operations as Kubernetes Jobs. Without `fleet serve --kubernetes` none of it is built.
+//! operations as Kubernetes Jobs; [`client`] builds the client from `fleet serve`'s settings
+//! (`--kubeconfig`, `--kube-context`, the usual kubeconfig rules, else in-cluster). Without
+//! `fleet serve --kubernetes` none of it is built.
 //!
 //! Every call is bounded: the client has no retry policy of its own (kube's default one can wait
 //! up to 1000 s on a 429/503/504), every call but the watch runs under `CALL_TIMEOUT`, and the

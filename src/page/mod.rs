@@ -14,6 +14,14 @@
 //! embedded, named by their content's hash and cached for a year. Actions (`actions.rs`) are on
 //! only with `--ui-token-file`. The listener itself (the Host check, the caps, the timeouts) is
 //! `telemetry::listener`.
+//!
+//! - [`frame`]: what the page shows, read once for every open page (the views' world, the
+//!   groups, the slot table).
+//! - [`view`]: what one open page looks at (its filters and page) and what it is sent when the
+//!   fleet changes.
+//! - [`html`]: the page rendered on the server, whole at first and in parts after.
+//! - `demand`: who wants the page's reads, so the feed reads only while a page is open.
+//! - `actions`: claim, cancel, hold and release, behind the token.
 
 mod actions;
 mod demand;

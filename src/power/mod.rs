@@ -4,6 +4,7 @@
 //! stays the observation of record: a driver's power reading is a second opinion that confirms
 //! an off landed, never what makes a machine count as on.
 //!
+//! - [`drive`]: running a slot's driver for one operation, in the operation wrapper.
 //! - `wol`: Wake-on-LAN magic packets (on only).
 //! - `redfish`: `ComputerSystem.Reset` and `PowerState` over HTTPS.
 //! - `ipmi`: chassis power through `ipmitool` (LAN+).

@@ -4,7 +4,9 @@
 //!
 //! - `mod.rs`: the controller's state and its loop.
 //! - `leadership`: the lease, the fences, stepping down (SPEC §5.1).
-//! - `pass`: one pass: observe the store once, each group's slots, write the reports.
+//! - `pass`: one pass: observe the store once, each group's slots, write the reports;
+//!   `gathered`: what a group's pass gathers of its slots' outcomes; `cursor`: how a pass finds
+//!   each slot's bench in the snapshot.
 //! - `sight`: whether the controller can see, judged once per pass (`domain::sight`), and the
 //!   status it publishes.
 //! - `energy`: each slot's observed power to its energy ledger (`domain::energy`).
@@ -12,12 +14,14 @@
 //! - `gate`: the replication gate before every power action (`store::replicas`).
 //! - `act`: one slot: `domain::slot::plan` decides the steps, and they are taken in order; the
 //!   first compare-and-set the store refuses stops the slot until the next pass, which reads it
-//!   again. Every operation is recorded on its claim before it runs.
-//! - `write`: claim writes through the compare-and-set, with their timeline entries and metrics.
+//!   again. Every operation is recorded on its claim before it runs. `hands`: the borrow of the
+//!   controller's ports and records a step acts through.
+//! - `memory`: what the controller remembers across passes, and how a step changes it.
 //! - `operations`: spawning an operation in its wrapper, taking its outcome, the shutdown wait.
 //! - `nodes`: the Nodes port, where the Kubernetes client plugs in.
 //! - `wake`: when to pass before the tick: announced beats (a subscription of its own) and the
 //!   earliest deadline of the last read (`domain::wake`).
+//! - [`bmc`]: the leader's periodic reading of each Redfish and IPMI slot's BMC.
 
 mod act;
 pub mod bmc;
@@ -25,6 +29,7 @@ mod budget;
 mod cursor;
 mod energy;
 mod gate;
+mod gathered;
 mod hands;
 mod leadership;
 mod memory;

@@ -26,7 +26,7 @@ use crate::store::presence::{Named, PresenceError, Snapshot};
 use super::act::Seen;
 use super::budget;
 use super::cursor::Benches;
-use super::energy::Sighting;
+use super::gathered::Gathered;
 use super::nodes::NodeViews;
 use super::{Controller, Map, Nodes, PassError, PassReport, Sight};
 use crate::telemetry::{ClaimLabels, SlotLabels};
@@ -333,16 +333,7 @@ where
         }: PassSees<'_>,
         Tally { report, reports }: Tally<'_>,
     ) {
-        for (name, why) in &read.unreadable {
-            warn!(group = %group.name, claim = name, error = why, "claim is unreadable; it is left alone");
-        }
-        let unknown_unreadable = read.unreadable_slots.iter().any(Option::is_none);
-        let mut unreadable: HashSet<String> =
-            read.unreadable_slots.iter().flatten().cloned().collect();
-        for slot in &read.operations.unreadable {
-            warn!(group = %group.name, %slot, "the slot's operation record is unreadable; no power action on it");
-            unreadable.insert(slot.to_string());
-        }
+        let (unknown_unreadable, unreadable) = unreadable(&group.name, &read);
         let mut ops = read.operations.by_slot;
         let holder = self.leading.holder();
         // The claims by slot, each slot's in the order read, and the slots walked in name order
@@ -357,10 +348,8 @@ where
             "slots in name order"
         );
         let mut claims = claims.into_iter().peekable();
-        let mut phases: Map<&'static str, i64> = Map::default();
-        let mut sightings = Vec::with_capacity(slots.len());
+        let mut gathered = Gathered::with_capacity(slots.len());
         let mut benches = snapshot.map(Benches::new);
-        let mut statuses = Vec::new();
         for slot in slots.iter().copied() {
             if self.leading.deposed.load(Ordering::Relaxed) {
                 break;
@@ -381,36 +370,19 @@ where
             let outcome = self
                 .slot_pass(group, slot, claims, seen, now, &holder)
                 .await;
-            report.slots += 1;
-            report.writes += outcome.writes;
-            sightings.push(Sighting {
-                slot: slot.name.clone(),
-                power: outcome.power,
-                draw: slot.power,
-            });
-            if outcome.started {
-                report.started.push(slot.name.clone());
-            }
-            if outcome.stopped {
-                report.stopped.push(slot.name.clone());
-            }
-            for (_, phase) in &outcome.phases {
-                *phases.entry(phase.as_str()).or_default() += 1;
-            }
-            if let Some(status) = outcome.status {
-                statuses.push((slot.name.clone(), status));
-            }
+            gathered.add(slot, outcome, report);
         }
-        if !statuses.is_empty() {
+        if !gathered.statuses.is_empty() {
             reports
                 .entry(group.name.clone())
                 .or_default()
-                .extend(statuses);
+                .extend(gathered.statuses);
         }
         if !self.leading.deposed.load(Ordering::Relaxed) {
-            self.account_energy(&group.name, &sightings, now).await;
+            self.account_energy(&group.name, &gathered.sightings, now)
+                .await;
         }
-        self.count_claim_phases(&group.name, &phases);
+        self.count_claim_phases(&group.name, &gathered.phases);
     }
 
     /// The claims of slots that left `group` (removed, or moved to another group) end, each on
@@ -569,4 +541,19 @@ where
             }
         }
     }
+}
+
+/// The slots of `group` whose claims or operation records could not be read, named; and whether
+/// a claim that does not even say its slot was among them (then no slot of the group is safe).
+fn unreadable(group: &GroupName, read: &GroupClaims) -> (bool, HashSet<String>) {
+    for (name, why) in &read.unreadable {
+        warn!(group = %group, claim = name, error = why, "claim is unreadable; it is left alone");
+    }
+    let unknown = read.unreadable_slots.iter().any(Option::is_none);
+    let mut named: HashSet<String> = read.unreadable_slots.iter().flatten().cloned().collect();
+    for slot in &read.operations.unreadable {
+        warn!(group = %group, %slot, "the slot's operation record is unreadable; no power action on it");
+        named.insert(slot.to_string());
+    }
+    (unknown, named)
 }

@@ -1,7 +1,24 @@
 //! Redis: connecting, the key schema, and the presence store (SPEC §2.3 to §2.7).
 //!
 //! Every key is named in [`keys`]; every store method is one round trip, but for the large calls
-//! SPEC §1.4 lets go in pieces (the fleet read, a new leader's statuses, a group's energy).
+//! SPEC §1.4 lets go in pieces (the fleet read, a new leader's statuses, a group's energy). How
+//! fleet reaches Redis (URLs, TLS, Sentinel, Cluster) is the crate `fleet_redis`, below this.
+//!
+//! - [`keys`]: every key fleet reads or writes, named once.
+//! - [`script`]: running fleet's Lua scripts after their shared prelude; the server's clock.
+//! - [`presence`]: beats, the fleet read, hold requests and the registry (SPEC §2.3 to §2.5).
+//! - [`claims`]: the claim store (SPEC §4.3): claims, timelines, per group; `claims_read`, a
+//!   group's claims as they stood at one moment, and `held`, a large group's copy between reads.
+//! - [`slots`]: each slot's published status and last-claim digest; [`operations`] and
+//!   [`operation_record`]: each slot's operation record, written and read back.
+//! - [`groups`]: which groups may hold claims, and forgetting one; [`catalog`]: the groups and
+//!   slots `fleet serve` publishes for the views, and the controller's status.
+//! - [`fenced`]: the shell of every fenced store (its writes carry the leader's token);
+//!   [`lease`]: the leader lease and the store's generation (SPEC §5.1, §5.2).
+//! - [`energy`]: the energy ledgers (SPEC §4.12); [`bmc`]: each slot's last BMC reading.
+//! - [`power_off`]: the agent's power-off request and its answer (SPEC §4.10).
+//! - [`replicas`]: waiting for replicas before a power action (SPEC §5.6).
+//! - [`acl`]: the Redis users fleet runs as, and their rules (SPEC §2.11, §7).
 
 // The transport (connecting, URLs, Sentinel, Cluster, one call over any topology) is a crate of its
 // own below the records: it knows no key and no record (SPEC §1).

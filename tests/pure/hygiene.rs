@@ -1036,11 +1036,21 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
             continue;
         }
         let rest = &code[at..];
-        let Some(brace) = rest.find('{') else {
+        // The body is the first brace after the parameter list, not the first after `fn`: a
+        // parameter may be a pattern with braces (`Parts { rx, conn }: Parts`).
+        let Some(params) =
+            parameters_end(rest, 3 + rest[3..].find(&name).unwrap_or(0) + name.len())
+        else {
+            continue; // An `fn` type, which has no name.
+        };
+        let Some(brace) = rest[params..].find('{').map(|b| params + b) else {
             continue;
         };
-        if rest.find(';').is_some_and(|semi| semi < brace) {
-            continue; // A declaration in a trait, or an `fn` type.
+        if rest[params..]
+            .find(';')
+            .is_some_and(|semi| params + semi < brace)
+        {
+            continue; // A declaration in a trait.
         }
         let mut depth = 0;
         let Some(close) = rest[brace..].char_indices().find_map(|(i, c)| {
@@ -1058,6 +1068,47 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
         out.push((name, line, len));
     }
     out
+}
+
+/// Where the parameter list of the function whose name ends at `after` in `rest` ends (just past
+/// its `)`): generics first (`<F: Fn(u8) -> u8>`, whose `->` is no bracket), then the parentheses.
+fn parameters_end(rest: &str, after: usize) -> Option<usize> {
+    let bytes = rest.as_bytes();
+    let mut i = after;
+    while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    if bytes.get(i) == Some(&b'<') {
+        let mut depth = 0;
+        while let Some(&b) = bytes.get(i) {
+            match b {
+                b'<' => depth += 1,
+                b'>' if bytes[i - 1] != b'-' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    let open = i + rest[i..].find('(')?;
+    let mut depth = 0;
+    for (j, c) in rest[open..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + j + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[test]
@@ -1105,6 +1156,10 @@ fn the_function_reader_measures_bodies_and_skips_declarations() {
         [("b".to_owned(), 3, 3), ("c".to_owned(), 7, 1)],
         "{found:?}"
     );
+    // A parameter that is a pattern with braces, and generics with a closure's arrow: the body
+    // is the brace after the parameters.
+    let code = "fn d<F: Fn(u8) -> u8>(\n    P { a, b }: P,\n    f: F,\n) -> u8 {\n    a\n}\n";
+    assert_eq!(functions(code), [("d".to_owned(), 0, 6)]);
     let lines = ["/// Long: a table.", "#[test]", "fn d() {"];
     assert!(says_why_above(&lines, 2));
     assert!(!says_why_above(&["/// Short.", "fn e() {"], 1));
@@ -1122,6 +1177,51 @@ fn modules() -> Vec<String> {
             Some(rest.strip_suffix(';')?.to_owned())
         })
         .collect()
+}
+
+// A module of four or more submodules opens with a map that names each (`name` or [`name`]):
+// a newcomer reads the folder from its door. `reconcile/mod.rs` named a module that was gone and
+// `store/mod.rs` 18 modules with no map while nothing held them.
+#[test]
+fn a_module_of_four_or_more_submodules_maps_them_all() {
+    let mut unmapped = Vec::new();
+    let mut all = product_sources();
+    all.extend(sources("crates/fleet-testing/src"));
+    for (path, text) in all {
+        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+            continue;
+        }
+        let submodules: Vec<&str> = code(&text)
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                let l = l
+                    .strip_prefix("pub(crate) ")
+                    .or_else(|| l.strip_prefix("pub(super) "))
+                    .or_else(|| l.strip_prefix("pub "))
+                    .unwrap_or(l);
+                l.strip_prefix("mod ")?.strip_suffix(';')
+            })
+            .collect();
+        if submodules.len() < 4 {
+            continue;
+        }
+        let map: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for m in submodules {
+            if !map.contains(&format!("`{m}`")) {
+                unmapped.push(format!("{}: {m}", path.display()));
+            }
+        }
+    }
+    assert!(
+        unmapped.is_empty(),
+        "name these submodules in their module's //! map:\n{}",
+        unmapped.join("\n")
+    );
 }
 
 // The three maps of the house (lib.rs's module list, SPEC §1's table of layers, README's layout)

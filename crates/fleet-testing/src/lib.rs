@@ -4,6 +4,12 @@
 //! Each server lives in its own temporary directory and listens on a unix socket there (or on a
 //! free loopback port); it is killed, and its directory removed, when the handle drops. A missing
 //! binary is an error with an install hint: tests fail on it, never skip.
+//!
+//! - [`fixture`]: configuration files built, not written by hand.
+//! - `sentinel`, `cluster`: a private Sentinel setup and a private Redis Cluster on loopback;
+//!   `tls`: a private CA and certificates for their TLS forms.
+//! - [`agent`]: an agent binary run as a machine runs it; [`dist`]: `make dist`'s archives as
+//!   the tests make and install them.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

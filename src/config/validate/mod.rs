@@ -5,6 +5,11 @@
 //! Kubernetes node names are unique, and that every slot names a declared group. One group's own
 //! fields are checked in `group`, a Job operation's pod template in `job`. Pure: no I/O, never a
 //! panic on any input.
+//!
+//! - `group`: one group's own fields; `job`: a Job operation's pod template.
+//! - `driver`: the power drivers, a group's defaults merged field by field with a slot's.
+//! - `power`: what a machine draws and costs (a template's `power`, a slot's override).
+//! - `devices`: a template's DRA devices, as a ResourceSlice will take them.
 
 mod devices;
 mod driver;

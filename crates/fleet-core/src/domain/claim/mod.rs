@@ -5,6 +5,12 @@
 //! live claim names it. Every move goes through `Claim::apply`, which refuses what the legal-move
 //! table refuses and returns the new claim (the caller writes it with a compare-and-set on the
 //! old phase and version); a refused move writes nothing. Pure: no I/O, no clock.
+//!
+//! - `phase`: the phases, the reasons a claim ends, the legal-move table, cancellation.
+//! - `timings`: the seed's constants, per group, and the budgets they add up to.
+//! - `gates`: the shutdown streak, the readiness gate and the watch of a ready claim's machine.
+//! - `judge`: the claim controller's judgment of one claim, and supersession.
+//! - `streak`: a slot's digest of its last claim, and the failure streak read from it.
 
 use std::time::Duration;
 

@@ -3,6 +3,13 @@
 //! in order, with the slot's report. Every rule of the pass lives here once; the controller
 //! (`reconcile::act`) executes the steps and stops the slot at the first compare-and-set the store
 //! refuses, so a plan made assuming each write lands is never carried past one that did not.
+//!
+//! - `planner`: the planner's state and the middle of the pass (the claim controller's judgment,
+//!   fleet's cordon, the readiness gate, adoption).
+//! - `power`: the input law and the power operations it fires.
+//! - `operations`: the slot's operation record and its operations' outcomes.
+//! - `nodes`: the Kubernetes Node steps (cordon, readiness, provider ID, stale Node deletion).
+//! - `report`: the slot's report.
 
 use std::time::Duration;
 
