@@ -65,7 +65,7 @@ async fn controller(
     cfg: &Arc<config::Config>,
     holder: &str,
     health: Arc<Health>,
-) -> Controller<fleet::store::conn::Conn, Exec> {
+) -> Controller<fleet_redis::conn::Conn, Exec> {
     let (_, rx) = tokio::sync::watch::channel(cfg.clone());
     let manager = server.endpoint().open_lasting().await.expect("redis");
     Controller::new(

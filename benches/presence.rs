@@ -20,10 +20,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fleet::domain::name::BenchName;
-use fleet::store::connect::Endpoint;
-use fleet::store::counting::Counting;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
+use fleet_redis::connect::Endpoint;
+use fleet_redis::counting::Counting;
 use fleet_testing::{Options, RedisServer};
 use redis::aio::MultiplexedConnection;
 

@@ -19,8 +19,8 @@ use fleet::provider::service::Provider;
 use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::*;
 use fleet::store::claims::ClaimStore;
-use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
+use fleet_redis::connect::Endpoint;
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, Options, RedisServer};
 

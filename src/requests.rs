@@ -248,7 +248,7 @@ pub async fn scaled<C: ConnectionLike + Clone + Send>(
 ) {
     let count = u32::try_from(count).unwrap_or(u32::MAX);
     if let Err(e) = store.record_scale(group, now, action, count).await {
-        tracing::debug!(%group, error = crate::store::connect::chain(&e), "recording the scaling call failed");
+        tracing::debug!(%group, error = fleet_redis::connect::chain(&e), "recording the scaling call failed");
     }
 }
 

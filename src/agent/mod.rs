@@ -18,11 +18,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::domain::name::{BenchName, Reason};
-use crate::store::conn::Conn;
-use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::power_off::{Answer, OffAck, OffRequest, PowerOff};
 use crate::store::presence::{Beat, Presence, Receipt};
+use fleet_redis::conn::Conn;
+use fleet_redis::connect::Endpoint;
 
 /// The first retry after a failed beat; it doubles per failure up to the interval.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -356,7 +356,7 @@ pub enum Stopped {
 }
 
 fn error_chain(e: impl Into<anyhow::Error>) -> String {
-    crate::store::connect::chain(e.into().as_ref())
+    fleet_redis::connect::chain(e.into().as_ref())
 }
 
 /// The interval, moved by up to `JITTER` of itself either way.

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::store::connect::Password;
 use crate::store::keys::Keys;
 use crate::store::presence::MAX_TTL;
 use crate::units::duration;
+use fleet_redis::connect::Password;
 
 /// A duration within `[min, max]`: every duration flag has a documented range (SPEC §2.6), so no
 /// value can overflow the arithmetic fleet does with it (`3 × --interval`, an instant plus a

@@ -60,7 +60,7 @@ impl Args {
 /// Follows a claim to ready or failed, a line for each step (SPEC §4.6).
 async fn follow(
     ctx: &Ctx,
-    store: &ClaimStore<crate::store::conn::Conn>,
+    store: &ClaimStore<fleet_redis::conn::Conn>,
     made: &Claim,
     out: &mut (dyn Write + Send),
 ) -> Result<(), Error> {
@@ -87,7 +87,7 @@ async fn follow(
 
 /// The store's clock and the claim as it is now; a claim that is gone ends the wait.
 async fn read_followed(
-    store: &ClaimStore<crate::store::conn::Conn>,
+    store: &ClaimStore<fleet_redis::conn::Conn>,
     made: &Claim,
 ) -> Result<(chrono::DateTime<chrono::Utc>, Claim), Error> {
     let now = store.now().await.map_err(|e| Error::Runtime(e.into()))?;
@@ -137,7 +137,7 @@ fn write_progress(
 /// The output of the ended claim's last operation that said anything: why it failed, without
 /// another command. A timeline that cannot be read shows nothing; the failure is said anyway.
 async fn write_last_output(
-    store: &ClaimStore<crate::store::conn::Conn>,
+    store: &ClaimStore<fleet_redis::conn::Conn>,
     c: &Claim,
     out: &mut (dyn Write + Send),
 ) -> Result<(), Error> {

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::domain::name::BenchName;
 use crate::domain::state::{self, State};
-use crate::store::conn::Conn;
 use crate::store::presence::Presence;
+use fleet_redis::conn::Conn;
 
 use super::{Ctx, Error};
 

@@ -55,8 +55,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::connect::{DEFAULT_URL, Endpoint};
 use crate::store::keys::Keys;
+use fleet_redis::connect::{DEFAULT_URL, Endpoint};
 
 pub use crate::views::{Ctx, Error, request_error};
 
@@ -99,7 +99,7 @@ pub struct Global {
     // shown, in help, messages or logs.
     #[arg(long, env = "FLEET_SENTINEL_PASSWORD_FILE", global = true, value_name = "PATH",
           value_parser = args::password_file)]
-    pub sentinel_password_file: Option<crate::store::connect::Password>,
+    pub sentinel_password_file: Option<fleet_redis::connect::Password>,
     /// The sentinels' ACL user, with --sentinel-password-file (default: their default user).
     #[arg(
         long,
@@ -128,7 +128,7 @@ impl Global {
         let mut endpoint = Endpoint::new(self.redis.clone(), self.timeout);
         endpoint.ca_file = self.redis_ca.clone();
         endpoint.sentinel_auth = self.sentinel_password_file.clone().map(|password| {
-            crate::store::connect::SentinelAuth {
+            fleet_redis::connect::SentinelAuth {
                 user: self.sentinel_user.clone(),
                 password,
             }

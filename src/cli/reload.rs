@@ -13,9 +13,9 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError};
 use crate::store::catalog::Catalog;
-use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::telemetry::{Health, Metrics, Reload, ResultLabel};
+use fleet_redis::conn::Conn;
 
 use super::Error;
 
@@ -133,7 +133,7 @@ pub(super) async fn reload(
         seen = now;
         let loaded = config::load(&path)
             .and_then(|config| check_drivers(&path, &config).map(|()| config))
-            .map_err(|e| crate::store::connect::chain(&e));
+            .map_err(|e| fleet_redis::connect::chain(&e));
         let loaded = loaded.and_then(|config| {
             let settings = config.kubernetes_settings();
             if kubernetes || settings.is_empty() {
@@ -146,7 +146,7 @@ pub(super) async fn reload(
             Ok(config) => {
                 if let Err(e) = Catalog::of(&config).publish(&mut conn, &keys).await {
                     warn!(
-                        error = crate::store::connect::chain(&e),
+                        error = fleet_redis::connect::chain(&e),
                         "publishing the new catalog failed; views show the old one"
                     );
                 }

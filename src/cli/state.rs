@@ -5,8 +5,8 @@ use std::io::Write;
 
 use crate::domain::name::BenchName;
 use crate::domain::state::{Row, State};
-use crate::store::conn::Conn;
 use crate::store::presence::Presence;
+use fleet_redis::conn::Conn;
 
 use super::output::{self, Format};
 use super::{Ctx, Error};
@@ -110,6 +110,6 @@ fn lost_connection(e: &Error) -> bool {
     e.chain().any(|cause| {
         cause
             .downcast_ref::<redis::RedisError>()
-            .is_some_and(crate::store::conn::is_failover)
+            .is_some_and(fleet_redis::conn::is_failover)
     })
 }

@@ -168,7 +168,7 @@ pub struct ReportTo {
     /// The sentinels' own credentials, for a Sentinel URL whose sentinels do not take the
     /// primary's (travelling as the URL does).
     #[serde(default)]
-    pub sentinel_auth: Option<crate::store::connect::SentinelAuth>,
+    pub sentinel_auth: Option<fleet_redis::connect::SentinelAuth>,
     pub timeout: Duration,
     pub prefix: String,
 }
@@ -194,7 +194,7 @@ pub struct Job {
     /// fleet took it out of its environment at start (`power::secrets`): the wrapper inherits
     /// none of it, so it travels here, as the Redis URL does. Absent from an older fleet's job.
     #[serde(default)]
-    pub secret: Option<(String, crate::store::connect::Password)>,
+    pub secret: Option<(String, fleet_redis::connect::Password)>,
 }
 
 impl Job {
@@ -205,7 +205,7 @@ impl Job {
                 .map(|s| {
                     (
                         name.clone(),
-                        crate::store::connect::Password::new(s.expose()),
+                        fleet_redis::connect::Password::new(s.expose()),
                     )
                 }),
             _ => None,

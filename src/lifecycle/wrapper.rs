@@ -19,9 +19,9 @@ use crate::domain::operation::OpEnd;
 use crate::power::drive::{self, AgentAnswer, AgentOff};
 use crate::power::{Intent, PowerError};
 use crate::store::claims::ClaimStore;
-use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::power_off::{Answer, PowerOff};
+use fleet_redis::connect::Endpoint;
 
 use super::{Job, Report, ReportTo, command};
 
@@ -106,7 +106,7 @@ impl AgentOff for StoreAgent<'_> {
             if store.is_none() {
                 match endpoint.open().await {
                     Ok(conn) => store = Some(PowerOff::new(conn, keys.clone())),
-                    Err(e) => last_error = crate::store::connect::chain(&e),
+                    Err(e) => last_error = fleet_redis::connect::chain(&e),
                 }
             }
             if let Some(s) = &store {
@@ -135,7 +135,7 @@ impl AgentOff for StoreAgent<'_> {
                     // request stands until the agent answers it.
                     Ok(Some(_)) => {}
                     Err(e) => {
-                        last_error = crate::store::connect::chain(&e);
+                        last_error = fleet_redis::connect::chain(&e);
                         store = None;
                     }
                 }
@@ -193,11 +193,11 @@ pub async fn report_outcome(to: &ReportTo, job: &Job, report: &Report) {
             let conn = endpoint
                 .open()
                 .await
-                .map_err(|e| crate::store::connect::chain(&e))?;
+                .map_err(|e| fleet_redis::connect::chain(&e))?;
             ClaimStore::new(conn, keys.clone())
                 .end_operation(&request.group, slot, request.started_at, &end)
                 .await
-                .map_err(|e| crate::store::connect::chain(&e))
+                .map_err(|e| fleet_redis::connect::chain(&e))
         };
         let result = match tokio::time::timeout(left, attempt).await {
             Ok(result) => result,

@@ -20,9 +20,9 @@ use crate::domain::law::Report;
 use crate::domain::name::BenchName;
 use crate::domain::state::{self, State};
 use crate::store::catalog::ControllerStatus;
-use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::store::presence::Presence;
+use fleet_redis::conn::Conn;
 
 use crate::views::Error;
 use crate::views::{self, ClaimRow, GroupRow, World};

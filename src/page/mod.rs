@@ -40,10 +40,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::store::conn::Conn;
 use crate::store::keys::Keys;
 use crate::telemetry::Health;
 use crate::telemetry::listener::{Connection, Gate, Place};
+use fleet_redis::conn::Conn;
 
 pub use actions::{Act, Actions, BODY_MAX, Verbs};
 pub use demand::Demand;

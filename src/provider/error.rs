@@ -12,7 +12,7 @@ use crate::domain::name::{BenchName, GroupName, InvalidGroupName};
 use crate::domain::sizing::{BelowMin, DecreaseRefused, IncreaseRefused};
 use crate::requests::RequestError;
 use crate::store::claims::ClaimStoreError;
-use crate::store::connect::chain;
+use fleet_redis::connect::chain;
 
 use super::pricing::{PodPriceError, PriceError};
 

@@ -89,7 +89,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Provider<C> {
     /// Says and counts an answer read from the last snapshot, and returns its age for the header.
     fn stale(&self, group: &GroupName, stale: Option<Stale>) -> Option<std::time::Duration> {
         let Stale { age, cause } = stale?;
-        warn!(%group, age_ms = age.as_millis() as u64, error = crate::store::connect::chain(&cause), "Redis cannot be read; answering from the last snapshot");
+        warn!(%group, age_ms = age.as_millis() as u64, error = fleet_redis::connect::chain(&cause), "Redis cannot be read; answering from the last snapshot");
         if let Some(m) = &self.metrics {
             m.provider_stale_answers.inc();
         }

@@ -229,7 +229,7 @@ where
             Step::ObserveOff { started_at } => self.observe_off(a, started_at).await,
             Step::Uncordon => {
                 if let Err(e) = self.presence.release(&a.slot.name).await {
-                    warn!(slot = %a.slot.name, error = crate::store::connect::chain(&e), "uncordon failed");
+                    warn!(slot = %a.slot.name, error = fleet_redis::connect::chain(&e), "uncordon failed");
                 }
                 true
             }
@@ -300,7 +300,7 @@ where
         {
             Ok(recorded) => recorded,
             Err(e) => {
-                warn!(slot = %slot, error = crate::store::connect::chain(&e), "recording the operation's outcome on the slot failed");
+                warn!(slot = %slot, error = fleet_redis::connect::chain(&e), "recording the operation's outcome on the slot failed");
                 false
             }
         }
@@ -338,7 +338,7 @@ where
         if let Ok(reason) = HoldReason::parse(&format!("{CORDON_PREFIX}{why}"))
             && let Err(e) = self.presence.request_hold(slot, &reason, None).await
         {
-            warn!(slot = %slot, error = crate::store::connect::chain(&e), "cordon failed");
+            warn!(slot = %slot, error = fleet_redis::connect::chain(&e), "cordon failed");
         }
     }
 
@@ -410,7 +410,7 @@ where
                         .deposed
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                warn!(slot = %slot, error = crate::store::connect::chain(&e), "adoption failed; no power action");
+                warn!(slot = %slot, error = fleet_redis::connect::chain(&e), "adoption failed; no power action");
                 false
             }
         }
@@ -444,7 +444,7 @@ where
                         && s.running_operation().map(|o| o.started_at) == Some(op.started_at)
                 }),
                 Err(e) => {
-                    warn!(slot = %slot, claim = %c.name, error = crate::store::connect::chain(&e), "cannot read back an operation's record; the next pass decides");
+                    warn!(slot = %slot, claim = %c.name, error = fleet_redis::connect::chain(&e), "cannot read back an operation's record; the next pass decides");
                     self.memory.uncertain.insert(
                         slot.clone(),
                         Recorded {

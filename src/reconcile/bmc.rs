@@ -268,7 +268,7 @@ fn report(turns: &[Turn], confirm: &mut Confirm) {
             debug!(%group, "bmc reading refused by the fence: a newer leader reads")
         }
         Some(e) => warn!(
-            error = crate::store::connect::chain(e),
+            error = fleet_redis::connect::chain(e),
             "recording a bmc reading failed; the next round tries again"
         ),
         None if unread => warn!(

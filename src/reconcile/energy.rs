@@ -116,7 +116,7 @@ where
         let answers = match store.account_all(group, &steps).await {
             Ok(answers) => answers,
             Err(e) => {
-                warn!(%group, error = crate::store::connect::chain(&e), "writing the energy ledgers failed; the intervals are accounted at the next step");
+                warn!(%group, error = fleet_redis::connect::chain(&e), "writing the energy ledgers failed; the intervals are accounted at the next step");
                 return false;
             }
         };
@@ -143,7 +143,7 @@ where
                             .deposed
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    warn!(%group, slot = %x.slot, error = crate::store::connect::chain(&e), "writing the energy ledger failed; the interval is accounted at the next step");
+                    warn!(%group, slot = %x.slot, error = fleet_redis::connect::chain(&e), "writing the energy ledger failed; the interval is accounted at the next step");
                 }
             }
         }
@@ -182,7 +182,7 @@ where
                     }
                 }
                 Err(e) => {
-                    warn!(%group, error = crate::store::connect::chain(&e), "reading the energy ledgers failed; accounting waits for the next pass");
+                    warn!(%group, error = fleet_redis::connect::chain(&e), "reading the energy ledgers failed; accounting waits for the next pass");
                     return false;
                 }
             }

@@ -89,7 +89,7 @@ where
                 false
             }
             Err(e) => {
-                warn!(%slot, error = crate::store::connect::chain(&e), "cannot wait for the replicas; not firing the operation (the next pass asks again)");
+                warn!(%slot, error = fleet_redis::connect::chain(&e), "cannot wait for the replicas; not firing the operation (the next pass asks again)");
                 self.metrics.replica_waits_short.inc();
                 false
             }

@@ -172,7 +172,7 @@ where
                 Written::No
             }
             Err(e) => {
-                warn!(claim = %old.name, error = crate::store::connect::chain(&e), "claim write failed; it may have been applied");
+                warn!(claim = %old.name, error = fleet_redis::connect::chain(&e), "claim write failed; it may have been applied");
                 Written::Unknown
             }
         }
@@ -192,7 +192,7 @@ where
                 .deposed
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        warn!(slot = %slot, error = crate::store::connect::chain(&e), "{what} failed");
+        warn!(slot = %slot, error = fleet_redis::connect::chain(&e), "{what} failed");
     }
 
     /// An operation's end, counted, and said when it served no claim (a claim's write says it

@@ -111,7 +111,7 @@ where
             }
             Err(e) => {
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "cannot reach the lease"
                 );
                 // The store is out of reach, so presence is too: when it returns, the grace.
@@ -141,7 +141,7 @@ where
                     return false;
                 }
                 Err(e) => {
-                    warn!(%group, error = crate::store::connect::chain(&e), "raising the fence failed; not leading yet");
+                    warn!(%group, error = fleet_redis::connect::chain(&e), "raising the fence failed; not leading yet");
                     return false;
                 }
             }

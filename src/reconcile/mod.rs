@@ -345,7 +345,7 @@ where
             }
             if let Err(e) = self.pass().await {
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "controller pass failed; retrying"
                 );
             }
@@ -360,7 +360,7 @@ where
             match lease.release(&token).await {
                 Ok(_) => info!(token, "leadership released"),
                 Err(e) => warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "releasing the lease failed; it lapses on its own"
                 ),
             }

@@ -198,7 +198,7 @@ where
             Ok(s) => Some(s),
             Err(e) => {
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "cannot read presence: blind, no power action this pass"
                 );
                 // Recorded now, not at the end of the pass: the claims read fails too when Redis
@@ -447,7 +447,7 @@ where
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    warn!(group = %gone, error = crate::store::connect::chain(&e), "forgetting a removed group failed")
+                    warn!(group = %gone, error = fleet_redis::connect::chain(&e), "forgetting a removed group failed")
                 }
             }
         }

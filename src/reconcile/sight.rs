@@ -112,7 +112,7 @@ where
             Ok(g) => g,
             Err(e) => {
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "cannot read the generation marker"
                 );
                 return None;
@@ -126,7 +126,7 @@ where
             {
                 Ok(()) => info!("the catalog was missing from the store; published it again"),
                 Err(e) => warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "publishing the catalog again failed"
                 ),
             }
@@ -239,7 +239,7 @@ where
         match status.publish(&mut conn, self.presence.keys()).await {
             Ok(()) => self.seeing.published = Some((status, Instant::now())),
             Err(e) => debug!(
-                error = crate::store::connect::chain(&e),
+                error = fleet_redis::connect::chain(&e),
                 "publishing the controller's status failed"
             ),
         }
@@ -260,7 +260,7 @@ where
             Err(e) => {
                 self.seeing.written = None;
                 debug!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "setting the written mark failed; the next pass checks none"
                 );
             }

@@ -35,11 +35,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::domain::wake::{EXPIRY_MARGIN, expiry};
-use crate::store::conn::Conn;
-use crate::store::connect::Endpoint;
 use crate::store::keys::Keys;
 use crate::store::presence::Snapshot;
-use crate::store::url::{ClusterUrl, Target};
+use fleet_redis::conn::Conn;
+use fleet_redis::connect::Endpoint;
+use fleet_redis::url::{ClusterUrl, Target};
 
 /// How long the listener waits before subscribing again after a failure, at first and at most
 /// (doubling in between).
@@ -352,12 +352,12 @@ async fn listen(wake: Wake, requested: Arc<Notify>, stop: CancellationToken) {
             Err(e) if !failing => {
                 failing = true;
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "cannot listen for announced beats; passing on the tick meanwhile"
                 );
             }
             Err(e) => debug!(
-                error = crate::store::connect::chain(&e),
+                error = fleet_redis::connect::chain(&e),
                 "still cannot listen"
             ),
         }
@@ -439,7 +439,7 @@ async fn follow(
                             .into(),
                     },
                 };
-                return Some(crate::store::connect::chain(&error));
+                return Some(fleet_redis::connect::chain(&error));
             }
         }
     }

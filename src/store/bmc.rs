@@ -10,7 +10,7 @@
 //! one round trip (`read_all`). The decoding is pure and never panics: a value fleet did not
 //! write is an error naming the key and what is wrong, and spoils no other slot.
 
-use super::conn::{Order, query_by_tag};
+use fleet_redis::conn::{Order, query_by_tag};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};

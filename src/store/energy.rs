@@ -12,7 +12,7 @@
 //! decoding is pure and never panics on a foreign write (a field it cannot read is skipped,
 //! with the reason).
 
-use super::conn::{Order, query_by_tag};
+use fleet_redis::conn::{Order, query_by_tag};
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, Utc};

@@ -3,8 +3,8 @@
 //! group's target size, and its last scaling call. Every call is one round trip; forgetting a
 //! group takes a second only to put it back (see `forget_group`).
 
-use super::conn::{Order, query_by_tag};
 use chrono::{DateTime, Utc};
+use fleet_redis::conn::{Order, query_by_tag};
 use redis::aio::ConnectionLike;
 
 use crate::domain::claim::Timings;

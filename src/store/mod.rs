@@ -20,10 +20,6 @@
 //! - [`replicas`]: waiting for replicas before a power action (SPEC §5.6).
 //! - [`acl`]: the Redis users fleet runs as, and their rules (SPEC §2.11, §7).
 
-// The transport (connecting, URLs, Sentinel, Cluster, one call over any topology) is a crate of its
-// own below the records: it knows no key and no record (SPEC §1).
-pub use fleet_redis::{cluster, conn, connect, counting, sentinel, url};
-
 /// The most keys (or records) one command of fleet's names, however large a group (SPEC §5.7):
 /// a pipeline sends as many commands as it needs, in the same round trip, so a read or write of
 /// 100 000 slots never holds Redis for one long command while beats wait behind it.

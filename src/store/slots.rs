@@ -6,7 +6,7 @@
 //! The claims themselves are in `claims`: a claim's terminal write leaves its slot's digest, in
 //! the same script.
 
-use super::conn::{Order, query_by_tag};
+use fleet_redis::conn::{Order, query_by_tag};
 use redis::aio::ConnectionLike;
 
 use crate::domain::claim::LastClaim;

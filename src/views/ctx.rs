@@ -5,10 +5,10 @@
 use tokio_util::sync::CancellationToken;
 
 use crate::requests::RequestError;
-use crate::store::conn::Conn;
-use crate::store::connect::{ConnectError, Endpoint};
 use crate::store::keys::Keys;
 use crate::store::presence::{Presence, PresenceError};
+use fleet_redis::conn::Conn;
+use fleet_redis::connect::{ConnectError, Endpoint};
 
 /// What a verb runs with: where Redis is, the key namer, and the shutdown signal.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Usage(e) | Error::Runtime(e) => {
-                f.write_str(&crate::store::connect::chain(e.as_ref()))
+                f.write_str(&fleet_redis::connect::chain(e.as_ref()))
             }
         }
     }

@@ -59,7 +59,7 @@ pub struct Report {
 /// The report of `groups` over the whole UTC days from `since` ago through today, by the
 /// server's clock: one round trip (`fleet energy`, and the live page's figures).
 pub async fn read_report(
-    conn: crate::store::conn::Conn,
+    conn: fleet_redis::conn::Conn,
     keys: &crate::store::keys::Keys,
     groups: &[&CatalogGroup],
     since: Duration,

@@ -14,7 +14,7 @@ use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::bmc::{BmcReading, BmcStore};
 use crate::store::catalog::{Catalog, ControllerStatus};
 use crate::store::claims::{ClaimStore, LastScale, SlotStatus, SlotWaiting};
-use crate::store::conn::Conn;
+use fleet_redis::conn::Conn;
 
 mod ctx;
 pub mod energy;

@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use support::*;
 use tokio::sync::watch;
 
-type Ctl = Controller<fleet::store::conn::Conn, Exec>;
+type Ctl = Controller<fleet_redis::conn::Conn, Exec>;
 const SLOTS: [&str; 3] = ["bench-01", "bench-02", "bench-03"];
 const LEASE: Duration = Duration::from_millis(300);
 

@@ -13,8 +13,8 @@ use crate::support;
 use std::time::Duration;
 
 use fleet::agent::{Agent, Config as AgentConfig, Event};
-use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
+use fleet_redis::connect::Endpoint;
 use fleet_testing::Fixture;
 use fleet_testing::fixture::{Group, Op};
 use support::acl::*;
@@ -591,7 +591,7 @@ async fn agents_of_either_release_beat_under_the_previous_acl_file() {
     let keys = Keys::default();
     set_rules(&acl, "bench-a", &previous_rules(&keys, "bench-a")).await;
     set_rules(&acl, "bench-b", &previous_rules(&keys, "bench-b")).await;
-    let counting = fleet::store::counting::Counting::new(acl.conn("bench-a").await);
+    let counting = fleet_redis::counting::Counting::new(acl.conn("bench-a").await);
     let presence = fleet::store::presence::Presence::new(counting.clone(), keys.clone());
     let receipt = presence
         .beat(&beat("bench-a", Duration::from_secs(60)))
@@ -711,7 +711,7 @@ async fn a_bench_user_from_an_older_acl_file_still_beats_and_is_told_to_renew_it
         keys.joined()
     );
     set_rules(&acl, "bench-a", &old_rules).await;
-    let counting = fleet::store::counting::Counting::new(acl.conn("bench-a").await);
+    let counting = fleet_redis::counting::Counting::new(acl.conn("bench-a").await);
     let presence = fleet::store::presence::Presence::new(counting.clone(), keys);
     let receipt = presence
         .beat(&beat("bench-a", Duration::from_secs(60)))

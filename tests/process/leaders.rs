@@ -149,7 +149,7 @@ async fn cycles_through_three_leaders(cycles: usize) {
     let leader = |server: &RedisServer| {
         let url = server.url();
         async move {
-            let mut c = fleet::store::connect::Endpoint::new(url, Duration::from_secs(5))
+            let mut c = fleet_redis::connect::Endpoint::new(url, Duration::from_secs(5))
                 .connect()
                 .await
                 .unwrap();

@@ -796,7 +796,7 @@ fn fleet_is_wired(objects: &[Value]) {
     // The Redis URL names the headless Service of the StatefulSet, on its port, and fleet reads it.
     let url = secret_value(objects, "fleet", env(c, "FLEET_REDIS_URL"));
     assert!(
-        fleet::store::connect::Endpoint::new(url.clone(), Duration::from_secs(1))
+        fleet_redis::connect::Endpoint::new(url.clone(), Duration::from_secs(1))
             .client()
             .is_ok()
     );

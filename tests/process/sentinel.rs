@@ -8,9 +8,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
 use fleet::store::presence::Presence;
+use fleet_redis::connect::Endpoint;
 use fleet_testing::{SentinelOptions, SentinelSet};
 use support::remote::{
     compact, fleet, metrics_addr, ok, raw, readyz, serve_config, subscribed, until,
@@ -81,7 +81,7 @@ async fn a_connection_returns_the_failed_call_and_follows_the_new_primary() {
         .expect_err("the primary is gone");
     let source = std::error::Error::source(&err).expect("a redis error");
     let redis = source.downcast_ref::<redis::RedisError>().unwrap();
-    assert!(fleet::store::conn::is_failover(redis), "{redis}");
+    assert!(fleet_redis::conn::is_failover(redis), "{redis}");
     // The next call asks the sentinels and lands on the new primary.
     let asked = Instant::now();
     presence
@@ -166,7 +166,7 @@ async fn a_tls_connection_returns_the_failed_call_and_follows_the_new_primary() 
         .expect_err("the primary is gone");
     let source = std::error::Error::source(&err).expect("a redis error");
     let redis = source.downcast_ref::<redis::RedisError>().unwrap();
-    assert!(fleet::store::conn::is_failover(redis), "{redis}");
+    assert!(fleet_redis::conn::is_failover(redis), "{redis}");
     // The next call asks the sentinels again, over TLS, and lands on the new primary.
     let asked = Instant::now();
     presence

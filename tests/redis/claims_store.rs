@@ -10,8 +10,8 @@ use fleet::domain::claim::{Claim, Move, Phase, Reason, Timings};
 use fleet::domain::law::{Power, Report};
 use fleet::domain::name::{BenchName, ClaimName, GroupName};
 use fleet::store::claims::{ClaimStore, Created, Entry, Event, SlotStatus};
-use fleet::store::counting::Counting;
 use fleet::store::keys::Keys;
+use fleet_redis::counting::Counting;
 use support::*;
 
 fn group() -> GroupName {

@@ -25,7 +25,7 @@ use redis::aio::MultiplexedConnection;
 use support::*;
 use tokio::sync::watch;
 
-type Ctl = Controller<fleet::store::conn::Conn, Exec>;
+type Ctl = Controller<fleet_redis::conn::Conn, Exec>;
 
 const SLOTS: [&str; 4] = ["bench-01", "bench-02", "bench-03", "bench-04"];
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use fleet::domain::state::{Reading, State};
-use fleet::store::counting::Counting;
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
+use fleet_redis::counting::Counting;
 use support::*;
 
 fn state_of(snapshot: &fleet::store::presence::Snapshot, n: &str) -> State {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use fleet::store::connect::Endpoint;
 use fleet::store::keys::Keys;
+use fleet_redis::connect::Endpoint;
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, Options, RedisServer};
 use redis::aio::MultiplexedConnection;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use fleet::store::connect::Endpoint;
+use fleet_redis::connect::Endpoint;
 use fleet_testing::Fixture;
 use fleet_testing::fixture::{Group, Op};
 

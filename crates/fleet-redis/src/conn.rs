@@ -1,6 +1,6 @@
 //! fleet's connection to Redis, whatever the URL (SPEC §2.7): one server, the primary a
-//! Sentinel URL names, followed across failovers (`store::sentinel`), or a Redis Cluster
-//! (`store::cluster`).
+//! Sentinel URL names, followed across failovers (`sentinel`), or a Redis Cluster
+//! (`cluster`).
 //!
 //! A [`Conn`] is cheap to clone (every clone shares one connection) and implements
 //! `redis::aio::ConnectionLike`, so every store takes it. It never runs a command twice: a call

@@ -2,8 +2,8 @@
 //!
 //! `redis://`, `rediss://` (TLS, with an optional CA file) and `redis+unix://` URLs are accepted,
 //! with `user:password@` for ACL users. Errors name the URL with its password redacted. A
-//! Sentinel URL (`store::url`) is followed, and a Cluster URL spoken (`store::cluster`), by
-//! `store::conn::Conn` (`Endpoint::open`); the plain connections made here refuse both, saying so.
+//! Sentinel URL (`url`) is followed, and a Cluster URL spoken (`cluster`), by
+//! `conn::Conn` (`Endpoint::open`); the plain connections made here refuse both, saying so.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -86,7 +86,7 @@ pub enum ConnectError {
         #[source]
         source: redis::RedisError,
     },
-    /// A URL of any form that fleet's own reader refuses (`store::url`), before anything
+    /// A URL of any form that fleet's own reader refuses (`url`), before anything
     /// connects: the refusal names the part and the fix, never the password.
     #[error("invalid Redis URL {url}: {why}; {VALID_URLS}")]
     Malformed { url: String, why: url::Refusal },

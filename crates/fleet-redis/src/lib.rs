@@ -1,6 +1,6 @@
 //! fleet's Redis transport: how fleet reaches Redis, whatever the topology, and nothing of what it
 //! stores there (SPEC §1, §2.7). The records (keys, claims, presence, fences) are `fleet::store`,
-//! above this crate; they reach it as `fleet::store::{connect, conn, ...}`.
+//! above this crate; it names this crate's modules directly (`fleet_redis::connect`, ...).
 //!
 //! - [`url`]: the `redis://`, `rediss://`, `redis+unix://`, `redis+sentinel://` and
 //!   `redis+cluster://` URLs, read without echoing a password.

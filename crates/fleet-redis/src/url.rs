@@ -2,11 +2,11 @@
 //! one server (`redis://`, `rediss://`, `redis+unix://`), Sentinel (`redis+sentinel://`,
 //! `rediss+sentinel://`) and Cluster (`redis+cluster://`, `rediss+cluster://`). A one-server URL
 //! that passes is then handed to redis-rs as it is; a Sentinel or Cluster URL is followed by fleet
-//! (`store::sentinel`, `store::cluster`).
+//! (`sentinel`, `cluster`).
 //!
 //! Why fleet reads the one-server forms too: redis-rs reads a URL through the `url` crate, which
 //! ends the host part at the first `/`, `?` or `#`, while fleet's redaction ends the user info at
-//! the last `@` (`store::connect::redact`). A password with an unescaped `/` thus read as another
+//! the last `@` (`connect::redact`). A password with an unescaped `/` thus read as another
 //! host, another port or a path, and failed late and in other words (a Sentinel URL waited the
 //! whole `--timeout` and said `TLS failed`). Here every part is checked, and a refusal names the
 //! part and the fix.

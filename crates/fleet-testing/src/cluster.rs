@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use super::{Options, RedisServer, ServerError, TestCa};
-use fleet::store::connect::Endpoint;
+use fleet_redis::connect::Endpoint;
 
 /// How long the nodes may take to agree.
 const SETTLE: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use fleet::store::connect::Endpoint;
+use fleet_redis::connect::Endpoint;
 
 pub mod agent;
 mod cluster;
@@ -200,7 +200,7 @@ impl Drop for RedisServer {
 
 /// A client of `url` for the harness's own connections, trusting `ca` (for `rediss://`).
 pub(crate) fn client(url: &str, ca: Option<&Path>) -> redis::RedisResult<redis::Client> {
-    fleet::store::connect::install_crypto_provider();
+    fleet_redis::connect::install_crypto_provider();
     match ca {
         None => redis::Client::open(url),
         Some(ca) => {

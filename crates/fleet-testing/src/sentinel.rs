@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 
 use super::{Options, RedisServer, ServerError, TestCa, binary, free_port, wait_for_keeping};
-use fleet::store::connect::Endpoint;
+use fleet_redis::connect::Endpoint;
 
 /// The name the sentinels monitor the primary under.
 pub const MASTER: &str = "mymaster";

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::provider::server::{TlsError, TlsFiles};
 use crate::provider::{self, service::Provider};
-use crate::store::conn::Conn;
 use crate::telemetry::Metrics;
+use fleet_redis::conn::Conn;
 
 use super::super::Error;
 use super::Args;
@@ -62,7 +62,7 @@ pub(super) async fn serve_provider(
     .await
     {
         tracing::error!(
-            error = crate::store::connect::chain(&e),
+            error = fleet_redis::connect::chain(&e),
             "the cluster-autoscaler provider stopped; stopping fleet serve"
         );
         shutdown.cancel();

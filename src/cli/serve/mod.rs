@@ -27,12 +27,12 @@ use crate::reconcile::bmc::Reader;
 use crate::reconcile::{Controller, Faults, NoNodes, Nodes};
 use crate::store::catalog::Catalog;
 use crate::store::claims::ClaimStore;
-use crate::store::conn::Conn;
 use crate::store::lease::{Lease, Signal};
 use crate::store::presence::Presence;
 use crate::store::replicas::{Replicas, Wanted};
 use crate::telemetry::listener;
 use crate::telemetry::{Health, Metrics};
+use fleet_redis::conn::Conn;
 
 use super::reload::{check_drivers, check_kubernetes, config_error, hangups, reload, warn_about};
 use super::{Ctx, Error, args};

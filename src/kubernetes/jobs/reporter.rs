@@ -24,7 +24,7 @@ use super::outcome::{self, JobState};
 use super::spec::Identity;
 use crate::domain::operation::OpEnd;
 use crate::store::claims::ClaimStore;
-use crate::store::connect::chain;
+use fleet_redis::connect::chain;
 
 /// How often the leader lists its Jobs: an outcome a successor must learn this way reaches the
 /// store within this, far inside the report slack an operation is given (30 s).

@@ -189,7 +189,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Groups<C> {
             Ok(read) => read,
             Err(e) => {
                 warn!(
-                    error = crate::store::connect::chain(&e),
+                    error = fleet_redis::connect::chain(&e),
                     "NodeGroups: the claims cannot be read; answering the configured max sizes"
                 );
                 return out;
@@ -213,7 +213,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Groups<C> {
                     out.insert(group.name.clone(), max);
                 }
                 Err(e) => {
-                    warn!(group = %group.name, error = crate::store::connect::chain(&e), "NodeGroups: the slots cannot be read; answering the configured max size")
+                    warn!(group = %group.name, error = fleet_redis::connect::chain(&e), "NodeGroups: the slots cannot be read; answering the configured max size")
                 }
             }
         }
