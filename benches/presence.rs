@@ -12,6 +12,9 @@
 //! waits behind that read. Each agent's line says how much of its RSS is its own and how much
 //! mapped files.
 //!
+//! Then `fleet state -o json` over the largest size, end to end as a tool runs it (the binary, its
+//! rows read through a pipe), beside the raw MGET.
+//!
 //! Run: `cargo bench --bench presence` (add `-- --quick` for one size and fewer runs, `-- --reads`
 //! for the reads alone: no beats counted, no agent built or run).
 
@@ -64,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         &[1_000, 10_000, 100_000]
     };
     let mut seeded = 0;
+    let mut last_mget = None;
     for &n in sizes {
         seed(&conn, &keys, seeded, n).await?;
         seeded = n;
@@ -104,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .await;
         let mget_cpu = per_run(server_usec(&conn).await? - cpu, runs);
+        last_mget = Some((n, mget));
         let naive = if n <= 10_000 {
             Some(
                 median(if n > 1_000 { 3 } else { 9 }, || async {
@@ -150,11 +155,67 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
+    if let Some((n, mget)) = last_mget {
+        state_end_to_end(port, n, mget, if quick { 3 } else { 5 })?;
+    }
     if reads_only {
         return Ok(());
     }
     round_trips(&conn, &keys).await?;
     agents_rss(&endpoint).await?;
+    Ok(())
+}
+
+/// `fleet state -o json` over the `n` benches seeded, end to end as a tool runs it (the process
+/// started, its rows read from its stdout through a pipe, the process gone): the median of
+/// `runs`, beside the raw `MGET` of the same keys in this process (the anchor), with the output's
+/// size and the writes it took (`wchar`/`syscw` of `/proc/PID/io`, read as it ends).
+fn state_end_to_end(port: u16, n: usize, mget: Duration, runs: usize) -> anyhow::Result<()> {
+    use std::io::Read;
+    let mut times = Vec::with_capacity(runs);
+    let mut shape = (0, 0);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(["--redis", &format!("redis://127.0.0.1:{port}")])
+            .args(["--timeout", "60s", "state", "-o", "json"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let pid = child.id();
+        let mut stdout = child.stdout.take().expect("piped");
+        let mut bytes = 0;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut writes = 0;
+        loop {
+            let got = stdout.read(&mut buf)?;
+            if got == 0 {
+                break;
+            }
+            bytes += got;
+            // The writes so far, read while the process still runs (its /proc entry goes with it).
+            if let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) {
+                writes = io
+                    .lines()
+                    .find_map(|l| l.strip_prefix("syscw: ")?.trim().parse::<u64>().ok())
+                    .unwrap_or(writes);
+            }
+        }
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "fleet state exited {status}");
+        times.push(started.elapsed());
+        shape = (bytes, writes);
+    }
+    times.sort();
+    let state = times[times.len() / 2];
+    println!(
+        "fleet state -o json, {n} benches, end to end: {} (median of {runs}); raw MGET {} \
+         ({:.2}x); {:.1} MB of rows in {} writes or more",
+        ms(state),
+        ms(mget),
+        state.as_secs_f64() / mget.as_secs_f64(),
+        shape.0 as f64 / 1e6,
+        shape.1
+    );
     Ok(())
 }
 
