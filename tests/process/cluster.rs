@@ -304,16 +304,7 @@ async fn the_provider_scales_groups_on_other_nodes() {
     let store = ClaimStore::new(conn, Keys::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(fleet::provider::server::serve(
-        listener,
-        None,
-        std::sync::Arc::new(Provider::new(rx, store)),
-        (
-            None,
-            fleet::provider::server::Bounds::of(1_024, &Default::default()),
-        ),
-        tokio_util::sync::CancellationToken::new(),
-    ));
+    support::serve_provider(listener, Provider::new(rx, store));
     let mut client = CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .unwrap();

@@ -117,16 +117,19 @@ impl Fleet {
         .await
     }
 
-    /// `fleet serve`'s peak resident memory so far, in bytes (`VmHWM`).
-    fn peak(&self) -> u64 {
-        let pid = self.serve.child.id().expect("running");
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmHWM");
-        kb * 1024
+    /// The attacker writes 16 MB, as large a value as the deployment's Redis takes
+    /// (`proto-max-bulk-len`), into each of `keys`, its own.
+    async fn write_huge(&self, keys: &[String]) {
+        let huge = "x".repeat(16 << 20);
+        let mut c = self.acl.conn(ATTACKER).await;
+        for key in keys {
+            let () = redis::cmd("SET")
+                .arg(key)
+                .arg(&huge)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
     }
 
     /// Every claim is still ready, and no operation ran since the fleet came up: nothing the
@@ -283,23 +286,14 @@ async fn a_value_as_large_as_redis_takes_costs_fleet_serve_no_memory() {
     let mut f = Fleet::start().await;
     let keys = Keys::default();
     f.mean_pass(5.0).await;
-    let peak = f.peak();
+    let peak = f.serve.peak();
     let attacker = name(ATTACKER);
-    let huge = "x".repeat(16 << 20);
-    let mut c = f.acl.conn(ATTACKER).await;
-    for key in [
+    f.write_huge(&[
         keys.heartbeat(&attacker),
         keys.joined_key(&attacker),
         keys.off_ack(&attacker),
-    ] {
-        let () = redis::cmd("SET")
-            .arg(&key)
-            .arg(&huge)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-    }
-    drop(huge);
+    ])
+    .await;
     f.mean_pass(20.0).await;
     // The views (the last-seen column reads the join keys) and the page, read a few times.
     for _ in 0..3 {
@@ -313,7 +307,7 @@ async fn a_value_as_large_as_redis_takes_costs_fleet_serve_no_memory() {
         assert_eq!(status, 200);
     }
     f.mean_pass(10.0).await;
-    let grew = f.peak().saturating_sub(peak);
+    let grew = f.serve.peak().saturating_sub(peak);
     assert!(
         grew < 8 << 20,
         "fleet serve's peak grew by {} MB beside three values of 16 MB",
@@ -487,15 +481,7 @@ async fn a_client_that_never_reads_its_replies_is_cut_off_before_redis_refuses_a
     let mut f = Fleet::start().await;
     let keys = Keys::default();
     let key = keys.heartbeat(&name(ATTACKER));
-    let huge = "x".repeat(16 << 20);
-    let mut c = f.acl.conn(ATTACKER).await;
-    let () = redis::cmd("SET")
-        .arg(&key)
-        .arg(&huge)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    drop(huge);
+    f.write_huge(std::slice::from_ref(&key)).await;
     let clients: String = raw(&f.acl.server, &["CLIENT", "LIST"]).await;
     // fleet serve's connections but its wake listener's (`flags=P`): a subscriber's memory is
     // bounded by the pubsub limit, and cutting it off costs one subscription on the backoff.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use fleet_testing::fixture::{Group, Op};
 use fleet_testing::{Fixture, RedisServer};
+use support::peer::{closed_within, connect_from};
 use support::remote::{metrics_addr, sample, until};
 use support::{Serve, fleet_ok, http_get, run_fleet, run_fleet_bounded};
 
@@ -445,18 +446,6 @@ impl Limited {
     }
 }
 
-/// A connection to `addr` from the loopback address 127.0.0.`host`: the listener counts
-/// connections by peer address (SPEC §4.13 L4), and the whole of 127/8 is this machine.
-fn connect_from(addr: &str, host: u8) -> TcpStream {
-    use socket2::{Domain, Socket, Type};
-    let to: std::net::SocketAddr = addr.parse().unwrap();
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    s.bind(&std::net::SocketAddr::from(([127, 0, 0, host], 0)).into())
-        .unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
-}
-
 /// A stream on a new connection from 127.0.0.`host`, once its head and first frame came: `Ok`
 /// with the socket, or `Err` with the head of a refusal.
 fn open_stream(addr: &str, host: u8) -> Result<TcpStream, String> {
@@ -493,23 +482,6 @@ fn probe(addr: &str, path: &str) -> String {
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     answer
-}
-
-/// How long until the server closes `s` (it reads the end, or a reset), within `bound`.
-fn closed_within(mut s: TcpStream, bound: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    while start.elapsed() < bound {
-        match s.read(&mut buf) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(_) => return Some(start.elapsed()),
-        }
-    }
-    None
 }
 
 // Two workers: the test blocks on its sockets while `fleet serve`'s log is read.

@@ -6,8 +6,6 @@
 
 use crate::support;
 
-use std::io::Read;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use fleet::provider::bounds;
@@ -15,6 +13,7 @@ use fleet::provider::wire::cloud_provider_client::CloudProviderClient;
 use fleet::provider::wire::*;
 use fleet_testing::fixture::{BOOTS, Group, Op, POWERS_OFF};
 use fleet_testing::{Fixture, RedisServer};
+use support::peer::{closed_within, connect_from};
 use support::*;
 
 /// `fleet serve`'s descriptor limit: a container's default.
@@ -62,19 +61,6 @@ async fn start(server: &RedisServer, dir: &std::path::Path) -> (Serve, String, S
     (serve, grpc, metrics)
 }
 
-/// A connection to `addr` from the loopback address 127.0.0.`host`: the listener counts
-/// connections by peer address, and the whole of 127/8 is this machine. `None` when the kernel's
-/// backlog is full and the connection is not made within 100 ms.
-fn connect_from(addr: &str, host: u8) -> TcpStream {
-    use socket2::{Domain, Socket, Type};
-    let to: std::net::SocketAddr = addr.parse().unwrap();
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    s.bind(&std::net::SocketAddr::from(([127, 0, 0, host], 0)).into())
-        .unwrap();
-    s.connect(&to.into()).unwrap();
-    s.into()
-}
-
 /// `connect_from`, not waiting for the handshake: past the listener's backlog a connection stays
 /// half open, as a flood's do.
 fn flood_from(addr: &str, host: u8) -> Option<socket2::Socket> {
@@ -112,18 +98,6 @@ fn open_descriptors(serve: &Serve) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
-}
-
-/// `fleet serve`'s peak resident memory so far, in bytes (`VmHWM`).
-fn peak(serve: &Serve) -> u64 {
-    let pid = serve.child.id().expect("running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
-    kb * 1024
 }
 
 /// A gauge's value on `/metrics`.
@@ -271,27 +245,6 @@ async fn a_connection_that_sends_nothing_is_closed_after_its_first_byte_wait() {
     serve.stop().await;
 }
 
-/// How long until the server closes `s` (it reads the end, or a reset), within `bound`.
-fn closed_within(mut s: TcpStream, bound: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    while start.elapsed() < bound {
-        match s.read(&mut buf) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return Some(start.elapsed()),
-        }
-    }
-    None
-}
-
 /// The path of a provider method, as gRPC names it.
 fn method(name: &str) -> String {
     format!("/clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider/{name}")
@@ -382,7 +335,7 @@ async fn unfinished_requests_cost_the_provider_at_most_its_budget() {
     let server = tcp_server();
     let dir = tempfile::tempdir().unwrap();
     let (mut serve, grpc, metrics) = start(&server, dir.path()).await;
-    let before = peak(&serve);
+    let before = serve.peak();
     let peers: Vec<_> = (2..17u8)
         .map(|host| {
             let grpc = grpc.clone();
@@ -406,7 +359,7 @@ async fn unfinished_requests_cost_the_provider_at_most_its_budget() {
     assert!(waiting <= 2 * budgeted, "{waiting} requests of 4 MiB held");
     let held = gauge(&metrics, "fleet_provider_request_bytes").await;
     assert!(held <= bounds::BYTES as f64, "{held} bytes held");
-    let grew = peak(&serve).saturating_sub(before);
+    let grew = serve.peak().saturating_sub(before);
     assert!(
         grew < 2 * bounds::BYTES as u64,
         "fleet serve's peak grew by {} MB",
@@ -461,7 +414,7 @@ async fn large_requests_are_logged_in_part_and_priced_within_the_budget() {
         ..Default::default()
     }
     .encode_to_vec();
-    let before = peak(&serve);
+    let before = serve.peak();
     let calls: Vec<_> = (0..16)
         .map(|_| {
             let mut client = client.clone();
@@ -487,7 +440,7 @@ async fn large_requests_are_logged_in_part_and_priced_within_the_budget() {
         .filter(|c| **c != Err(tonic::Code::ResourceExhausted))
         .count();
     assert!(served >= 1, "{codes:?}");
-    let grew = peak(&serve).saturating_sub(before);
+    let grew = serve.peak().saturating_sub(before);
     assert!(
         grew < 2 * bounds::BYTES as u64,
         "fleet serve's peak grew by {} MB",

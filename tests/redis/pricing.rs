@@ -81,16 +81,7 @@ async fn provider(
     let store = ClaimStore::new(conn(server).await, Keys::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(fleet::provider::server::serve(
-        listener,
-        None,
-        std::sync::Arc::new(Provider::new(rx, store)),
-        (
-            None,
-            fleet::provider::server::Bounds::of(1_024, &Default::default()),
-        ),
-        tokio_util::sync::CancellationToken::new(),
-    ));
+    serve_provider(listener, Provider::new(rx, store));
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .timeout(CA_TIMEOUT)

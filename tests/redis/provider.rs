@@ -84,16 +84,7 @@ async fn serve<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
 ) -> CloudProviderClient<Channel> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(fleet::provider::server::serve(
-        listener,
-        None,
-        Arc::new(service),
-        (
-            None,
-            fleet::provider::server::Bounds::of(1_024, &Default::default()),
-        ),
-        tokio_util::sync::CancellationToken::new(),
-    ));
+    serve_provider(listener, service);
     CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .unwrap()

@@ -4,6 +4,7 @@
 pub mod acl;
 pub mod browser;
 pub mod contract;
+pub mod peer;
 pub mod remote;
 
 use std::time::Duration;
@@ -122,6 +123,18 @@ pub struct Serve {
 }
 
 impl Serve {
+    /// The process's peak resident memory so far, in bytes (`VmHWM`).
+    pub fn peak(&self) -> u64 {
+        let pid = self.child.id().expect("running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmHWM");
+        kb * 1024
+    }
+
     /// Starts `fleet serve` on `server` with `config` and the extra `args` (its log at INFO).
     pub fn start(
         name: &'static str,
@@ -597,19 +610,31 @@ pub async fn provider_client(
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    serve_provider(listener, service);
+    CloudProviderClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+/// Serves `provider` on `listener` as `fleet serve` does (no leadership to follow, the bounds of
+/// a 1 024-descriptor process), until the test ends.
+pub fn serve_provider<C>(
+    listener: tokio::net::TcpListener,
+    provider: fleet::provider::service::Provider<C>,
+) -> tokio::task::JoinHandle<Result<(), fleet::provider::server::ServeError>>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     tokio::spawn(fleet::provider::server::serve(
         listener,
         None,
-        std::sync::Arc::new(service),
+        std::sync::Arc::new(provider),
         (
             None,
             fleet::provider::server::Bounds::of(1_024, &Default::default()),
         ),
         tokio_util::sync::CancellationToken::new(),
-    ));
-    CloudProviderClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
+    ))
 }
 
 /// The events of a stream as an SSE client reads them (the WHATWG rules): a line ends at CRLF,
