@@ -46,13 +46,10 @@ pub use beat::STAMP_TOLERANCE;
 #[cfg(test)]
 pub(crate) use beat::commands as beat_commands;
 
-pub use decode::{MAX_VALUE, decode_request, reading_of};
+pub use crate::domain::heartbeat::{MAX_TTL, decode_request};
+pub use decode::MAX_VALUE;
 use read::Registry;
 pub use read::{Named, PIECE};
-
-/// The longest TTL one beat may promise. A long promise hides a crash for its whole length
-/// (reference §1.7), and a month is already far past the longest planned sleep.
-pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 const HOLD: Script = script!("hold.lua");
 const FORGET: Script = script!("forget.lua");

@@ -1,11 +1,11 @@
 //! The presence protocol's test vectors (docs/protocol.md, `docs/protocol-vectors.json`) run
 //! through fleet's own decision: the bounded read's reading of one key, then `state::decide` at
 //! the vector's server time. A reader in another language runs the same file
-//! (examples/python/fleet_reader.py); both agreeing with it is what "the protocol" means.
+//! (examples/python/fleet_protocol.py); both agreeing with it is what "the protocol" means.
 
 use chrono::DateTime;
-use fleet::domain::state::{Defect, decide};
-use fleet::store::presence::reading_of;
+use fleet::domain::heartbeat::{Found, Read, read};
+use fleet::domain::state::{Defect, Flaw, decide};
 use serde_json::Value;
 
 const VECTORS: &str = include_str!("../../docs/protocol-vectors.json");
@@ -15,9 +15,11 @@ fn kind(defect: Option<&Defect>) -> Option<&'static str> {
     Some(match defect? {
         Defect::Outlived => "outlived",
         Defect::Future => "future",
-        Defect::Unreadable(why) if why.starts_with("value too large") => "too_large",
-        Defect::Unreadable(why) if why.starts_with("the key holds") => "wrong_type",
-        Defect::Unreadable(_) => "unreadable",
+        Defect::Unreadable(u) => match u.kind {
+            Flaw::WrongType => "wrong_type",
+            Flaw::TooLarge => "too_large",
+            Flaw::Unreadable => "unreadable",
+        },
     })
 }
 
@@ -35,11 +37,15 @@ fn every_test_vector_reads_as_the_protocol_says() {
         // What `GETRANGE key 0 2048` returns of the value: its first 2049 bytes at most.
         let bounded = bytes.map(|b| &b[..b.len().min(fleet::store::presence::MAX_VALUE + 1)]);
         let found = match v["type"].as_str().unwrap() {
-            "none" => Ok(None),
-            "string" => Ok(bounded),
-            _ => Err(()),
+            "none" => Found::Missing,
+            "string" => Found::Bytes(bounded.unwrap()),
+            _ => Found::OtherType(None),
         };
-        let (reading, load, cores) = reading_of(found);
+        let Read {
+            reading,
+            load,
+            cores,
+        } = read(found);
         let now = DateTime::from_timestamp_millis(v["now_ms"].as_i64().unwrap()).unwrap();
         let verdict = decide(&reading, now);
         let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);

@@ -925,7 +925,7 @@ async fn impossible_values_read_down_saying_why_and_a_corrupted_holds_key_spoils
         for (n, why) in [
             ("hashy", "holds a hash"),
             ("future", "future"),
-            ("forever", "longest promise"),
+            ("forever", "ttl 99999999999999 is out of its range"),
         ] {
             let r = row(n);
             assert_eq!(r.state, State::Down, "{plan} {n}");

@@ -37,10 +37,10 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 use serde::Serialize;
 
+use crate::domain::heartbeat::{decode_beat, decode_request};
 use crate::domain::name::BenchName;
 use crate::domain::state::{HoldRequest, Reading, decide};
 
-use super::decode::{decode_beat, decode_request};
 use super::{Beat, MAX_TTL, Presence, PresenceError, Receipt};
 use crate::store::keys::Keys;
 use crate::store::power_off::pending;
@@ -185,7 +185,7 @@ pub(super) fn changes(
 ) -> bool {
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     let counted = before.and_then(|raw| {
-        let reading = decode_beat(raw).0;
+        let reading = decode_beat(raw).reading;
         let verdict = decide(&reading, now);
         match reading {
             Reading::Beat(key) if verdict.state.is_present() => Some((

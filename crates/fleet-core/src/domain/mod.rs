@@ -4,6 +4,8 @@
 //! and logs the decisions these functions return.
 //!
 //! - [`name`]: bench, group and claim names and hold reasons, validated once (SPEC §2.1).
+//! - [`heartbeat`]: the heartbeat value and the hold request read by the protocol's rules, in
+//!   strict JSON (docs/protocol.md §2).
 //! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).
 //! - [`power`]: the machine's observed power, on or off, from its presence (SPEC §3.1).
 //! - [`law`]: the input law, the triple to the report, the state and what fires (SPEC §3.1).
@@ -28,6 +30,7 @@ pub mod budget;
 pub mod claim;
 pub mod energy;
 pub mod fsm;
+pub mod heartbeat;
 pub mod history;
 pub mod law;
 pub mod name;

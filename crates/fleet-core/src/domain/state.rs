@@ -105,10 +105,39 @@ pub enum Reading {
     /// No key. The bench never beat, or its key expired: Redis cannot tell the two apart, and the
     /// decision does not need to.
     Missing,
-    /// A key whose value is not a heartbeat; the text says why.
-    Unreadable(String),
+    /// A key that is there and is not a heartbeat: of which kind, and why.
+    Unreadable(Unreadable),
     /// A heartbeat key.
     Beat(Key),
+}
+
+impl Reading {
+    /// A value that is not a heartbeat, `why` in words.
+    pub fn unreadable(why: impl Into<String>) -> Reading {
+        Reading::Unreadable(Unreadable {
+            kind: Flaw::Unreadable,
+            why: why.into(),
+        })
+    }
+}
+
+/// A key that is there and is not a heartbeat (docs/protocol.md §3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    pub kind: Flaw,
+    /// Why, in words: the row's `error` after "heartbeat value is unreadable: ".
+    pub why: String,
+}
+
+/// Why a key that is there is not a heartbeat, by the error kinds of docs/protocol.md §3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// A key of another type than a string.
+    WrongType,
+    /// A string longer than `heartbeat::MAX_VALUE` bytes.
+    TooLarge,
+    /// A string that is not a heartbeat value.
+    Unreadable,
 }
 
 /// One machine as the rows carry it: its key, and its load facts beside the key.
@@ -128,8 +157,8 @@ pub struct Bench {
 /// Why a key that exists still reads DOWN.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Defect {
-    /// The value could not be decoded as a heartbeat.
-    Unreadable(String),
+    /// The key is not a heartbeat: of another type, too large, or a value that does not decode.
+    Unreadable(Unreadable),
     /// The key is still there past its promised expiry: it was written or changed without `PX`
     /// (or with a longer TTL than its value promises), and would keep the bench from ever
     /// reading DOWN.
@@ -142,7 +171,7 @@ pub enum Defect {
 impl std::fmt::Display for Defect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Defect::Unreadable(why) => write!(f, "heartbeat value is unreadable: {why}"),
+            Defect::Unreadable(u) => write!(f, "heartbeat value is unreadable: {}", u.why),
             Defect::Outlived => f.write_str(
                 "heartbeat key outlived its TTL (written without PX?); it reads DOWN until the bench beats again",
             ),
@@ -186,7 +215,7 @@ impl Verdict {
 pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
     match reading {
         Reading::Missing => Verdict::down(None),
-        Reading::Unreadable(why) => Verdict::down(Some(Defect::Unreadable(why.clone()))),
+        Reading::Unreadable(u) => Verdict::down(Some(Defect::Unreadable(u.clone()))),
         Reading::Beat(key) => {
             let deadline = key.deadline();
             let grace = TimeDelta::from_std(OUTLIVED_GRACE).unwrap_or(TimeDelta::MAX);
@@ -397,11 +426,20 @@ mod tests {
                         assert_eq!(row.state, State::Up, "row 5: {case}");
                     }
                 }
-                // §2.2 row 2: an unreadable value.
-                let row =
-                    bench(Reading::Unreadable("not json".into()), load, asked.clone()).row(t(0));
-                assert_eq!(row.state, State::Down, "row 2");
-                assert!(row.error.unwrap().contains("not json"), "row 2");
+                // §2.2 row 2: a key that is not a heartbeat, of each kind.
+                for flaw in [Flaw::WrongType, Flaw::TooLarge, Flaw::Unreadable] {
+                    let reading = Reading::Unreadable(Unreadable {
+                        kind: flaw,
+                        why: "not json".to_owned(),
+                    });
+                    let row = bench(reading, load, asked.clone()).row(t(0));
+                    assert_eq!(row.state, State::Down, "row 2: {flaw:?}");
+                    assert_eq!(
+                        row.error.as_deref(),
+                        Some("heartbeat value is unreadable: not json"),
+                        "row 2: {flaw:?}"
+                    );
+                }
                 for hold in holds {
                     for (offset, counted, defect) in instants {
                         let now = t(ttl + offset);
@@ -536,7 +574,7 @@ mod tests {
             named("a", Reading::Missing),
             named("b", key(1000, Some("x"))),
             named("d", key(10, None)),
-            named("e", Reading::Unreadable("x".into())),
+            named("e", Reading::unreadable("x")),
             named("f", key(0, None)),
         ];
         let names: Vec<&str> = live(&benches, t(500)).iter().map(|n| n.as_str()).collect();

@@ -77,11 +77,7 @@ mod tests {
     fn a_single_key_wakes_the_controller_only_while_it_counts() {
         let rows: [(&str, Reading, Option<Duration>); 9] = [
             ("row 1: missing", Reading::Missing, None),
-            (
-                "row 2: unreadable",
-                Reading::Unreadable("not JSON".into()),
-                None,
-            ),
+            ("row 2: unreadable", Reading::unreadable("not JSON"), None),
             ("row 2b: from the future", beat(1_001, 10_000, None), None),
             ("row 3: at its deadline", beat(-500, 500, None), None),
             ("row 3: just past it", beat(-600, 500, None), None),
