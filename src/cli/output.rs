@@ -22,7 +22,7 @@ pub enum Format {
 }
 
 /// The TSV columns, in order; the header line names them.
-pub const TSV_COLUMNS: [&str; 9] = [
+pub const TSV_COLUMNS: [&str; 10] = [
     "name",
     "state",
     "hold",
@@ -32,6 +32,7 @@ pub const TSV_COLUMNS: [&str; 9] = [
     "ttl_ms",
     "expires_in_ms",
     "error",
+    "error_kind",
 ];
 
 /// Writes `rows` in `format`. JSON is one array: pretty when standalone, one line per frame
@@ -57,6 +58,7 @@ fn tsv(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
             cell(&r.ttl_ms),
             cell(&r.expires_in_ms),
             cell(&r.error),
+            cell(&r.error_kind),
         ];
         writeln!(out, "{}", fields.join("\t"))?;
     }
@@ -229,6 +231,7 @@ mod tests {
             ttl_ms: Some(30_000),
             expires_in_ms: Some(12_345),
             error: None,
+            error_kind: None,
         }
     }
 
@@ -239,8 +242,24 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "name\tstate\thold\trequested_hold\tload\tcores\tttl_ms\texpires_in_ms\terror\n\
-             bench-01\tHELD\tkernel upgrade\t\t21\t16\t30000\t12345\t\n"
+            "name\tstate\thold\trequested_hold\tload\tcores\tttl_ms\texpires_in_ms\terror\terror_kind\n\
+             bench-01\tHELD\tkernel upgrade\t\t21\t16\t30000\t12345\t\t\n"
+        );
+        let mut out = Vec::new();
+        let outlived = Row {
+            state: State::Down,
+            hold: None,
+            ttl_ms: None,
+            expires_in_ms: None,
+            error: Some("heartbeat key outlived its TTL".into()),
+            error_kind: Some(crate::domain::state::ErrorKind::Outlived),
+            ..row()
+        };
+        tsv(&mut out, &[outlived]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.ends_with("\theartbeat key outlived its TTL\toutlived\n"),
+            "{text}"
         );
     }
 

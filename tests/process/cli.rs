@@ -83,6 +83,7 @@ async fn state_json_has_exactly_the_pinned_fields_sorted_by_name() {
             [
                 "cores",
                 "error",
+                "error_kind",
                 "expires_in_ms",
                 "hold",
                 "load",
@@ -94,6 +95,11 @@ async fn state_json_has_exactly_the_pinned_fields_sorted_by_name() {
             ]
         );
         assert_eq!(r["schema"], "fleet/state/v1");
+        assert_eq!(
+            r["error_kind"],
+            serde_json::Value::Null,
+            "no error, no kind"
+        );
     }
     assert_eq!(rows[0]["state"], "HELD");
     assert_eq!(rows[0]["hold"], "sleeping");
@@ -103,6 +109,80 @@ async fn state_json_has_exactly_the_pinned_fields_sorted_by_name() {
     assert_eq!(rows[1]["cores"], 16);
     assert_eq!(rows[2]["state"], "DOWN");
     assert_eq!(rows[2]["expires_in_ms"], serde_json::Value::Null);
+}
+
+// docs/protocol.md §3: each error of a row carries its kind beside the words, so a program tells
+// a wrong type from an outlived key without reading the prose (SPEC §2.6 1).
+#[tokio::test]
+async fn state_json_names_the_kind_of_each_error() {
+    let server = server();
+    let now: Vec<String> = raw(&server, &["TIME"]).await;
+    let ms: i64 = now[0].parse::<i64>().unwrap() * 1000;
+    let beat = |at: i64| format!(r#"{{"v":1,"at":{at},"ttl":30000}}"#);
+    let _: i64 = raw(&server, &["HSET", "{fleet}:bench:b-hash", "f", "v"]).await;
+    let big = format!("{}{}", beat(ms), " ".repeat(3000));
+    let future = beat(ms + 60_000);
+    let outlived = beat(ms - 60_000);
+    for (name, value) in [
+        ("b-big", big.as_str()),
+        ("b-junk", "junk"),
+        ("b-future", &future),
+        ("b-outlived", &outlived),
+        (
+            "b-cores",
+            &format!(r#"{{"v":1,"at":{ms},"ttl":60000,"cores":-1,"load":"x"}}"#),
+        ),
+    ] {
+        let _: () = raw(&server, &["SET", &format!("{{fleet}}:bench:{name}"), value]).await;
+    }
+    let names = [
+        "b-big",
+        "b-cores",
+        "b-future",
+        "b-hash",
+        "b-junk",
+        "b-never",
+        "b-outlived",
+    ];
+    let mut args = vec!["state", "-o", "json"];
+    args.extend(names);
+    let (out, code) = run(&server, &args).await;
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<(&str, &str, Option<&str>, bool)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap(),
+                r["state"].as_str().unwrap(),
+                r["error_kind"].as_str(),
+                r["error"].is_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("b-big", "DOWN", Some("too_large"), true),
+            // Out-of-range cores and a load of another type are dropped: the beat counts.
+            ("b-cores", "UP", None, false),
+            ("b-future", "DOWN", Some("future"), true),
+            ("b-hash", "DOWN", Some("wrong_type"), true),
+            ("b-junk", "DOWN", Some("unreadable"), true),
+            ("b-never", "DOWN", None, false),
+            ("b-outlived", "DOWN", Some("outlived"), true),
+        ]
+    );
+    assert_eq!(
+        (&rows[1]["load"], &rows[1]["cores"]),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
+    let (tsv, _) = run(&server, &["state", "-o", "tsv", "b-hash"]).await;
+    let lines: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines[0].last(), Some(&"error_kind"));
+    assert_eq!(lines[1].last(), Some(&"wrong_type"));
 }
 
 #[tokio::test]

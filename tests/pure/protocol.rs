@@ -5,22 +5,14 @@
 
 use chrono::DateTime;
 use fleet::domain::heartbeat::{Found, Read, read};
-use fleet::domain::state::{Defect, Flaw, decide};
+use fleet::domain::state::{Defect, decide};
 use serde_json::Value;
 
 const VECTORS: &str = include_str!("../../docs/protocol-vectors.json");
 
 /// The error's kind as the vectors name it: implementations agree on the kind, not the words.
 fn kind(defect: Option<&Defect>) -> Option<&'static str> {
-    Some(match defect? {
-        Defect::Outlived => "outlived",
-        Defect::Future => "future",
-        Defect::Unreadable(u) => match u.kind {
-            Flaw::WrongType => "wrong_type",
-            Flaw::TooLarge => "too_large",
-            Flaw::Unreadable => "unreadable",
-        },
-    })
+    defect.map(|d| d.kind().as_str())
 }
 
 #[test]

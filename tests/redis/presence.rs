@@ -5,7 +5,7 @@ use crate::support;
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use fleet::domain::state::{Reading, State};
+use fleet::domain::state::{ErrorKind, Reading, State};
 use fleet::store::keys::Keys;
 use fleet::store::presence::{Beat, Presence};
 use fleet_redis::counting::Counting;
@@ -922,13 +922,18 @@ async fn impossible_values_read_down_saying_why_and_a_corrupted_holds_key_spoils
                 .row(snap.now)
         };
         assert_eq!(row("good").state, State::Up, "{plan}");
-        for (n, why) in [
-            ("hashy", "holds a hash"),
-            ("future", "future"),
-            ("forever", "ttl 99999999999999 is out of its range"),
+        for (n, why, kind) in [
+            ("hashy", "holds a hash", ErrorKind::WrongType),
+            ("future", "future", ErrorKind::Future),
+            (
+                "forever",
+                "ttl 99999999999999 is out of its range",
+                ErrorKind::Unreadable,
+            ),
         ] {
             let r = row(n);
             assert_eq!(r.state, State::Down, "{plan} {n}");
+            assert_eq!(r.error_kind, Some(kind), "{plan} {n}");
             assert!(
                 r.error.as_deref().is_some_and(|e| e.contains(why)),
                 "{plan} {n}: {r:?}"

@@ -182,6 +182,64 @@ impl std::fmt::Display for Defect {
     }
 }
 
+impl Defect {
+    /// Its kind, as the protocol names it (docs/protocol.md §3).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Defect::Unreadable(u) => match u.kind {
+                Flaw::WrongType => ErrorKind::WrongType,
+                Flaw::TooLarge => ErrorKind::TooLarge,
+                Flaw::Unreadable => ErrorKind::Unreadable,
+            },
+            Defect::Outlived => ErrorKind::Outlived,
+            Defect::Future => ErrorKind::Future,
+        }
+    }
+}
+
+/// The kind of a row's error (docs/protocol.md §3): what a program tells apart, where the
+/// `error` says it in words. `fleet state -o json` carries it as `error_kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The key holds another type than a string.
+    WrongType,
+    /// The value is longer than `heartbeat::MAX_VALUE` bytes.
+    TooLarge,
+    /// The value is not a heartbeat value (docs/protocol.md §2).
+    Unreadable,
+    /// The value was written more than a second after `now`.
+    Future,
+    /// The key is still there a second or more past its deadline: written without its expiry.
+    Outlived,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::WrongType,
+        ErrorKind::TooLarge,
+        ErrorKind::Unreadable,
+        ErrorKind::Future,
+        ErrorKind::Outlived,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::WrongType => "wrong_type",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::Unreadable => "unreadable",
+            ErrorKind::Future => "future",
+            ErrorKind::Outlived => "outlived",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The decision for one key at one instant of the server's clock.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
@@ -255,6 +313,8 @@ pub struct Row {
     pub ttl_ms: Option<u64>,
     pub expires_in_ms: Option<u64>,
     pub error: Option<String>,
+    /// The error's kind, for a program to tell a wrong type from an outlived key.
+    pub error_kind: Option<ErrorKind>,
 }
 
 impl Bench {
@@ -284,6 +344,7 @@ impl Bench {
             ttl_ms: verdict.ttl.map(millis),
             expires_in_ms: verdict.expires_in.map(millis),
             error: verdict.defect.as_ref().map(ToString::to_string),
+            error_kind: verdict.defect.as_ref().map(Defect::kind),
         }
     }
 }
@@ -403,8 +464,8 @@ mod tests {
                 let row = bench(Reading::Missing, load, asked.clone()).row(t(0));
                 assert_eq!(row.state, State::Down, "row 1");
                 assert_eq!(
-                    (row.ttl_ms, row.expires_in_ms, &row.error),
-                    (None, None, &None)
+                    (row.ttl_ms, row.expires_in_ms, &row.error, row.error_kind),
+                    (None, None, &None, None)
                 );
                 let standing_at_0 = asked
                     .as_ref()
@@ -421,19 +482,26 @@ mod tests {
                     let case = format!("{before} ms before the write");
                     if future {
                         assert_eq!(row.state, State::Down, "row 2b: {case}");
+                        assert_eq!(row.error_kind, Some(ErrorKind::Future), "row 2b: {case}");
                         assert!(row.error.unwrap().contains("future"), "row 2b: {case}");
                     } else {
                         assert_eq!(row.state, State::Up, "row 5: {case}");
+                        assert_eq!(row.error_kind, None, "row 5: {case}");
                     }
                 }
                 // §2.2 row 2: a key that is not a heartbeat, of each kind.
-                for flaw in [Flaw::WrongType, Flaw::TooLarge, Flaw::Unreadable] {
+                for (flaw, kind) in [
+                    (Flaw::WrongType, ErrorKind::WrongType),
+                    (Flaw::TooLarge, ErrorKind::TooLarge),
+                    (Flaw::Unreadable, ErrorKind::Unreadable),
+                ] {
                     let reading = Reading::Unreadable(Unreadable {
                         kind: flaw,
                         why: "not json".to_owned(),
                     });
                     let row = bench(reading, load, asked.clone()).row(t(0));
                     assert_eq!(row.state, State::Down, "row 2: {flaw:?}");
+                    assert_eq!(row.error_kind, Some(kind), "row 2: {flaw:?}");
                     assert_eq!(
                         row.error.as_deref(),
                         Some("heartbeat value is unreadable: not json"),
@@ -453,6 +521,11 @@ mod tests {
                             format!("offset {offset} hold {hold:?} load {load:?} asked {asked:?}");
                         assert_eq!(row.state, want, "{case}");
                         assert_eq!(row.error.is_some(), defect, "{case}");
+                        assert_eq!(
+                            row.error_kind,
+                            defect.then_some(ErrorKind::Outlived),
+                            "{case}"
+                        );
                         if defect {
                             assert!(
                                 row.error.as_ref().unwrap().contains("outlived its TTL"),
@@ -518,6 +591,21 @@ mod tests {
     }
 
     #[test]
+    fn an_error_kind_is_named_as_the_protocol_names_it() {
+        assert_eq!(
+            ErrorKind::ALL.map(|k| (k.as_str(), serde_json::to_string(&k).unwrap())),
+            [
+                ("wrong_type", "\"wrong_type\"".to_owned()),
+                ("too_large", "\"too_large\"".to_owned()),
+                ("unreadable", "\"unreadable\"".to_owned()),
+                ("future", "\"future\"".to_owned()),
+                ("outlived", "\"outlived\"".to_owned()),
+            ]
+        );
+        assert_eq!(ErrorKind::Outlived.to_string(), "outlived");
+    }
+
+    #[test]
     fn bench_at_load_21_on_16_cores_that_keeps_beating_is_up() {
         let b = bench(key(10_000, None), Some(21.0), None);
         assert_eq!(b.row(t(5_000)).state, State::Up);
@@ -535,6 +623,7 @@ mod tests {
     fn zero_ttl_write_expires_at_once() {
         let b = bench(key(0, None), None, None);
         assert_eq!(b.row(t(0)).state, State::Down);
+        assert_eq!(b.row(t(0)).error_kind, None);
     }
 
     #[test]
