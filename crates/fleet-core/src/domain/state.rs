@@ -269,8 +269,14 @@ impl Verdict {
 ///
 /// The key counts while `now` is strictly before its deadline (the server's write time plus the
 /// TTL, which is when Redis expires a key written with `PX`), so a bench reads DOWN at the instant
-/// its key expires (SPEC §2.2). A TTL of zero expires at once.
+/// its key expires (SPEC §2.2). A TTL of zero counts while `now` is before the write time, so
+/// for no instant unless the beat was written ahead of `now` (within the second of tolerance).
+///
+/// `now` counts in whole ms, rounded down (docs/protocol.md §3: `TIME`'s microseconds dropped),
+/// as every deadline does: a reader that keeps the microseconds would say a key 0 ms from its
+/// deadline where the protocol says 1.
 pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
+    let now = whole_ms(now);
     match reading {
         Reading::Missing => Verdict::down(None),
         Reading::Unreadable(u) => Verdict::down(Some(Defect::Unreadable(u.clone()))),
@@ -373,6 +379,11 @@ pub fn there(
         };
         wanted.then_some((b, verdict))
     })
+}
+
+/// `t` rounded down to its millisecond.
+fn whole_ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -590,6 +601,28 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        // docs/protocol.md §3: `now` counts in whole ms, rounded down. The microseconds of
+        // `TIME` never change a decision, nor the span left: a key 1 ms from its deadline reads
+        // 1 ms from it until the deadline's own millisecond.
+        #[test]
+        fn the_microseconds_of_now_are_dropped(
+            at in -5_000i64..5_000,
+            ttl in 0u64..10_000,
+            now in -10_000i64..20_000,
+            micros in 0i64..1_000,
+            held: bool,
+        ) {
+            let reading = Reading::Beat(Key {
+                written_at: t(at),
+                ttl: Duration::from_millis(ttl),
+                hold: held.then(|| reason("h")),
+            });
+            let exact = t(now) + TimeDelta::microseconds(micros);
+            proptest::prop_assert_eq!(decide(&reading, exact), decide(&reading, t(now)));
+        }
+    }
+
     #[test]
     fn an_error_kind_is_named_as_the_protocol_names_it() {
         assert_eq!(
@@ -624,6 +657,19 @@ mod tests {
         let b = bench(key(0, None), None, None);
         assert_eq!(b.row(t(0)).state, State::Down);
         assert_eq!(b.row(t(0)).error_kind, None);
+    }
+
+    // docs/protocol.md §3: the one rule, `now < at + ttl`, holds for a TTL of 0 too. Written
+    // ahead of `now` (within the second of tolerance), it counts until `at`.
+    #[test]
+    fn zero_ttl_written_ahead_counts_until_its_write_time() {
+        let b = bench(key(0, None), None, None);
+        let row = b.row(t(-500));
+        assert_eq!(
+            (row.state, row.ttl_ms, row.expires_in_ms),
+            (State::Up, Some(0), Some(500))
+        );
+        assert_eq!(b.row(t(-1_001)).error_kind, Some(ErrorKind::Future));
     }
 
     #[test]
