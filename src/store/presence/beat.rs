@@ -37,9 +37,10 @@ use redis::Value;
 use redis::aio::ConnectionLike;
 use serde::Serialize;
 
-use crate::domain::heartbeat::{decode_beat, decode_request};
+use crate::domain::beat::{STAMP_TOLERANCE_MS, again, carried, changes};
+use crate::domain::heartbeat::decode_request;
 use crate::domain::name::BenchName;
-use crate::domain::state::{HoldRequest, Reading, decide};
+use crate::domain::state::HoldRequest;
 
 use super::{Beat, MAX_TTL, Presence, PresenceError, Receipt};
 use crate::store::keys::Keys;
@@ -47,8 +48,8 @@ use crate::store::power_off::pending;
 
 /// How far the stamp of a beat may be from the server's `TIME` run just before its `SET`, either
 /// way, before the beat is written again with the server's time: a second, the tolerance the
-/// reader allows a beat from the server's future (SPEC §2.2 row 2b).
-pub const STAMP_TOLERANCE: Duration = Duration::from_secs(1);
+/// reader allows a beat from the server's future (SPEC §2.2 row 2b; `domain::beat::again`).
+pub const STAMP_TOLERANCE: Duration = Duration::from_millis(STAMP_TOLERANCE_MS as u64);
 
 /// How many benches one process remembers the last beat of. A bench it forgot costs its next beat
 /// one round trip more; the bound keeps a process that beats for many benches (a load test, `fleet
@@ -126,13 +127,10 @@ impl Request {
         }
     }
 
-    /// The hold it asks for at the server time `now_ms`.
-    fn hold_at(&self, now_ms: i64) -> Option<String> {
+    /// The request, when it is one the reader accepts.
+    fn valid(&self) -> Option<&HoldRequest> {
         match self {
-            Request::Valid(r) => {
-                let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-                r.stands(now).then(|| r.reason.as_str().to_owned())
-            }
+            Request::Valid(r) => Some(r),
             Request::None | Request::Refused(_) | Request::WrongType => None,
         }
     }
@@ -173,37 +171,6 @@ struct Reply {
     ack: Result<Option<String>, String>,
 }
 
-/// Whether writing `after` (its hold and deadline; `None` deletes the key) over the key as it was
-/// (`before`) changes the bench's state at the server time `now_ms`: the key did not count (no
-/// key, past its deadline, unreadable, from the server's future), the hold changed, the deadline
-/// came earlier, or a TTL of 0 deleted a key that counted (SPEC §4.5). A steady beat, the same
-/// hold and a deadline no earlier over a key that counts, changes nothing.
-pub(super) fn changes(
-    before: Option<&[u8]>,
-    after: Option<(&Option<String>, i64)>,
-    now_ms: i64,
-) -> bool {
-    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-    let counted = before.and_then(|raw| {
-        let reading = decode_beat(raw).reading;
-        let verdict = decide(&reading, now);
-        match reading {
-            Reading::Beat(key) if verdict.state.is_present() => Some((
-                verdict.hold.map(|h| h.as_str().to_owned()),
-                key.deadline().timestamp_millis(),
-            )),
-            _ => None,
-        }
-    });
-    match (counted, after) {
-        (None, None) => false,
-        (Some(_), None) | (None, Some(_)) => true,
-        (Some((was_hold, was_deadline)), Some((hold, deadline))) => {
-            was_hold != *hold || deadline < was_deadline
-        }
-    }
-}
-
 impl<C: ConnectionLike + Clone + Send> Presence<C> {
     /// Writes one beat (SPEC §2.4): one round trip; two for a bench this process has not beat
     /// for yet, or when the reply shows the beat carried a request that changed, was stamped off
@@ -241,7 +208,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             }
         };
         let mut register = !may_not_register;
-        let mut again = true;
+        let mut once = true;
         // A change of state a beat made and did not announce, owed until one does.
         let mut owed = false;
         loop {
@@ -258,24 +225,18 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
                     register = false;
                 }
             }
-            let after = plan.written.as_ref().map(|w| (&w.hold, w.deadline_ms));
-            owed =
-                !plan.announce && (owed || changes(reply.before.as_deref(), after, reply.time_ms));
-            let carried = match &beat.hold {
-                Some(h) => Some(h.as_str().to_owned()),
-                None => reply.request.hold_at(reply.time_ms),
-            };
-            let off_stamp = (reply.time_ms - plan.at_ms).unsigned_abs()
-                > u64::try_from(STAMP_TOLERANCE.as_millis()).unwrap_or(u64::MAX);
+            // docs/protocol.md §5.4, "at once".
+            let (unannounced, wrong) = judged(beat, &plan, &reply);
+            owed = !plan.announce && (owed || unannounced);
             known = Known {
                 request: reply.request.clone(),
                 written: plan.written.clone(),
             };
             self.remember(&beat.name, clock, &known, register);
-            if again && (off_stamp || carried != plan.hold) {
+            if once && wrong {
                 // Written again at once: the request changed (or lapsed) since the last beat
                 // read it, or the stamp was off the server's clock by more than the tolerance.
-                again = false;
+                once = false;
                 before = plan.written.map(|w| w.value);
                 continue;
             }
@@ -422,6 +383,19 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 }
 
+/// What a beat's reply says of it (docs/protocol.md §5.4): whether it changed the bench's state
+/// unannounced (the key was deleted or expired behind this process, so the change is announced at
+/// once), and whether it must be sent again at once (its stamp off the server's clock, or the hold
+/// it carried not the one the reply's request gives).
+fn judged(beat: &Beat, plan: &Plan, reply: &Reply) -> (bool, bool) {
+    let after = (plan.written.as_ref()).map(|w| (w.hold.as_deref(), w.deadline_ms));
+    let unannounced = !plan.announce && changes(reply.before.as_deref(), after, reply.time_ms);
+    let due = carried(beat.hold.as_ref(), reply.request.valid(), reply.time_ms);
+    let due = due.as_ref().map(|h| h.as_str());
+    let wrong = again(plan.at_ms, reply.time_ms, plan.hold.as_deref(), due);
+    (unannounced, wrong)
+}
+
 /// The commands of one beat (SPEC §2.4): the registry's `SADD` (while the user may), `TIME`, the
 /// key as it was, its write and the join key's, the hold request, the power-off request and
 /// answer, and the announcement of a change.
@@ -507,10 +481,7 @@ fn plan(
     register: bool,
 ) -> Plan {
     let at_ms = clock.now_ms();
-    let hold = match &beat.hold {
-        Some(h) => Some(h.as_str().to_owned()),
-        None => request.hold_at(at_ms),
-    };
+    let hold = carried(beat.hold.as_ref(), request.valid(), at_ms).map(|h| h.as_str().to_owned());
     let ttl_ms = u64::try_from(beat.ttl.min(MAX_TTL).as_millis()).unwrap_or(u64::MAX);
     let written = (ttl_ms > 0).then(|| {
         let value = serde_json::to_vec(&Value1 {
@@ -528,7 +499,7 @@ fn plan(
             value,
         }
     });
-    let after = written.as_ref().map(|w| (&w.hold, w.deadline_ms));
+    let after = written.as_ref().map(|w| (w.hold.as_deref(), w.deadline_ms));
     Plan {
         at_ms,
         announce: changes(before, after, at_ms),
@@ -586,105 +557,7 @@ fn short() -> redis::RedisError {
 mod tests {
     use super::*;
 
-    fn value(at: i64, ttl: u64, hold: Option<&str>) -> Vec<u8> {
-        serde_json::to_vec(&Value1 {
-            v: 1,
-            at,
-            ttl,
-            hold,
-            load: None,
-            cores: None,
-        })
-        .unwrap()
-    }
-
     const T: i64 = 1_800_000_000_000;
-
-    // SPEC §4.5: what a beat announces, over the kinds of key it may find and write.
-    #[test]
-    fn a_beat_announces_exactly_the_changes_of_state() {
-        let none: Option<String> = None;
-        let held = Some("upgrade".to_owned());
-        let counting = value(T - 1_000, 30_000, None);
-        let counting_held = value(T - 1_000, 30_000, Some("upgrade"));
-        let expired = value(T - 40_000, 30_000, None);
-        let future = value(T + 5_000, 30_000, None);
-        type Case<'a> = (
-            Option<&'a [u8]>,
-            Option<(&'a Option<String>, i64)>,
-            bool,
-            &'a str,
-        );
-        let cases: &[Case] = &[
-            (None, None, false, "nothing deleted"),
-            (None, Some((&none, T + 30_000)), true, "a first beat"),
-            (Some(&counting), None, true, "a counting key deleted"),
-            (Some(&expired), None, false, "an expired key deleted"),
-            (
-                Some(&expired),
-                Some((&none, T + 30_000)),
-                true,
-                "a key past its deadline renewed",
-            ),
-            (
-                Some(&future),
-                Some((&none, T + 30_000)),
-                true,
-                "a key from the future replaced",
-            ),
-            (
-                Some(b"garbage"),
-                Some((&none, T + 30_000)),
-                true,
-                "an unreadable key replaced",
-            ),
-            (
-                Some(&counting),
-                Some((&none, T + 30_000)),
-                false,
-                "a steady beat",
-            ),
-            (
-                Some(&counting),
-                Some((&none, T + 29_000)),
-                false,
-                "the same deadline",
-            ),
-            (
-                Some(&counting),
-                Some((&none, T + 28_999)),
-                true,
-                "a deadline brought forward",
-            ),
-            (
-                Some(&counting),
-                Some((&held, T + 30_000)),
-                true,
-                "a hold put on",
-            ),
-            (
-                Some(&counting_held),
-                Some((&none, T + 30_000)),
-                true,
-                "a hold taken off",
-            ),
-            (
-                Some(&counting_held),
-                Some((&held, T + 30_000)),
-                false,
-                "a hold kept",
-            ),
-            (
-                Some(&counting_held),
-                Some((&Some("other".to_owned()), T + 30_000)),
-                true,
-                "a hold changed",
-            ),
-        ];
-        for (before, after, want, what) in cases {
-            assert_eq!(changes(*before, *after, T), *want, "{what}");
-        }
-    }
 
     #[test]
     fn the_stamp_is_the_servers_time_moved_on_by_the_monotonic_clock() {
@@ -713,5 +586,30 @@ mod tests {
             )
         );
         assert!(plan.announce, "a first beat announces");
+    }
+
+    // docs/protocol.md §2: what the beat writes is a value the reader reads back as written.
+    #[test]
+    fn the_value_a_beat_writes_reads_back_as_written() {
+        let clock = Clock {
+            server_ms: T,
+            at: Instant::now(),
+        };
+        let beat = Beat {
+            name: BenchName::parse("bench-01").unwrap(),
+            ttl: Duration::from_secs(60),
+            hold: Some(crate::domain::name::Reason::parse("a/\"b\" 😀").unwrap()),
+            load: Some(21.0),
+            cores: Some(16),
+        };
+        let plan = plan(&beat, &clock, &Request::None, None, false);
+        let read = crate::domain::heartbeat::decode_beat(&plan.written.unwrap().value);
+        let crate::domain::state::Reading::Beat(key) = read.reading else {
+            panic!("{read:?}");
+        };
+        assert_eq!(key.written_at.timestamp_millis(), plan.at_ms);
+        assert_eq!(key.ttl, Duration::from_secs(60));
+        assert_eq!(key.hold.unwrap().as_str(), "a/\"b\" 😀");
+        assert_eq!((read.load, read.cores), (Some(21.0), Some(16)));
     }
 }

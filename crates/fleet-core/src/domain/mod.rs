@@ -7,6 +7,8 @@
 //! - [`heartbeat`]: the heartbeat value and the hold request read by the protocol's rules, in
 //!   strict JSON (docs/protocol.md §2).
 //! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).
+//! - [`beat`]: the agent's rules: the hold it carries, what it announces, when it beats again at
+//!   once (docs/protocol.md §5).
 //! - [`power`]: the machine's observed power, on or off, from its presence (SPEC §3.1).
 //! - [`law`]: the input law, the triple to the report, the state and what fires (SPEC §3.1).
 //! - [`budget`]: the power-on budget: room and grants in request order (SPEC §4.11).
@@ -26,6 +28,7 @@
 //! - [`sizing`]: a group's sizes for cluster-autoscaler: target, room, reachable max, the
 //!   plans of its changes (SPEC §6.3).
 
+pub mod beat;
 pub mod budget;
 pub mod claim;
 pub mod energy;
