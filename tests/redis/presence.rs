@@ -1292,3 +1292,29 @@ async fn a_cold_read_proves_up_benches_by_their_heartbeat_and_down_ones_by_their
     let (snap, _) = cold_read().await;
     assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
 }
+
+// docs/protocol.md §4.1: a join-set name counts while `EXISTS` finds either of its keys, an empty
+// heartbeat (which reads as no key) too; a reader holding the registry that left a name out sees
+// either key appear.
+#[tokio::test]
+async fn a_join_set_name_counts_by_either_key_an_empty_heartbeat_too() {
+    let server = server();
+    let keys = Keys::default();
+    let p = presence(&server).await;
+    let mut old = conn(&server).await;
+    previous_beat(&mut old, &keys, "bench-01", 30_000)
+        .await
+        .unwrap();
+    let _: () = raw(&server, &["SADD", &keys.joined(), "bench-02", "bench-03"]).await;
+    let _: () = raw(&server, &["SET", &keys.heartbeat(&name("bench-02")), ""]).await;
+    let snap = p.read(&[]).await.unwrap();
+    assert_eq!(names_of(&snap), ["bench-01", "bench-02"]);
+    assert_eq!(snap.benches[1].reading, Reading::Missing);
+    assert_eq!(state_of(&snap, "bench-02"), State::Down);
+    // bench-03 was left out; its heartbeat appearing, without a join key, brings it in.
+    let _: () = raw(&server, &["SET", &keys.heartbeat(&name("bench-03")), ""]).await;
+    assert_eq!(
+        names_of(&p.read(&[]).await.unwrap()),
+        ["bench-01", "bench-02", "bench-03"]
+    );
+}

@@ -152,12 +152,15 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             let mut dropped = std::collections::HashSet::new();
             for (i, joined) in missing.into_iter().zip(joined) {
                 if !joined {
-                    // A candidate with neither of its keys: no bench, left out, and watched by
-                    // the next reads.
+                    // A candidate with neither of its keys: no bench, left out, and both keys
+                    // watched by the next reads.
                     let name = &registry.names[i];
                     registry
                         .unproven
                         .push(self.keys.joined_key(name).into_bytes());
+                    registry
+                        .unproven
+                        .push(self.keys.heartbeat(name).into_bytes());
                     dropped.insert(name.clone());
                 }
             }
@@ -234,8 +237,9 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
         }
     }
 
-    /// The cold read's third round trip: whether the join key of each candidate the read found
-    /// no heartbeat for exists, and whether either key of each stranger does.
+    /// The cold read's third round trip: whether either key of each candidate the read found no
+    /// heartbeat for exists (an empty heartbeat reads as none, and exists all the same:
+    /// docs/protocol.md §4), and whether either key of each stranger does.
     async fn ask_joined(
         &self,
         registry: &Registry,
@@ -244,7 +248,8 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     ) -> Result<(Vec<bool>, Vec<bool>), PresenceError> {
         let mut pipe = redis::pipe();
         for &i in missing {
-            pipe.exists(self.keys.joined_key(&registry.names[i]));
+            let name = &registry.names[i];
+            pipe.exists(&[self.keys.joined_key(name), self.keys.heartbeat(name)]);
         }
         let (join, beat) = (self.keys.joined_key_prefix(), self.keys.heartbeat_prefix());
         for stranger in strangers {

@@ -1,6 +1,6 @@
 //! The fleet read (SPEC §2.5). Named benches, and a reader that holds a current copy of the
 //! registry, send one pipeline: the registry's version and sizes, `HGETALL` of the hold requests,
-//! a bounded `GETRANGE` of every heartbeat key, `EXISTS` of the join keys the copy waits for, and
+//! a bounded `GETRANGE` of every heartbeat key, `EXISTS` of the keys the copy waits for, and
 //! `TIME`. A reader without a copy, or whose copy the pipeline shows out of date, reads cold
 //! (`cold`): it lists the registry and sends the same pipeline over the listing.
 //!
@@ -35,15 +35,15 @@ pub const PIECE: usize = 10_000;
 const IN_FLIGHT: usize = 2;
 
 /// A reader's copy of the registry, valid while the registry's version and the sizes of both its
-/// sets are unchanged and no name of the join set without its keys got a join key: the benches
+/// sets are unchanged and no name of the join set without its keys got one: the benches
 /// sorted by name, each with its heartbeat key, so a warm read builds nothing.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     pub(super) version: String,
     /// The sizes of the registry proper and of the join set (the join set's as `Joined`).
     pub(super) size: (usize, Joined),
-    /// The join keys of the join set's members that had none: the bench that owns one may
-    /// still write it (an agent of the previous release, SPEC §2.3).
+    /// Both keys (join key and heartbeat) of the join set's members that had neither: the
+    /// bench that owns them may still write them (an agent of the previous release, SPEC §2.3).
     pub(super) unproven: Vec<Vec<u8>>,
     pub(super) names: Vec<BenchName>,
     /// The heartbeat key of each name, in the same order.
@@ -88,7 +88,7 @@ impl Joined {
 }
 
 /// What a read over a registry says of it, to check the registry by: its version, the sizes of
-/// its two sets, and how many of the join keys it was asked to count exist.
+/// its two sets, and how many of the keys it was asked to count exist.
 #[derive(Debug, PartialEq)]
 pub(super) struct Stamp {
     version: String,
@@ -98,7 +98,7 @@ pub(super) struct Stamp {
 
 impl Registry {
     /// Whether a read's stamp shows this copy still current: nothing changed, and no name of the
-    /// join set that had no join key got one since.
+    /// join set that had neither of its keys got one since.
     pub(super) fn is_current(&self, stamp: &Stamp) -> bool {
         stamp.version == self.version && stamp.size == self.size && stamp.proved == 0
     }
@@ -210,7 +210,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
     }
 
     /// The read's pipeline: version, sizes, requests, a bounded `GETRANGE` of each heartbeat key,
-    /// `EXISTS` of the join keys the registry waits for, `TIME`; in pieces of [`PIECE`] keys,
+    /// `EXISTS` of the keys the registry waits for, `TIME`; in pieces of [`PIECE`] keys,
     /// sent in order on one connection.
     fn pipeline(&self, registry: &Registry) -> Vec<std::sync::Arc<redis::Pipeline>> {
         // TIME goes last: Redis runs a client's commands in order, so `now` is never before the
@@ -239,7 +239,7 @@ impl<C: ConnectionLike + Clone + Send> Presence<C> {
             }
             pipe.cmd("GETRANGE").arg(key).arg("0").arg(&end);
         }
-        // Whether a name of the join set that had no join key got one: then it is a bench now.
+        // Whether a name of the join set that had neither key got one: then it is a bench now.
         for batch in registry.unproven.chunks(BATCH) {
             pipe.cmd("EXISTS").arg(batch);
         }
