@@ -19,8 +19,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use redis::aio::ConnectionLike;
 
 /// The server's clock from a `TIME` reply (seconds and microseconds, as text): the one clock
-/// fleet judges by.
-pub(crate) fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
+/// fleet judges by. A decision counts it in whole ms, its microseconds dropped (docs/protocol.md
+/// §3; `state::decide`).
+pub fn server_time(secs: &str, micros: &str) -> Option<DateTime<Utc>> {
     let secs: i64 = secs.parse().ok()?;
     let micros: i64 = micros.parse().ok()?;
     DateTime::from_timestamp(secs, 0)?.checked_add_signed(TimeDelta::microseconds(micros))

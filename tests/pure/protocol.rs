@@ -1,69 +1,232 @@
 //! The presence protocol's test vectors (docs/protocol.md, `docs/protocol-vectors.json`) run
-//! through fleet's own decision: the bounded read's reading of one key, then `state::decide` at
-//! the vector's server time. A reader in another language runs the same file
-//! (examples/python/fleet_protocol.py); both agreeing with it is what "the protocol" means.
+//! through fleet's own rules: each key's reading (`domain::heartbeat::read`) decided at the
+//! vector's server time (`state::decide`, through the row `fleet state -o json` prints), and the
+//! groups of the other rules: TIME's rounding, bench names, hold requests, the beat's
+//! announcement and its beat again at once (`domain::beat`). The reference reader and agent in
+//! Python (examples/python/fleet_protocol.py) runs the same file; both agreeing with it is what
+//! "the protocol" means.
 
 use chrono::DateTime;
-use fleet::domain::heartbeat::{Found, Read, read};
-use fleet::domain::state::{Defect, decide};
+use fleet::domain::beat::{again, carried, changes};
+use fleet::domain::heartbeat::{Found, Read, decode_request, read};
+use fleet::domain::name::BenchName;
+use fleet::domain::state::Bench;
+use fleet::store::presence::MAX_VALUE;
+use fleet::store::script::server_time;
 use serde_json::Value;
 
 const VECTORS: &str = include_str!("../../docs/protocol-vectors.json");
 
-/// The error's kind as the vectors name it: implementations agree on the kind, not the words.
-fn kind(defect: Option<&Defect>) -> Option<&'static str> {
-    defect.map(|d| d.kind().as_str())
+fn doc() -> Value {
+    serde_json::from_str(VECTORS).unwrap()
+}
+
+fn group<'a>(doc: &'a Value, name: &str) -> &'a Vec<Value> {
+    doc[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("the vectors have a group {name}"))
+}
+
+fn text(v: &Value) -> Option<&str> {
+    v.as_str()
+}
+
+/// The server's time of a vector, in ms, as a reader takes it from `TIME` (its two replies).
+fn time_of(time: &Value) -> DateTime<chrono::Utc> {
+    let t = time.as_array().unwrap();
+    server_time(t[0].as_str().unwrap(), t[1].as_str().unwrap()).unwrap()
+}
+
+/// The row of one key vector, as `fleet state -o json` prints it.
+fn row_of(v: &Value) -> Value {
+    let bytes: Option<Vec<u8>> = match (v.get("value_hex"), text(&v["value"])) {
+        (Some(hex), _) => Some(hex_bytes(hex.as_str().unwrap())),
+        (None, Some(s)) => Some(s.as_bytes().to_vec()),
+        (None, None) => None,
+    };
+    // What `GETRANGE key 0 2048` returns of the value: its first 2049 bytes at most.
+    let bounded = bytes.as_deref().map(|b| &b[..b.len().min(MAX_VALUE + 1)]);
+    let found = match v["type"].as_str().unwrap() {
+        "none" => Found::Missing,
+        "string" => Found::Bytes(bounded.unwrap()),
+        _ => Found::OtherType(None),
+    };
+    let Read {
+        reading,
+        load,
+        cores,
+    } = read(found);
+    // TIME's replies when the vector gives them, with their microseconds: the decision drops
+    // them itself.
+    let now = match v.get("time") {
+        Some(time) => {
+            let now = time_of(time);
+            assert_eq!(
+                now.timestamp_millis(),
+                v["now_ms"].as_i64().unwrap(),
+                "{}: now_ms is TIME's value in ms",
+                v["name"]
+            );
+            now
+        }
+        None => DateTime::from_timestamp_millis(v["now_ms"].as_i64().unwrap()).unwrap(),
+    };
+    let bench = Bench {
+        name: BenchName::parse("bench-01").unwrap(),
+        load,
+        cores,
+        reading,
+        requested_hold: v
+            .get("request")
+            .and_then(Value::as_str)
+            .and_then(|r| decode_request(r.as_bytes())),
+    };
+    serde_json::to_value(bench.row(now)).unwrap()
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 #[test]
-fn every_test_vector_reads_as_the_protocol_says() {
-    let doc: Value = serde_json::from_str(VECTORS).unwrap();
-    let vectors = doc["vectors"].as_array().unwrap();
+fn every_key_vector_reads_as_the_protocol_says() {
+    let doc = doc();
+    let vectors = group(&doc, "vectors");
     assert!(
-        vectors.len() >= 20,
-        "the vectors cover §2.2's rows and the value's rules"
+        vectors.len() >= 140,
+        "the vectors cover §3's rows and every rule of the value"
     );
     for v in vectors {
         let name = v["name"].as_str().unwrap();
-        let bytes = v["value"].as_str().map(str::as_bytes);
-        // What `GETRANGE key 0 2048` returns of the value: its first 2049 bytes at most.
-        let bounded = bytes.map(|b| &b[..b.len().min(fleet::store::presence::MAX_VALUE + 1)]);
-        let found = match v["type"].as_str().unwrap() {
-            "none" => Found::Missing,
-            "string" => Found::Bytes(bounded.unwrap()),
-            _ => Found::OtherType(None),
-        };
-        let Read {
-            reading,
-            load,
-            cores,
-        } = read(found);
-        let now = DateTime::from_timestamp_millis(v["now_ms"].as_i64().unwrap()).unwrap();
-        let verdict = decide(&reading, now);
-        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
-        assert_eq!(verdict.state.as_str(), v["state"], "{name}: state");
-        assert_eq!(
-            verdict.hold.as_ref().map(|h| h.as_str()),
-            v["hold"].as_str(),
-            "{name}: hold"
-        );
-        assert_eq!(ms(verdict.ttl), v["ttl_ms"].as_u64(), "{name}: ttl");
-        assert_eq!(
-            ms(verdict.expires_in),
-            v["expires_in_ms"].as_u64(),
-            "{name}: expires_in"
-        );
-        assert_eq!(
-            kind(verdict.defect.as_ref()),
-            v["error"].as_str(),
-            "{name}: error ({:?})",
-            verdict.defect
-        );
-        if let Some(want) = v.get("load") {
-            assert_eq!(load, want.as_f64(), "{name}: load");
+        let row = row_of(v);
+        for (field, want) in [
+            ("state", "state"),
+            ("hold", "hold"),
+            ("ttl_ms", "ttl_ms"),
+            ("expires_in_ms", "expires_in_ms"),
+            ("error_kind", "error"),
+        ] {
+            assert_eq!(row[field], v[want], "{name}: {field} ({row})");
         }
-        if let Some(want) = v.get("cores") {
-            assert_eq!(cores.map(u64::from), want.as_u64(), "{name}: cores");
+        // The prose is fleet's; a row has one exactly when it has a kind.
+        assert_eq!(
+            row["error"].is_string(),
+            row["error_kind"].is_string(),
+            "{name}"
+        );
+        for field in ["load", "cores", "requested_hold"] {
+            if let Some(want) = v.get(field) {
+                let got = &row[field];
+                match (got.as_f64(), want.as_f64()) {
+                    (Some(g), Some(w)) => assert_eq!(g, w, "{name}: {field}"),
+                    _ => assert_eq!(got, want, "{name}: {field}"),
+                }
+            }
         }
     }
+}
+
+#[test]
+fn every_time_vector_rounds_as_the_protocol_says() {
+    let doc = doc();
+    for v in group(&doc, "time") {
+        assert_eq!(
+            time_of(&v["time"]).timestamp_millis(),
+            v["now_ms"].as_i64().unwrap(),
+            "{}",
+            v["name"]
+        );
+    }
+}
+
+#[test]
+fn every_name_vector_is_a_bench_name_exactly_when_the_protocol_says() {
+    let doc = doc();
+    for v in group(&doc, "names") {
+        let member = v["member"].as_str().unwrap();
+        assert_eq!(
+            BenchName::parse(member).is_ok(),
+            v["bench"].as_bool().unwrap(),
+            "{member:?}"
+        );
+    }
+}
+
+#[test]
+fn every_request_vector_is_carried_as_the_protocol_says() {
+    let doc = doc();
+    for v in group(&doc, "requests") {
+        let name = v["name"].as_str().unwrap();
+        let request = decode_request(v["value"].as_str().unwrap().as_bytes());
+        assert_eq!(request.is_some(), v["valid"].as_bool().unwrap(), "{name}");
+        let hold = carried(None, request.as_ref(), v["at_ms"].as_i64().unwrap());
+        assert_eq!(
+            hold.as_ref().map(|h| h.as_str()),
+            v["carried"].as_str(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn every_announce_vector_announces_as_the_protocol_says() {
+    let doc = doc();
+    for v in group(&doc, "announce") {
+        let name = v["name"].as_str().unwrap();
+        let before = v["before"].as_str().map(str::as_bytes);
+        let after = v["after"]
+            .as_object()
+            .map(|a| (a["hold"].as_str(), a["deadline_ms"].as_i64().unwrap()));
+        assert_eq!(
+            changes(before, after, v["now_ms"].as_i64().unwrap()),
+            v["announce"].as_bool().unwrap(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn every_again_vector_beats_again_as_the_protocol_says() {
+    let doc = doc();
+    for v in group(&doc, "again") {
+        let name = v["name"].as_str().unwrap();
+        let own = v["own"]
+            .as_str()
+            .map(|h| fleet::domain::name::Reason::parse(h).unwrap());
+        let request = v["request"]
+            .as_str()
+            .and_then(|r| decode_request(r.as_bytes()));
+        let reply = v["reply_ms"].as_i64().unwrap();
+        let due = carried(own.as_ref(), request.as_ref(), reply);
+        assert_eq!(
+            again(
+                v["at_ms"].as_i64().unwrap(),
+                reply,
+                v["carried"].as_str(),
+                due.as_ref().map(|h| h.as_str())
+            ),
+            v["again"].as_bool().unwrap(),
+            "{name}"
+        );
+    }
+}
+
+// The file says what changed in each of its versions, and names no vector twice.
+#[test]
+fn the_vectors_file_names_its_version_and_each_vector_once() {
+    let doc = doc();
+    let version = doc["version"].as_u64().unwrap();
+    assert_eq!(version, 2);
+    assert!(doc["changes"][version.to_string()].is_string());
+    let names: Vec<&str> = group(&doc, "vectors")
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len());
 }
