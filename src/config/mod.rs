@@ -34,8 +34,8 @@ pub use driver::{
 pub use example::example;
 pub use model::{
     AutoscalingOptions, Config, DEFAULT_READINESS_TAINT, DeviceAttribute, Devices, Gpu, Group,
-    JobTemplate, MAX_DURATION, Operation, PowerDraw, RESERVED_ENV, RESERVED_ENV_PREFIX, Run, Slot,
-    Template, Toleration, check_env_name, default_provider_id,
+    JobTemplate, MAX_DURATION, Operation, PowerDraw, Run, Slot, Template, Toleration,
+    default_provider_id,
 };
 pub use validate::Problem;
 

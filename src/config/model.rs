@@ -27,21 +27,6 @@ pub const DEFAULT_READINESS_TAINT: &str = "node.cilium.io/agent-not-ready:NoExec
 /// the cap also keeps sums such as the attempt budget and the deadlines far from overflow.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// The prefix of the environment variables fleet sets for an operation itself.
-pub const RESERVED_ENV_PREFIX: &str = "FLEET_";
-
-/// The variables fleet sets for every operation; the file may not set them, nor any other name
-/// with the same prefix (a later fleet may set more).
-pub const RESERVED_ENV: [&str; 7] = [
-    "FLEET_SLOT",
-    "FLEET_GROUP",
-    "FLEET_CLAIM",
-    "FLEET_ATTEMPT",
-    "FLEET_PROVIDER_ID",
-    "FLEET_OPERATION",
-    "FLEET_CONTROLLER",
-];
-
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -240,30 +225,6 @@ pub struct Gpu {
 /// What a machine draws and what its energy costs, for pricing and the energy ledger: the
 /// ledger's own type, so the two never drift apart.
 pub use crate::domain::energy::Draw as PowerDraw;
-
-/// Checks an environment variable name an operation may set: `[A-Za-z_][A-Za-z0-9_]*`, not
-/// starting with `FLEET_`. The error says what is valid.
-pub fn check_env_name(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let well_formed = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !well_formed {
-        return Err(format!(
-            "invalid environment variable name {name:?}: a name is a letter or '_' followed by \
-             letters, digits and '_' (like BMC_HOST)"
-        ));
-    }
-    if name.starts_with(RESERVED_ENV_PREFIX) {
-        return Err(format!(
-            "environment variable name {name:?} is reserved: fleet sets {} itself; choose a name \
-             that does not start with {RESERVED_ENV_PREFIX}",
-            RESERVED_ENV.join(", ")
-        ));
-    }
-    Ok(())
-}
 
 /// The provider id of a slot that names none.
 pub fn default_provider_id(slot: &BenchName) -> String {

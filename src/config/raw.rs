@@ -322,25 +322,9 @@ fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Checked<Durati
 }
 
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Checked<u32>, D::Error> {
-    Ok(parse_count(&String::deserialize(d)?))
+    Ok(crate::units::count(&String::deserialize(d)?))
 }
 
 fn opt_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Checked<u32>>, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.map(|text| parse_count(&text)))
-}
-
-/// A whole number from 0 to u32::MAX, read as text so that `-1` or `1e99` is a problem with a
-/// message rather than a type error.
-pub(super) fn parse_count(text: &str) -> Checked<u32> {
-    let trimmed = text.trim();
-    if !trimmed.is_empty()
-        && trimmed.chars().all(|c| c.is_ascii_digit())
-        && let Ok(n) = trimmed.parse::<u32>()
-    {
-        return Ok(n);
-    }
-    Err(format!(
-        "invalid number {text:?}: a whole number from 0 to {}",
-        u32::MAX
-    ))
+    Ok(Option::<String>::deserialize(d)?.map(|text| crate::units::count(&text)))
 }

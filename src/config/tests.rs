@@ -3,35 +3,7 @@
 
 use std::path::Path;
 
-use super::raw::parse_count;
 use super::*;
-
-#[test]
-fn env_names_are_shell_names_outside_the_fleet_prefix() {
-    for good in ["BMC", "_x", "a1", "BMC_HOST", "fleet_lowercase", "FLEETX"] {
-        assert_eq!(check_env_name(good), Ok(()), "{good}");
-    }
-    for bad in ["", "1A", "A-B", "A B", "A=B", "é", "A.B"] {
-        let err = check_env_name(bad).expect_err(bad);
-        assert!(err.contains("a letter or '_'"), "{bad:?}: {err}");
-    }
-    for reserved in ["FLEET_SLOT", "FLEET_OPERATION", "FLEET_ANYTHING", "FLEET_"] {
-        let err = check_env_name(reserved).expect_err(reserved);
-        assert!(err.contains("is reserved"), "{reserved}: {err}");
-        assert!(err.contains("FLEET_PROVIDER_ID"), "{reserved}: {err}");
-    }
-}
-
-#[test]
-fn counts_are_whole_numbers_read_from_text() {
-    assert_eq!(parse_count("0"), Ok(0));
-    assert_eq!(parse_count("4"), Ok(4));
-    assert_eq!(parse_count("4294967295"), Ok(u32::MAX));
-    for bad in ["-1", "4294967296", "1.5", "1e3", "+4", "", "four", "0x10"] {
-        let err = parse_count(bad).expect_err(bad);
-        assert!(err.contains("a whole number from 0"), "{bad:?}: {err}");
-    }
-}
 
 #[test]
 fn a_group_without_slots_or_with_max_size_above_them_is_doubted_not_refused() {

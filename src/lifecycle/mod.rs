@@ -85,7 +85,7 @@ impl Request {
     /// a secret from, but the one this operation's own driver reads.
     pub fn kept_from_wrapper(&self, name: &str) -> bool {
         let own = self.driver.as_ref().and_then(Driver::password);
-        let fleets = name.starts_with(crate::config::RESERVED_ENV_PREFIX)
+        let fleets = name.starts_with(crate::domain::name::RESERVED_ENV_PREFIX)
             && name != "FLEET_LOG"
             && name != "FLEET_LOG_FORMAT";
         let secret = self.secret_env.iter().any(|s| s == name)
@@ -97,7 +97,7 @@ impl Request {
     /// every `FLEET_` variable but those fleet sets for it, and every variable fleet reads a
     /// secret from, its own driver's too (the command is the user's, not the driver).
     pub fn kept_from_command(&self, name: &str) -> bool {
-        name.starts_with(crate::config::RESERVED_ENV_PREFIX)
+        name.starts_with(crate::domain::name::RESERVED_ENV_PREFIX)
             || self.secret_env.iter().any(|s| s == name)
     }
 

@@ -1,6 +1,6 @@
-//! Units read from text: durations in the humantime form (`30s`, `12m10s`) and Kubernetes
-//! quantities (`16`, `500m`, `64Gi`; checked for the configuration, and read to their value for
-//! pricing), each refused with a message that says what is valid.
+//! Units read from text: durations in the humantime form (`30s`, `12m10s`), counts (`4`), and
+//! Kubernetes quantities (`16`, `500m`, `64Gi`; checked for the configuration, and read to their
+//! value for pricing), each refused with a message that says what is valid.
 //!
 //! The lowest layer of fleet: the configuration file and the command line's flags both read
 //! their values here, so neither reaches into the other. Pure: no I/O, and nothing of fleet is
@@ -26,6 +26,22 @@ pub fn duration(text: &str) -> Result<Duration, String> {
              1h (units: ms, s, m, h, d)"
         )
     })
+}
+
+/// A whole number from 0 to `u32::MAX`, read from text so that `-1` or `1e99` is refused with a
+/// message rather than a type error.
+pub fn count(text: &str) -> Result<u32, String> {
+    let trimmed = text.trim();
+    if !trimmed.is_empty()
+        && trimmed.chars().all(|c| c.is_ascii_digit())
+        && let Ok(n) = trimmed.parse::<u32>()
+    {
+        return Ok(n);
+    }
+    Err(format!(
+        "invalid number {text:?}: a whole number from 0 to {}",
+        u32::MAX
+    ))
 }
 
 /// The suffixes a quantity may carry: binary (Ki..Ei), then decimal (n..E). Two-letter suffixes
@@ -177,6 +193,28 @@ mod tests {
         for bad in ["", "30", "ten seconds", "-5s", "1x", "s"] {
             let err = duration(bad).unwrap_err();
             assert!(err.contains("like 30s"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn counts_are_whole_numbers_read_from_text() {
+        assert_eq!(count("0"), Ok(0));
+        assert_eq!(count("4"), Ok(4));
+        assert_eq!(count(" 4 "), Ok(4));
+        assert_eq!(count("4294967295"), Ok(u32::MAX));
+        for bad in [
+            "-1",
+            "4294967296",
+            "1.5",
+            "1e3",
+            "+4",
+            "",
+            " ",
+            "four",
+            "0x10",
+        ] {
+            let err = count(bad).expect_err(bad);
+            assert!(err.contains("a whole number from 0"), "{bad:?}: {err}");
         }
     }
 

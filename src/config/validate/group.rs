@@ -7,14 +7,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::model::{
-    AutoscalingOptions, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation, Run,
-    Template, check_env_name,
+    AutoscalingOptions, DEFAULT_READINESS_TAINT, Gpu, Group, MAX_DURATION, Operation, Run, Template,
 };
 use crate::config::raw::{
     Checked, RawGpu, RawGroup, RawOperation, RawOptions, RawTemplate, RawTimings,
 };
 use crate::domain::claim::Timings;
-use crate::domain::name::GroupName;
+use crate::domain::name::{GroupName, check_env_name};
 use crate::domain::node::Taint;
 use crate::domain::operation::REPORT_SLACK;
 use crate::units::Quantity;

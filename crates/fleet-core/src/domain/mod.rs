@@ -3,7 +3,8 @@
 //! Nothing here does I/O, reads a clock or the environment, or is async. The caller passes `now`
 //! and logs the decisions these functions return.
 //!
-//! - [`name`]: bench, group and claim names and hold reasons, validated once (SPEC §2.1).
+//! - [`name`]: bench, group and claim names, hold reasons and environment variable names,
+//!   validated once (SPEC §2.1).
 //! - [`heartbeat`]: the heartbeat value and the hold request read by the protocol's rules, in
 //!   strict JSON (docs/protocol.md §2).
 //! - [`state`]: presence, UP / HELD / DOWN from a heartbeat key (SPEC §2).

@@ -1,4 +1,6 @@
-//! Names and free-text fields that cross the trust boundary: bench names and hold reasons.
+//! Names and free-text fields that cross the trust boundary: bench names and hold reasons, and
+//! the names of the environment variables an operation is given (its `env`, a driver's
+//! `password_env`).
 //!
 //! Pure: no I/O. Every value that becomes part of a Redis key or a row is validated here once,
 //! so a name that reached the store is known to be well-formed (SPEC §2.1).
@@ -320,9 +322,66 @@ impl std::str::FromStr for Reason {
     }
 }
 
+/// The prefix of the environment variables fleet sets for an operation itself.
+pub const RESERVED_ENV_PREFIX: &str = "FLEET_";
+
+/// The variables fleet sets for every operation; the file may not set them, nor any other name
+/// with the same prefix (a later fleet may set more).
+pub const RESERVED_ENV: [&str; 7] = [
+    "FLEET_SLOT",
+    "FLEET_GROUP",
+    "FLEET_CLAIM",
+    "FLEET_ATTEMPT",
+    "FLEET_PROVIDER_ID",
+    "FLEET_OPERATION",
+    "FLEET_CONTROLLER",
+];
+
+/// Checks the name of an environment variable an operation is given (its `env`, or the one a
+/// driver reads its password from): `[A-Za-z_][A-Za-z0-9_]*`, not starting with `FLEET_`, since
+/// the operation's wrapper starts without fleet's own variables (one may hold Redis's password).
+/// The error says what is valid.
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let well_formed = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Err(format!(
+            "invalid environment variable name {name:?}: a name is a letter or '_' followed by \
+             letters, digits and '_' (like BMC_HOST)"
+        ));
+    }
+    if name.starts_with(RESERVED_ENV_PREFIX) {
+        return Err(format!(
+            "environment variable name {name:?} is reserved: fleet sets {} itself; choose a name \
+             that does not start with {RESERVED_ENV_PREFIX}",
+            RESERVED_ENV.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_names_are_shell_names_outside_the_fleet_prefix() {
+        for good in ["BMC", "_x", "a1", "BMC_HOST", "fleet_lowercase", "FLEETX"] {
+            assert_eq!(check_env_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", "1A", "A-B", "A B", "A=B", "é", "A.B", "_-"] {
+            let err = check_env_name(bad).expect_err(bad);
+            assert!(err.contains("a letter or '_'"), "{bad:?}: {err}");
+        }
+        for reserved in ["FLEET_SLOT", "FLEET_OPERATION", "FLEET_ANYTHING", "FLEET_"] {
+            let err = check_env_name(reserved).expect_err(reserved);
+            assert!(err.contains("is reserved"), "{reserved}: {err}");
+            assert!(err.contains("FLEET_PROVIDER_ID"), "{reserved}: {err}");
+        }
+    }
 
     #[test]
     fn the_reason_alone_names_what_is_wrong_without_the_name() {

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::config::driver::{CIPHER_SUITES, Mac, OffBy, TlsFingerprint, parse_broadcast};
-use crate::config::model::check_env_name;
 use crate::config::raw::{Checked, RawDriver};
+use crate::domain::name::check_env_name;
 
 use super::super::Problems;
 
