@@ -26,9 +26,10 @@ use crate::config::{
 };
 use crate::domain::claim::OperationOutcome;
 
+use super::action::{Audit, Bmc, Intent, PowerError, PowerState, Secret, Sent};
 use super::ipmi::{Ipmi, IpmiOptions, IpmiTarget};
 use super::redfish::{Redfish, RedfishTarget};
-use super::{Audit, Bmc, Intent, PowerError, PowerState, Secret, Sent, wol};
+use super::wol;
 
 /// How long past its timeout a driver's action may run before the wrapper stops waiting for it:
 /// each driver bounds itself by the timeout, plus at most one bounded request in flight. Well

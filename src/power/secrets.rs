@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use super::Secret;
+use super::action::Secret;
 
 fn held() -> &'static Mutex<HashMap<String, Secret>> {
     static HELD: OnceLock<Mutex<HashMap<String, Secret>>> = OnceLock::new();

@@ -14,7 +14,7 @@ use tokio::net::UdpSocket;
 
 use crate::config::Mac;
 
-use super::{Audit, PowerError, Sent};
+use crate::power::action::{Audit, PowerError, Sent};
 
 /// The length of a magic packet.
 pub const PACKET_LEN: usize = 6 + 16 * 6;

@@ -32,7 +32,7 @@ use tracing::{debug, warn};
 pub use self::target::{IpmiTarget, TargetError};
 use self::tool::{Action, Ran, Tool, Turn};
 use self::words::Refusal;
-use super::{Audit, Bmc, Intent, PowerError, PowerState, SOFT_SHARE, Sent};
+use crate::power::action::{Audit, Bmc, Intent, PowerError, PowerState, SOFT_SHARE, Sent};
 
 /// The longest wait between two readings while a state is awaited (MAAS's pauses grow to 12 s;
 /// a BMC is read at least this often so that a landed state is seen soon).

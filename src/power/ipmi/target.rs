@@ -1,7 +1,7 @@
 //! The BMC an [`Ipmi`](super::Ipmi) drives, and the checks that refuse what `ipmitool` would
 //! misread: pure, no I/O.
 
-use crate::power::Secret;
+use crate::power::action::Secret;
 
 /// IPMI's limit on a user name (IPMI 2.0 §22.28: 16 bytes).
 const MAX_USERNAME: usize = 16;

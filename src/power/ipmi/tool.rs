@@ -226,7 +226,7 @@ impl Drop for Group {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::power::Secret;
+    use crate::power::action::Secret;
 
     #[test]
     fn the_command_line_carries_no_password() {

@@ -4,7 +4,7 @@
 //! Pure: no I/O. The phrases are ipmitool 1.8's (`lanplus.c`, `ipmi_chassis.c`), checked against
 //! `ipmi_sim` by `tests/process/ipmi.rs`.
 
-use crate::power::PowerState;
+use crate::power::action::PowerState;
 
 /// Why a call that ipmitool ended with a failure failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,9 +33,9 @@ use std::time::Duration;
 use hyper::Method;
 use tokio::time::Instant;
 
+use crate::power::action::{Audit, Bmc, Intent, PowerError, PowerState, SOFT_SHARE, Secret, Sent};
 use crate::power::redfish::http::{Failure, Reply, Transport};
 use crate::power::redfish::wire::{Answer, Move, System};
-use crate::power::{Audit, Bmc, Intent, PowerError, PowerState, SOFT_SHARE, Secret, Sent};
 
 pub use crate::power::redfish::target::{RedfishTarget, TargetError};
 

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use rustls::pki_types::ServerName;
 
 use crate::config::TlsFingerprint;
-use crate::power::Secret;
+use crate::power::action::Secret;
 use crate::power::redfish::wire::SERVICE_ROOT;
 
 /// A Redfish BMC as the configuration names it. Its `Debug` shows no password, nor

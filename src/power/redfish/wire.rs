@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::power::PowerState;
+use crate::power::action::PowerState;
 
 /// The prefix every Redfish resource path has (the service root, DSP0266).
 pub const SERVICE_ROOT: &str = "/redfish/v1/";
