@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config, ConfigError};
+use crate::config::{self, Config, ConfigError, Problem};
 use crate::store::catalog::Catalog;
 use crate::store::keys::Keys;
 use crate::telemetry::{Health, Metrics, Reload, ResultLabel};
@@ -27,9 +27,18 @@ pub(super) fn config_error(e: ConfigError) -> Error {
 
 /// What the drivers need that the file cannot show (SPEC §4.10): every password where the file
 /// says it is, and every target one its driver takes. Refused like the file's own problems, at
-/// start (exit 2) and on reload (the running configuration kept); no password is shown.
+/// start (exit 2) and on reload (the running configuration kept), one problem per slot at most,
+/// at `slots (<name>).driver`; no password is shown.
 pub(super) fn check_drivers(path: &Path, config: &Config) -> Result<(), ConfigError> {
-    let problems = crate::power::drive::check_drivers(config);
+    let problems: Vec<Problem> = (config.slots.values())
+        .filter_map(|slot| {
+            let message = crate::power::drive::check(slot.driver.as_deref()?).err()?;
+            Some(Problem {
+                place: format!("slots ({}).driver", slot.name),
+                message,
+            })
+        })
+        .collect();
     if problems.is_empty() {
         Ok(())
     } else {
@@ -167,5 +176,37 @@ pub(super) async fn reload(
                 health.reload(Some(why));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_at_start_names_each_slot_whose_password_is_missing_and_passes_the_rest() {
+        let text = r#"
+groups:
+  - name: g
+    max_size: 3
+slots:
+  - { name: mini, group: g, driver: { type: wol, mac: "52:54:00:12:34:56", off: agent } }
+  - { name: r1, group: g, driver: { type: redfish, endpoint: "https://127.0.0.1:1", username: u, password_env: PATH, insecure: true } }
+  - { name: r2, group: g, driver: { type: redfish, endpoint: "https://127.0.0.1:1", username: u, password_env: TEST_SURELY_UNSET_BMC_PASS, insecure: true } }
+"#;
+        let path = Path::new("fleet.yaml");
+        let config = config::parse(text, path).unwrap();
+        let Err(ConfigError::Invalid { problems, .. }) = check_drivers(path, &config) else {
+            panic!("r2's password is missing")
+        };
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "slots (r2).driver: https://127.0.0.1:1: password_env TEST_SURELY_UNSET_BMC_PASS: \
+                 the variable is not set in fleet serve's environment; set it where fleet serve \
+                 starts (a systemd EnvironmentFile, say)"
+            ]
+        );
     }
 }

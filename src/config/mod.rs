@@ -10,14 +10,16 @@
 //! This module reads one file and decides nothing: it runs no operation, reads no environment, and
 //! touches neither Redis nor Kubernetes. It never panics on any input.
 //!
-//! - `driver`: a slot's power driver (Wake-on-LAN, Redfish, IPMI; the agent's off), SPEC §4.10.
+//! A slot's power driver (SPEC §4.10) is `power`'s: each driver's fields, their checks and its
+//! typed configuration live beside its code (`src/power/<name>/config.rs`), and this module
+//! hands it the file's entries and collects its problems.
+//!
 //! - `model`: the validated configuration the rest of fleet uses (`Config`, `Group`, `Slot`,
 //!   `Operation` and what it runs, `Template`) and the questions asked of it.
 //! - `raw`: the file's schema as serde reads it.
 //! - `validate`: raw to typed, every problem collected with its place.
 //! - `example`: a valid file that documents the format.
 
-mod driver;
 mod example;
 mod model;
 mod raw;
@@ -27,10 +29,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use crate::units::{InvalidQuantity, Quantity};
-pub use driver::{
-    CIPHER_SUITES, DEFAULT_BROADCAST, Driver, DriverKind, IPMI_PORT, IpmiDriver, Mac, OffBy,
-    RedfishDriver, SecretSource, TlsFingerprint, WOL_PORT, WolDriver,
-};
 pub use example::example;
 pub use model::{
     AutoscalingOptions, Config, DEFAULT_READINESS_TAINT, DeviceAttribute, Devices, Gpu, Group,

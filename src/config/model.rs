@@ -17,7 +17,7 @@ use crate::domain::name::{BenchName, GroupName};
 use crate::domain::node::Taint;
 use crate::units::Quantity;
 
-use super::driver::{Driver, SecretSource};
+use crate::power::{Driver, SecretSource};
 
 /// The readiness taint a group gets when it names none: the node is not usable until Cilium's
 /// agent is up on it.

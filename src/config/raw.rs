@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::power::fields::Written;
+
 pub(super) type Checked<T> = Result<T, String>;
 
 #[derive(Deserialize)]
@@ -55,9 +57,10 @@ pub(super) struct RawGroup {
     pub(super) startup: Option<RawOperation>,
     #[serde(default)]
     pub(super) shutdown: Option<RawOperation>,
-    /// The defaults of the group's slots' drivers, each field overridable by a slot.
+    /// The defaults of the group's slots' drivers, each field overridable by a slot; each
+    /// driver's fields are its own (`power::fields`), read as text and checked by the driver.
     #[serde(default)]
-    pub(super) driver: Option<RawDriver>,
+    pub(super) driver: Option<Written>,
     #[serde(default)]
     pub(super) timings: Option<RawTimings>,
     #[serde(default)]
@@ -269,50 +272,9 @@ pub(super) struct RawSlot {
     #[serde(default)]
     pub(super) kubernetes_node: Option<String>,
     #[serde(default)]
-    pub(super) driver: Option<RawDriver>,
+    pub(super) driver: Option<Written>,
     #[serde(default)]
     pub(super) power: Option<RawSlotPower>,
-}
-
-/// A driver as the file gives it, on a group (defaults) or a slot (overrides): every field
-/// optional here, since a slot's fields merge over its group's; what a driver of each type needs
-/// is checked once they are merged (SPEC §4.10).
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawDriver {
-    #[serde(default, rename = "type")]
-    pub(super) kind: Option<String>,
-    #[serde(default)]
-    pub(super) mac: Option<String>,
-    #[serde(default)]
-    pub(super) broadcast: Option<String>,
-    #[serde(default)]
-    pub(super) endpoint: Option<String>,
-    #[serde(default)]
-    pub(super) system: Option<String>,
-    #[serde(default)]
-    pub(super) username: Option<String>,
-    /// Read only to be refused with its own message: a password never lives in the file.
-    #[serde(default)]
-    pub(super) password: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    pub(super) password_file: Option<String>,
-    #[serde(default)]
-    pub(super) password_env: Option<String>,
-    #[serde(default)]
-    pub(super) ca_file: Option<String>,
-    #[serde(default)]
-    pub(super) tls_fingerprint: Option<String>,
-    #[serde(default)]
-    pub(super) insecure: Option<bool>,
-    #[serde(default)]
-    pub(super) host: Option<String>,
-    #[serde(default, deserialize_with = "opt_count")]
-    pub(super) port: Option<Checked<u32>>,
-    #[serde(default, deserialize_with = "opt_count")]
-    pub(super) cipher_suite: Option<Checked<u32>>,
-    #[serde(default)]
-    pub(super) off: Option<String>,
 }
 
 /// A duration in the humantime form (`30s`, `12m10s`, `1h`), read from a string. A YAML plain

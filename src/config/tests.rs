@@ -4,6 +4,11 @@
 use std::path::Path;
 
 use super::*;
+use crate::power::redfish::config::{RedfishDriver, TlsFingerprint};
+use crate::power::{Driver, DriverKind};
+
+/// What `openssl x509 -noout -fingerprint -sha256` prints (after `sha256:`).
+const OPENSSL_FORM: &str = "6D:40:AE:D7:B3:D4:CC:42:97:26:97:90:0D:0A:7C:77:CF:2E:D7:30:BD:BD:D1:AD:4C:19:42:F6:09:25:85:15";
 
 #[test]
 fn a_group_without_slots_or_with_max_size_above_them_is_doubted_not_refused() {
@@ -39,78 +44,6 @@ fn a_group_without_slots_or_with_max_size_above_them_is_doubted_not_refused() {
 fn the_example_is_valid() {
     let config = parse(example(), Path::new("example.yaml"));
     assert_eq!(config.map(|c| c.slots.len()).ok(), Some(5));
-}
-
-/// What `openssl x509 -noout -fingerprint -sha256` prints (after `sha256:`), and its bytes.
-const OPENSSL_FORM: &str = "6D:40:AE:D7:B3:D4:CC:42:97:26:97:90:0D:0A:7C:77:CF:2E:D7:30:BD:BD:D1:AD:4C:19:42:F6:09:25:85:15";
-const LOWER_FORM: &str = "6d40aed7b3d4cc42972697900d0a7c77cf2ed730bdbdd1ad4c1942f609258515";
-
-#[test]
-fn tls_fingerprints_are_sha256_and_64_hex_digits_with_or_without_colons() {
-    let want = format!("sha256:{LOWER_FORM}");
-    for good in [
-        format!("sha256:{OPENSSL_FORM}"),
-        format!("SHA256:{OPENSSL_FORM}"),
-        format!("sha256:{LOWER_FORM}"),
-        format!("sha256:{}", LOWER_FORM.to_uppercase()),
-    ] {
-        let parsed: TlsFingerprint = good.parse().unwrap_or_else(|e| panic!("{good}: {e}"));
-        assert_eq!(parsed.to_string(), want, "{good}");
-    }
-    let long = "a".repeat(100_000);
-    for (bad, why) in [
-        (OPENSSL_FORM.to_string(), "it does not start with sha256:"),
-        (
-            format!("sha1:{OPENSSL_FORM}"),
-            "it does not start with sha256:",
-        ),
-        (String::new(), "it does not start with sha256:"),
-        ("sha256:".to_string(), "it is not 64 hex digits"),
-        (
-            format!("sha256:{}", &LOWER_FORM[1..]),
-            "it is not 64 hex digits",
-        ),
-        (format!("sha256:{LOWER_FORM}0"), "it is not 64 hex digits"),
-        (
-            format!("sha256:{}", &OPENSSL_FORM[3..]),
-            "it is not 64 hex digits",
-        ),
-        (format!("sha256:{OPENSSL_FORM}:"), "it is not 64 hex digits"),
-        (
-            format!("sha256:{}", OPENSSL_FORM.replacen(':', "", 1)),
-            "it is not 64 hex digits",
-        ),
-        (
-            format!("sha256:{}", LOWER_FORM.replace('d', "g")),
-            "it is not 64 hex digits",
-        ),
-        (
-            format!("sha256:{}é", &LOWER_FORM[2..]),
-            "it is not 64 hex digits",
-        ),
-        (format!("sha256:{long}"), "it is not 64 hex digits"),
-        (
-            format!("sha256:{}", ":".repeat(100_000)),
-            "it is not 64 hex digits",
-        ),
-    ] {
-        let err = bad.parse::<TlsFingerprint>().expect_err(&bad);
-        assert!(err.contains(why), "{bad:?}: {err}");
-        assert!(
-            err.ends_with("as `openssl x509 -noout -fingerprint -sha256` prints it"),
-            "{err}"
-        );
-        // A value pasted whole is not repeated back.
-        assert!(err.len() < 400, "{} bytes: {err}", err.len());
-    }
-    // It travels in a request as its canonical text.
-    let parsed: TlsFingerprint = want.parse().expect("canonical");
-    let json = serde_json::to_string(&parsed).expect("serializes");
-    assert_eq!(json, format!("\"{want}\""));
-    assert_eq!(
-        serde_json::from_str::<TlsFingerprint>(&json).ok(),
-        Some(parsed)
-    );
 }
 
 /// A Redfish group with `group` in its driver and one slot n1 with `slot` in its own.

@@ -24,9 +24,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-use crate::config::{Driver, JobTemplate};
+use crate::config::JobTemplate;
 use crate::domain::claim::{OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, ClaimName, GroupName};
+use crate::power::Driver;
 
 /// The most bytes of an operation's output kept for its claim's timeline.
 pub const TAIL_BYTES: usize = 2048;
@@ -89,7 +90,7 @@ impl Request {
             && name != "FLEET_LOG"
             && name != "FLEET_LOG_FORMAT";
         let secret = self.secret_env.iter().any(|s| s == name)
-            && !matches!(own, Some(crate::config::SecretSource::Env(n)) if n == name);
+            && !matches!(own, Some(crate::power::SecretSource::Env(n)) if n == name);
         fleets || secret
     }
 
@@ -201,7 +202,7 @@ impl Job {
     /// The job of `request`, reporting to `report_to`, with its driver's secret if fleet holds it.
     pub fn new(request: Request, report_to: Option<ReportTo>) -> Job {
         let secret = match request.driver.as_ref().and_then(Driver::password) {
-            Some(crate::config::SecretSource::Env(name)) => crate::power::secrets::held_value(name)
+            Some(crate::power::SecretSource::Env(name)) => crate::power::secrets::held_value(name)
                 .map(|s| {
                     (
                         name.clone(),
@@ -464,12 +465,12 @@ mod tests {
                 ..Named::default()
             },
         };
-        let driver = crate::config::Driver {
-            kind: crate::config::DriverKind::Wol(crate::config::WolDriver {
+        let driver = crate::power::Driver {
+            kind: crate::power::DriverKind::Wol(crate::power::wol::config::WolDriver {
                 mac: "52:54:00:12:34:56".parse().unwrap(),
                 broadcast: "10.0.0.255:9".parse().unwrap(),
             }),
-            off: crate::config::OffBy::Agent,
+            off: crate::power::OffBy::Agent,
         };
         let with = |job| Request {
             driver: Some(driver.clone()),
@@ -498,27 +499,27 @@ mod tests {
     // from both, the wrapper's log settings excepted; anything else passes.
     #[test]
     fn the_secrets_fleet_read_reach_no_command_and_only_their_own_drivers_wrapper() {
-        let ipmi = |password| crate::config::Driver {
-            kind: crate::config::DriverKind::Ipmi(crate::config::IpmiDriver {
+        let ipmi = |password| crate::power::Driver {
+            kind: crate::power::DriverKind::Ipmi(crate::power::ipmi::config::IpmiDriver {
                 host: "10.0.0.9".into(),
                 port: 623,
                 username: "admin".into(),
                 password,
                 cipher_suite: None,
             }),
-            off: crate::config::OffBy::Driver,
+            off: crate::power::OffBy::Driver,
         };
         let command = Request {
             secret_env: vec!["BMC_A".into(), "BMC_B".into()],
             ..request(None)
         };
         let driven = Request {
-            driver: Some(ipmi(crate::config::SecretSource::Env("BMC_A".into()))),
+            driver: Some(ipmi(crate::power::SecretSource::Env("BMC_A".into()))),
             command: Vec::new(),
             ..command.clone()
         };
         let from_file = Request {
-            driver: Some(ipmi(crate::config::SecretSource::File(
+            driver: Some(ipmi(crate::power::SecretSource::File(
                 "/etc/fleet/bmc".into(),
             ))),
             ..driven.clone()

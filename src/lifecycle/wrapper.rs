@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::config::{Driver, OffBy};
 use crate::domain::claim::OperationKind;
 use crate::domain::name::BenchName;
 use crate::domain::operation::OpEnd;
 use crate::power::drive::{self, AgentAnswer, AgentOff};
+use crate::power::{Driver, OffBy};
 use crate::power::{Intent, PowerError};
 use crate::store::claims::ClaimStore;
 use crate::store::keys::Keys;

@@ -21,15 +21,14 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::config::{
-    Config, Driver, DriverKind, IpmiDriver, OffBy, Problem, RedfishDriver, SecretSource,
-};
 use crate::domain::claim::OperationOutcome;
 
 use super::action::{Audit, Bmc, Intent, PowerError, PowerState, Secret, Sent};
+use super::ipmi::config::IpmiDriver;
 use super::ipmi::{Ipmi, IpmiOptions, IpmiTarget};
+use super::redfish::config::RedfishDriver;
 use super::redfish::{Redfish, RedfishTarget};
-use super::wol;
+use super::{Driver, DriverKind, OffBy, SecretSource, wol};
 
 /// How long past its timeout a driver's action may run before the wrapper stops waiting for it:
 /// each driver bounds itself by the timeout, plus at most one bounded request in flight. Well
@@ -271,29 +270,16 @@ pub fn secret(source: &SecretSource) -> Result<Secret, String> {
     Ok(Secret::new(text))
 }
 
-/// What the drivers of `config` need that the file cannot show (SPEC §4.10), asked at start and
-/// on every reload: every password is there (a readable file, a set variable, not empty), and
-/// every target is one its driver takes (the drivers' own checks, with the password, the CA
-/// file read). No content is shown. One problem per slot at most, at `slots (<name>).driver`.
-pub fn check_drivers(config: &Config) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for slot in config.slots.values() {
-        let Some(driver) = &slot.driver else { continue };
-        let result = match &driver.kind {
-            DriverKind::Wol(_) => Ok(()),
-            DriverKind::Redfish(r) => redfish(r).map(drop).map_err(|e| e.to_string()),
-            DriverKind::Ipmi(i) => {
-                ipmi_target(i).and_then(|t| t.check().map_err(|e| e.to_string()))
-            }
-        };
-        if let Err(message) = result {
-            problems.push(Problem {
-                place: format!("slots ({}).driver", slot.name),
-                message,
-            });
-        }
+/// What a driver needs that the file cannot show (SPEC §4.10), asked at start and on every
+/// reload for each slot's: its password is there (a readable file, a set variable, not empty),
+/// and its target is one it takes (the driver's own checks, with the password, the CA file
+/// read). The error names the BMC and says what to do; no content is shown.
+pub fn check(driver: &Driver) -> Result<(), String> {
+    match &driver.kind {
+        DriverKind::Wol(_) => Ok(()),
+        DriverKind::Redfish(r) => redfish(r).map(drop).map_err(|e| e.to_string()),
+        DriverKind::Ipmi(i) => ipmi_target(i).and_then(|t| t.check().map_err(|e| e.to_string())),
     }
-    problems
 }
 
 #[cfg(test)]
@@ -301,7 +287,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::config::{Mac, WolDriver};
+    use crate::power::wol::config::{Mac, WolDriver};
 
     // SPEC §7 S10: a BMC's password file is read to the bound of a secret, and one past it is
     // refused naming it, never read whole nor cut short into a wrong password.
@@ -432,28 +418,30 @@ mod tests {
     }
 
     #[test]
-    fn the_check_at_start_names_each_slot_whose_password_is_missing_and_passes_the_rest() {
-        let text = r#"
-groups:
-  - name: g
-    max_size: 3
-slots:
-  - { name: mini, group: g, driver: { type: wol, mac: "52:54:00:12:34:56", off: agent } }
-  - { name: r1, group: g, driver: { type: redfish, endpoint: "https://127.0.0.1:1", username: u, password_env: PATH, insecure: true } }
-  - { name: r2, group: g, driver: { type: redfish, endpoint: "https://127.0.0.1:1", username: u, password_env: TEST_SURELY_UNSET_BMC_PASS, insecure: true } }
-"#;
-        let config = crate::config::parse(text, std::path::Path::new("fleet.yaml")).unwrap();
-        let problems: Vec<String> = check_drivers(&config)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+    fn the_check_at_start_refuses_a_missing_password_and_passes_the_rest() {
+        let redfish = |variable: &str| Driver {
+            kind: DriverKind::Redfish(RedfishDriver {
+                endpoint: "https://127.0.0.1:1".into(),
+                system: None,
+                username: "u".into(),
+                password: SecretSource::Env(variable.into()),
+                ca_file: None,
+                tls_fingerprint: None,
+                insecure: true,
+            }),
+            off: OffBy::Driver,
+        };
+        let mini = wol(OffBy::Agent, "127.0.0.1:9".parse().unwrap());
+        assert_eq!(check(&mini), Ok(()));
+        assert_eq!(check(&redfish("PATH")), Ok(()));
         assert_eq!(
-            problems,
-            [
-                "slots (r2).driver: https://127.0.0.1:1: password_env TEST_SURELY_UNSET_BMC_PASS: \
-              the variable is not set in fleet serve's environment; set it where fleet serve \
-              starts (a systemd EnvironmentFile, say)"
-            ]
+            check(&redfish("TEST_SURELY_UNSET_BMC_PASS")),
+            Err(
+                "https://127.0.0.1:1: password_env TEST_SURELY_UNSET_BMC_PASS: the variable is \
+                 not set in fleet serve's environment; set it where fleet serve starts (a \
+                 systemd EnvironmentFile, say)"
+                    .to_owned()
+            )
         );
     }
 

@@ -33,10 +33,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::config::{Config, Driver};
+use crate::config::Config;
 use crate::domain::claim::{Claim, OperationKind, OperationOutcome};
 use crate::domain::name::{BenchName, GroupName};
 use crate::domain::operation::{REPORT_SLACK, SlotOp};
+use crate::power::Driver;
 use crate::store::bmc::{BmcError, BmcState, BmcStore};
 use crate::store::claims::{ClaimStore, GroupClaims};
 use crate::store::keys::Keys;

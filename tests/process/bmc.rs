@@ -14,10 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleet::config::{Config, DriverKind};
+use fleet::config::Config;
 use fleet::domain::claim::{OperationKind, OperationOutcome};
 use fleet::domain::name::GroupName;
 use fleet::domain::operation::{OpEnd, SlotOp};
+use fleet::power::DriverKind;
 use fleet::power::{Bmc, Intent, PowerState};
 use fleet::reconcile::bmc::Reader;
 use fleet::store::bmc::{BmcReading, BmcState, BmcStore};

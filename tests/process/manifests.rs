@@ -1158,7 +1158,8 @@ fn fleets_rbac_is_exactly_its_rule_list_and_the_job_account_has_none() {
 // driver its file is about and no operation of its group.
 #[test]
 fn the_driver_examples_load_with_fleets_own_loader_one_driver_each() {
-    use fleet::config::{OffBy, Run};
+    use fleet::config::Run;
+    use fleet::power::OffBy;
     for (file, driver, off) in [
         ("examples/wol-agent.yaml", "wol", OffBy::Agent),
         ("examples/redfish.yaml", "redfish", OffBy::Driver),

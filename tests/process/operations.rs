@@ -258,13 +258,13 @@ fn the_command_does_not_inherit_the_controllers_secrets() {
 // Drivers through the wrapper (SPEC §4.10): the same process, report and store record as a
 // command; the tail is the audit record or the error's words.
 
-fn wol_driver(target: std::net::SocketAddr) -> fleet::config::Driver {
-    fleet::config::Driver {
-        kind: fleet::config::DriverKind::Wol(fleet::config::WolDriver {
+fn wol_driver(target: std::net::SocketAddr) -> fleet::power::Driver {
+    fleet::power::Driver {
+        kind: fleet::power::DriverKind::Wol(fleet::power::wol::config::WolDriver {
             mac: "52:54:00:12:34:56".parse().unwrap(),
             broadcast: target,
         }),
-        off: fleet::config::OffBy::Agent,
+        off: fleet::power::OffBy::Agent,
     }
 }
 

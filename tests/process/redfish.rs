@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fleet::config::TlsFingerprint;
+use fleet::power::redfish::config::TlsFingerprint;
 use fleet::power::redfish::{Redfish, RedfishTarget};
 use fleet::power::{Audit, Bmc, Intent, PowerError, PowerState, Secret};
 use fleet_testing::Fixture;

@@ -1477,9 +1477,10 @@ fn dedit(from: &str, to: &str) -> String {
 
 #[test]
 fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
-    use fleet::config::{
-        Driver, DriverKind, IpmiDriver, OffBy, RedfishDriver, SecretSource, WolDriver,
-    };
+    use fleet::power::ipmi::config::IpmiDriver;
+    use fleet::power::redfish::config::RedfishDriver;
+    use fleet::power::wol::config::WolDriver;
+    use fleet::power::{Driver, DriverKind, OffBy, SecretSource};
     let config = ok(DRIVERS);
     let driver = |slot: &str| config.slots[&bench(slot)].driver.as_deref().cloned();
     assert_eq!(
@@ -1550,7 +1551,7 @@ fn a_slots_driver_is_its_groups_defaults_with_its_own_fields_over_them() {
 
 #[test]
 fn a_driver_takes_its_defaults_and_a_slot_naming_another_type_takes_none_of_its_groups() {
-    use fleet::config::{DriverKind, OffBy};
+    use fleet::power::{DriverKind, OffBy};
     // No broadcast: 255.255.255.255:9. A bare address: port 9. No port: 623.
     let text = dedit(
         r#"{ name: mini-1, group: minis, driver: { mac: "52:54:00:12:34:56" } }"#,

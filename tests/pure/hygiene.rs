@@ -515,19 +515,19 @@ fn which(program: &str) -> Option<PathBuf> {
 /// The layer of every top-level module: a module may import only modules of a strictly lower
 /// rank, so an import upward, or sideways within one rank, fails.
 const RANKS: &[(&str, u8)] = &[
-    ("cli", 7),
-    ("agent", 6),
-    ("provider", 6),
-    ("kubernetes", 6),
-    ("page", 6),
-    ("reconcile", 5),
-    ("views", 5),
-    ("requests", 4),
-    ("lifecycle", 4),
-    ("telemetry", 4),
-    ("store", 3),
-    ("power", 3),
-    ("config", 2),
+    ("cli", 8),
+    ("agent", 7),
+    ("provider", 7),
+    ("kubernetes", 7),
+    ("page", 7),
+    ("reconcile", 6),
+    ("views", 6),
+    ("requests", 5),
+    ("lifecycle", 5),
+    ("telemetry", 5),
+    ("store", 4),
+    ("config", 3),
+    ("power", 2),
     ("domain", 1),
     ("units", 0),
 ];
@@ -535,7 +535,7 @@ const RANKS: &[(&str, u8)] = &[
 /// Imports, as (from, to) top-level modules, that break the ranks today and are known: each is
 /// on its way out, and an entry that no longer occurs fails the test, so the list stays exact.
 /// Empty: by these ranks the provider's use of `reconcile::{metrics, requests}` points down
-/// (provider 6, reconcile 5), and nothing else goes up or sideways.
+/// (provider 7, reconcile 6), and nothing else goes up or sideways.
 const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 /// One reference from fleet's code to a module path of fleet.

@@ -44,7 +44,7 @@ pub(super) fn group(
     };
     let timings = timings(raw.timings.as_ref(), &format!("{place}.timings"), problems);
     let [startup, shutdown] = operations(raw, &timings, place, problems);
-    super::driver::defaults(raw.driver.as_ref(), &format!("{place}.driver"), problems);
+    super::driver_defaults(raw.driver.as_ref(), &format!("{place}.driver"), problems);
     let options = autoscaling_options(
         raw.autoscaling_options.as_ref(),
         &format!("{place}.autoscaling_options"),

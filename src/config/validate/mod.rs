@@ -7,12 +7,14 @@
 //! panic on any input.
 //!
 //! - `group`: one group's own fields; `job`: a Job operation's pod template.
-//! - `driver`: the power drivers, a group's defaults merged field by field with a slot's.
+//!
+//! A slot's power driver is its group's `driver` with the slot's fields over it, read by
+//! `power` (each driver's fields and checks are beside its code, `src/power/<name>/config.rs`):
+//! this part hands it the entries with their places and collects what it says.
 //! - `power`: what a machine draws and costs (a template's `power`, a slot's override).
 //! - `devices`: a template's DRA devices, as a ResourceSlice will take them.
 
 mod devices;
-mod driver;
 mod group;
 mod job;
 mod power;
@@ -22,10 +24,11 @@ use std::fmt;
 
 use crate::domain::name::{BenchName, GroupName, InvalidName};
 
-use super::driver::Driver;
 use super::model::{Config, Group, Slot, default_provider_id};
-use super::raw::{Checked, RawConfig, RawDriver, RawGroup, RawPowerOn, RawSlot};
+use super::raw::{Checked, RawConfig, RawGroup, RawPowerOn, RawSlot};
 use crate::domain::budget::PowerOnBudget;
+use crate::power::Driver;
+use crate::power::fields::{Given, Said, Written};
 
 /// One thing wrong with the file: where, and what is valid there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +58,26 @@ impl Problems {
 
     fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// A problem a group's default may cause for each of its slots, said once.
+    fn push_once(&mut self, place: impl Into<String>, message: impl Into<String>) {
+        let (place, message) = (place.into(), message.into());
+        if !self
+            .0
+            .iter()
+            .any(|p| p.place == place && p.message == message)
+        {
+            self.push(place, message);
+        }
+    }
+}
+
+/// What a driver's fields say is wrong (SPEC §4.10): a group's default is said once, however
+/// many slots take it.
+impl Said for Problems {
+    fn once(&mut self, place: String, message: String) {
+        self.push_once(place, message);
     }
 }
 
@@ -285,6 +308,14 @@ fn slot_power(
     power::slot_power(group_draw, raw.power.as_ref(), place, problems)
 }
 
+/// A group's `driver` (SPEC §4.10): the values it gives are checked where they are, even when no
+/// slot takes them; whether they make a whole driver is each slot's question.
+fn driver_defaults(written: Option<&Written>, place: &str, problems: &mut Problems) {
+    if let Some(written) = written {
+        crate::power::defaults(Given { written, place }, problems);
+    }
+}
+
 /// The slot's driver, its group's defaults merged under its own fields (SPEC §4.10); a slot with
 /// none is powered by its group's operations, which the group must then have.
 fn slot_driver(
@@ -297,14 +328,14 @@ fn slot_driver(
         .as_ref()
         .map(|(_, name, at)| format!("{}.driver", entry_place("groups", *at, Some(name.as_str()))));
     let defaults = group.as_ref().and_then(|(g, _, _)| g.driver.as_ref());
-    fn given<'a>(raw: Option<&'a RawDriver>, place: &'a str) -> Option<driver::Given<'a>> {
-        raw.map(|raw| driver::Given { raw, place })
-    }
     let slot_place = format!("{place}.driver");
-    let driver = driver::slot_driver(
+    fn given<'a>(written: Option<&'a Written>, place: &'a str) -> Option<Given<'a>> {
+        written.map(|written| Given { written, place })
+    }
+    let driver = crate::power::driver(
         given(defaults, group_place.as_deref().unwrap_or_default()),
         given(raw.driver.as_ref(), &slot_place),
-        place,
+        &slot_place,
         problems,
     )?;
     if let (None, Some((g, name, _))) = (&driver, &group) {
@@ -320,8 +351,9 @@ fn slot_driver(
                 slot_place,
                 format!(
                     "the slot has no driver and its group {name} has no {}: give the slot a \
-                     driver (type: wol, redfish or ipmi), or the group {} (a command or a job)",
+                     driver (type: {}), or the group {} (a command or a job)",
                     lacking.join(" and "),
+                    crate::power::type_names(),
                     lacking.join(" and ")
                 ),
             );

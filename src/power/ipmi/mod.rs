@@ -16,7 +16,13 @@
 //!
 //! It must not decide anything about claims, nor read the heartbeat: its reading is a second
 //! observation.
+//!
+//! - `config`: its fields in the file and their checks, and `IpmiDriver` (pure).
+//! - `target`: the BMC as ipmitool is given it, and what ipmitool would misread (pure).
+//! - `tool`: one ipmitool call, and the turn that orders the calls to one BMC.
+//! - `words`: what ipmitool's output and errors say.
 
+pub mod config;
 mod target;
 mod tool;
 mod words;

@@ -4,13 +4,13 @@
 use crate::power::action::Secret;
 
 /// IPMI's limit on a user name (IPMI 2.0 §22.28: 16 bytes).
-const MAX_USERNAME: usize = 16;
+pub(super) const MAX_USERNAME: usize = 16;
 /// IPMI 2.0's limit on a password (20 bytes); `ipmitool -f` reads no more.
 const MAX_PASSWORD: usize = 20;
 /// The cipher suites fleet sends: 17 (HMAC-SHA256, HMAC-SHA256-128, AES-CBC-128), the default and
 /// the only one OpenBMC offers, and 3 (HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128) for older BMCs.
 /// Suites without authentication or encryption (0, 1, 2, 6, …) are never sent.
-const SUITES: [u8; 2] = [17, 3];
+pub(super) const SUITES: [u8; 2] = [17, 3];
 
 /// One BMC reached over IPMI 2.0 LAN+ (SPEC §4.10).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,12 +16,14 @@
 //! [`REQUEST_BOUND`] and the action's deadline, and every one is in the audit; no password is
 //! in any audit, error or log line.
 //!
+//! - `config`: its fields in the file and their checks, and `RedfishDriver` (pure).
 //! - `target`: the configured BMC and its validation (pure).
 //! - `wire`: what is read and sent, the `ResetType` choice, the backoff (pure).
 //! - `http`: one exchange at a time over a fresh connection, TLS by rustls.
 //! - `trust`: how the BMC's certificate is trusted: the CA file and its pins, the fingerprint,
 //!   the system's roots, or any (`insecure`).
 
+pub mod config;
 mod http;
 mod target;
 mod trust;

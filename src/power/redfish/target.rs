@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use rustls::pki_types::ServerName;
 
-use crate::config::TlsFingerprint;
 use crate::power::action::Secret;
+use crate::power::redfish::config::TlsFingerprint;
 use crate::power::redfish::wire::SERVICE_ROOT;
 
 /// A Redfish BMC as the configuration names it. Its `Debug` shows no password, nor

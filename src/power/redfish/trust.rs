@@ -30,7 +30,7 @@ use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, DigitallySignedStruct, OtherError, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 
-use crate::config::TlsFingerprint;
+use crate::power::redfish::config::TlsFingerprint;
 use crate::power::redfish::target::{Endpoint, RedfishTarget, TargetError};
 
 /// The verifier of one BMC's certificate.

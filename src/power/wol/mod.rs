@@ -6,14 +6,17 @@
 //! does and all its audit can say; the operation's success is the bench's heartbeat arriving,
 //! which the controller's readiness gate already waits for. Broadcasts do not cross VLANs: the
 //! address is the machine's own subnet-directed broadcast or its own address, per slot.
+//!
+//! - `config`: its fields in the file (`mac`, `broadcast`) and their checks, and `WolDriver`.
+
+pub mod config;
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
 
-use crate::config::Mac;
-
+use self::config::{KIND, Mac};
 use crate::power::action::{Audit, PowerError, Sent};
 
 /// The length of a magic packet.
@@ -57,7 +60,7 @@ pub async fn wake(mac: &Mac, target: SocketAddr) -> Result<Audit, PowerError> {
         .map_err(|e| unreachable("allowing broadcast", e))?;
     let packet = magic_packet(mac);
     let mut audit = Audit {
-        driver: "wol".to_owned(),
+        driver: KIND.name.to_owned(),
         ..Audit::default()
     };
     for n in 0..PACKETS {
