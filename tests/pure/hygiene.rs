@@ -1297,6 +1297,59 @@ fn the_maps_name_every_module_at_its_layer_and_nothing_else() {
     }
 }
 
+/// Where a power driver is named, as CONTRIBUTING.md promises: its folder (`src/power/<name>/`),
+/// the registry of the drivers (its variant and row) and the one dispatch over them (its arms).
+const DRIVER_FILES: [&str; 2] = ["src/power/mod.rs", "src/power/drive.rs"];
+
+// CONTRIBUTING.md: a new power driver touches its folder and two files of fleet's, nothing else.
+// Its configuration was spread over four files of `config` (a flat struct of every driver's
+// fields, a second enum of the types, the merge, the typed drivers) while nothing held it. A
+// driver is named in code by its identifiers (`Redfish`, `ipmi::`), which this reads outside
+// comments, literals and tests.
+#[test]
+fn a_power_driver_is_named_only_in_its_folder_the_registry_and_the_dispatch() {
+    let contributing = std::fs::read_to_string("CONTRIBUTING.md").unwrap();
+    for file in ["src/power/<name>/", DRIVER_FILES[0], DRIVER_FILES[1]] {
+        assert!(
+            contributing.contains(&format!("`{file}`")),
+            "CONTRIBUTING.md's power driver paragraph names {file}"
+        );
+    }
+    let kinds: Vec<&str> = fleet::power::KINDS.iter().map(|r| r.kind.name).collect();
+    assert_eq!(kinds, ["wol", "redfish", "ipmi"]);
+    let mut found = Vec::new();
+    for (path, text) in sources("src") {
+        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+            continue;
+        }
+        let inner = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        let code = without_tests(&blank_comments_and_literals(&text));
+        let identifiers: Vec<String> = code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map(str::to_ascii_lowercase)
+            .collect();
+        for kind in &kinds {
+            let own = inner.starts_with(&format!("src/power/{kind}/"));
+            if own || DRIVER_FILES.contains(&inner.as_str()) {
+                continue;
+            }
+            if let Some(name) = identifiers.iter().find(|i| i.contains(kind)) {
+                found.push(format!("{inner} names the {kind} driver ({name})"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a driver lives in src/power/<name>/, with its variant and row in src/power/mod.rs and \
+         its arms in src/power/drive.rs (CONTRIBUTING.md); ask those, or move this there:\n{}",
+        found.join("\n")
+    );
+}
+
 // SPEC §1: the core crate's dependencies are what the pure rules need, and nothing that could do
 // I/O, keep time or run async; chrono comes without its `clock` feature, so `Utc::now` does not
 // compile there.
