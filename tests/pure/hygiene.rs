@@ -50,6 +50,22 @@ fn is_test_file(path: &Path) -> bool {
 // SPEC §1: the domain has no I/O, no clock, no environment, no async. The core crate's
 // dependencies hold most of it (no tokio, redis, kube or tonic to call, chrono without its clock),
 // and this holds the rest (std's own I/O, clock and environment).
+// SPEC.md is read whole by whoever changes fleet: it states rules, and what explains or measures
+// them lives in docs/ (the protocol, the figures), so it stays within a length one reads.
+#[test]
+fn the_spec_stays_within_its_length() {
+    let spec =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("SPEC.md")).unwrap();
+    let lines = spec.lines().count();
+    assert!(
+        lines <= SPEC_LINES,
+        "SPEC.md is {lines} lines, over its {SPEC_LINES}: state a rule once (docs/protocol.md holds \
+         the protocol's, docs/measurements.md the figures)"
+    );
+}
+
+const SPEC_LINES: usize = 1_400;
+
 // STYLE: comments say why, never which issue. An issue tracker is not in the repository, so "issue
 // 30" says nothing to the reader; the reason itself, or the SPEC section, does.
 #[test]
