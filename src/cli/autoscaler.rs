@@ -10,7 +10,8 @@ use std::time::Duration;
 use crate::provider::client::{Client, ClientError, Target};
 
 use super::output::grid;
-use super::{Error, ViewFormat, args};
+use super::output::{Format, TABLE_JSON};
+use super::{Error, args};
 
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Provider options")]
@@ -41,8 +42,8 @@ pub struct Args {
     #[arg(long, default_value = "5s", value_parser = args::call_timeout, allow_hyphen_values = true, global = true)]
     pub grpc_timeout: Duration,
     /// Output format of `groups` and `nodes`.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table, global = true)]
-    pub format: ViewFormat,
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(TABLE_JSON), global = true)]
+    pub format: Format,
     #[command(subcommand)]
     pub call: Call,
 }
@@ -130,7 +131,7 @@ impl Args {
         let mut client = Client::connect(&self.target())
             .await
             .map_err(client_error)?;
-        let json = self.format == ViewFormat::Json;
+        let json = self.format == Format::Json;
         match &self.call {
             Call::Groups => {
                 let rows = client.groups().await.map_err(client_error)?;
@@ -187,7 +188,7 @@ impl Args {
 /// The node groups, their bounds and target sizes.
 fn write_groups(
     out: &mut dyn Write,
-    rows: &[crate::provider::client::GroupRow],
+    rows: &[crate::views::rows::AutoscalerGroupRow],
     json: bool,
 ) -> std::io::Result<()> {
     if json {
@@ -207,7 +208,7 @@ fn write_groups(
 /// A group's instances, their states and errors.
 fn write_nodes(
     out: &mut dyn Write,
-    rows: &[crate::provider::client::InstanceRow],
+    rows: &[crate::views::rows::AutoscalerInstanceRow],
     json: bool,
 ) -> std::io::Result<()> {
     if json {
@@ -227,7 +228,7 @@ fn write_nodes(
 /// The node a machine of the group becomes, a line a field.
 fn write_template(
     out: &mut dyn Write,
-    row: &crate::provider::client::TemplateRow,
+    row: &crate::views::rows::AutoscalerTemplateRow,
     json: bool,
 ) -> std::io::Result<()> {
     if json {

@@ -5,8 +5,9 @@ use std::io::Write;
 
 use crate::domain::name::BenchName;
 
+use super::output::{Format, WIDE_JSON};
 use super::output::{grid, moment};
-use super::{Ctx, Error, WideFormat};
+use super::{Ctx, Error};
 use crate::views::{World, claim_row};
 
 #[derive(Debug, clap::Args)]
@@ -18,8 +19,8 @@ pub struct Args {
     #[arg(long, value_name = "DUR", value_parser = super::args::hold_for, allow_hyphen_values = true)]
     pub since: Option<std::time::Duration>,
     /// Output format: a table, a wider table with times and operations, or JSON.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = WideFormat::Table)]
-    pub format: WideFormat,
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(WIDE_JSON))]
+    pub format: Format,
     #[command(flatten)]
     pub watch: super::watch::Watch,
 }
@@ -113,7 +114,7 @@ impl Args {
             };
             (line, c)
         });
-        if self.format == WideFormat::Wide {
+        if self.format == Format::Wide {
             grid(
                 out,
                 lines.zip(&rows).map(|((line, c), r)| WideLine {

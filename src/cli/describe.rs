@@ -8,15 +8,16 @@ use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use crate::domain::claim::Claim;
 use crate::domain::name::{BenchName, ClaimName, GroupName};
 use crate::store::claims::Entry;
 
+use super::output::{Format, TABLE_JSON};
 use super::output::{clock, grid, human_ms, moment, relative};
-use super::{Ctx, Error, ViewFormat};
-use crate::views::{ClaimRow, SlotRow, World, claim_row, rfc3339, slot_rows};
+use super::{Ctx, Error};
+use crate::views::rows::{Description, EntryRow, TransitionRow};
+use crate::views::{SlotRow, World, claim_row, rfc3339, slot_rows};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,63 +25,8 @@ pub struct Args {
     #[arg(value_name = "SLOT|CLAIM")]
     pub target: String,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table)]
-    pub format: ViewFormat,
-}
-
-#[derive(Serialize)]
-struct Description {
-    slot: SlotRow,
-    recent_transitions: Vec<TransitionRow>,
-    /// The ledger of boots in the last 24 hours.
-    activations: Vec<String>,
-    claim: Option<ClaimRow>,
-    /// How the claim's deadline was set.
-    deadline: Option<String>,
-    timeline: Vec<EntryRow>,
-}
-
-/// A history row as the views show it: times in RFC 3339 with milliseconds.
-#[derive(Serialize)]
-struct TransitionRow {
-    at: String,
-    from: Option<crate::domain::law::Report>,
-    to: crate::domain::law::Report,
-}
-
-/// A timeline entry as the views show it: its fields, times in RFC 3339 with milliseconds.
-#[derive(Serialize)]
-struct EntryRow {
-    at: String,
-    event: crate::store::claims::Event,
-    phase: crate::domain::claim::Phase,
-    attempt: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<crate::domain::claim::Reason>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    operation: Option<crate::domain::claim::OperationKind>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deadline_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    duration_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    detail: Option<String>,
-}
-
-impl From<&Entry> for EntryRow {
-    fn from(e: &Entry) -> Self {
-        EntryRow {
-            at: rfc3339(e.at),
-            event: e.event,
-            phase: e.phase,
-            attempt: e.attempt,
-            reason: e.reason,
-            operation: e.operation,
-            deadline_at: e.deadline_at.map(rfc3339),
-            duration_ms: e.duration_ms,
-            detail: e.detail.clone(),
-        }
-    }
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(TABLE_JSON))]
+    pub format: Format,
 }
 
 #[derive(tabled::Tabled)]

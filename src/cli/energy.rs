@@ -14,7 +14,8 @@ use crate::store::catalog::Catalog;
 use crate::views::energy::{Report, read_report};
 
 use super::output::grid;
-use super::{Ctx, Error, ViewFormat};
+use super::output::{Format, TABLE_JSON};
+use super::{Ctx, Error};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,8 +26,8 @@ pub struct Args {
     #[arg(long, default_value = "30d", value_parser = super::args::since)]
     pub since: Duration,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table)]
-    pub format: ViewFormat,
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(TABLE_JSON))]
+    pub format: Format,
 }
 
 #[derive(tabled::Tabled)]

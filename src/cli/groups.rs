@@ -3,15 +3,16 @@
 
 use std::io::Write;
 
+use super::output::{Format, WIDE_JSON};
 use super::output::{clock, grid, relative};
-use super::{Ctx, Error, WideFormat};
+use super::{Ctx, Error};
 use crate::views::{World, group_rows};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Output format: a table, a wider table with the last scaling call, or JSON.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = WideFormat::Table)]
-    pub format: WideFormat,
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(WIDE_JSON))]
+    pub format: Format,
     #[command(flatten)]
     pub watch: super::watch::Watch,
 }
@@ -73,7 +74,7 @@ impl Args {
             off: r.status.off,
             health: format!("{:?}", r.status.health).to_lowercase(),
         });
-        if self.format == WideFormat::Wide {
+        if self.format == Format::Wide {
             let wide = lines.zip(&rows).map(|(line, r)| WideLine {
                 line,
                 last_scale: match (r.status.last_scale_at, r.status.last_scale_action) {

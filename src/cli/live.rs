@@ -4,14 +4,14 @@
 
 use std::io::Write;
 
-use serde::Serialize;
-
 use crate::domain::name::BenchName;
-use crate::domain::state::{self, State};
+use crate::domain::state;
 use crate::store::presence::Presence;
 use fleet_redis::conn::Conn;
 
+use super::output::Format;
 use super::{Ctx, Error};
+use crate::views::rows::LiveRow;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,35 +23,18 @@ pub struct Args {
     #[arg(long)]
     pub up: bool,
     /// Output: one name a line, or JSON rows (`fleet schema live`).
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = LiveFormat::Names)]
-    pub format: LiveFormat,
+    #[arg(short = 'o', long = "output", default_value = "names",
+          value_parser = Format::offered(&[Format::Names, Format::Json]))]
+    pub format: Format,
     #[command(flatten)]
     pub watch: super::watch::Watch,
-}
-
-/// What `fleet live` writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LiveFormat {
-    /// One name a line: what a shell loop reads.
-    Names,
-    /// JSON of the current version; `json=v1` asks for version 1 by name.
-    #[value(alias = "json=v1")]
-    Json,
-}
-
-/// A row of `fleet live -o json`.
-#[derive(Debug, Serialize)]
-struct LiveRow<'a> {
-    name: &'a BenchName,
-    state: State,
-    hold: Option<String>,
 }
 
 impl Args {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         let mut presence: Option<Presence<Conn>> = None;
         let watch = self.watch.clone();
-        let json = self.format == LiveFormat::Json;
+        let json = self.format == Format::Json;
         watch
             .run(ctx, out, json, async |out| {
                 let p = match presence.take() {

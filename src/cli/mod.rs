@@ -203,37 +203,6 @@ pub enum Command {
     Version,
 }
 
-/// Output of the views.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ViewFormat {
-    Table,
-    /// JSON of the current version; `json=v1` asks for version 1 by name.
-    #[value(alias = "json=v1")]
-    Json,
-}
-
-impl ViewFormat {
-    pub fn is_json(self) -> bool {
-        self == ViewFormat::Json
-    }
-}
-
-/// Output of the views that have more columns to show (`-o wide`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum WideFormat {
-    Table,
-    Wide,
-    /// JSON of the current version; `json=v1` asks for version 1 by name.
-    #[value(alias = "json=v1")]
-    Json,
-}
-
-impl WideFormat {
-    pub fn is_json(self) -> bool {
-        self == WideFormat::Json
-    }
-}
-
 impl Command {
     pub async fn run(self, ctx: &Ctx, out: &mut (dyn Write + Send)) -> Result<(), Error> {
         match self {

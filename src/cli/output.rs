@@ -12,65 +12,70 @@ use crate::domain::state::Row;
 // How times read for people: shared with the live page, so they live in the read model.
 pub use crate::views::time::{clock, human_ms, moment, relative, time};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// What a verb writes (`-o`): one type for every verb, each verb offering the formats it can
+/// write ([`Format::offered`]), so `--help` lists exactly those and another is refused by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// A table for people.
     Table,
+    /// The table with more columns.
+    Wide,
     /// JSON of the current version; `json=v1` asks for version 1 by name.
-    #[value(alias = "json=v1")]
     Json,
+    /// Tab-separated values, one row a line after a header, for `cut` and `awk`.
     Tsv,
+    /// One name a line: what a shell loop reads.
+    Names,
 }
 
-/// The TSV columns, in order; the header line names them.
-pub const TSV_COLUMNS: [&str; 10] = [
-    "name",
-    "state",
-    "hold",
-    "requested_hold",
-    "load",
-    "cores",
-    "ttl_ms",
-    "expires_in_ms",
-    "error",
-    "error_kind",
-];
+/// The formats of a view with a table and JSON.
+pub const TABLE_JSON: &[Format] = &[Format::Table, Format::Json];
+/// The formats of a view that also has a wide table.
+pub const WIDE_JSON: &[Format] = &[Format::Table, Format::Wide, Format::Json];
+
+impl Format {
+    pub fn is_json(self) -> bool {
+        self == Format::Json
+    }
+
+    fn value(self) -> clap::builder::PossibleValue {
+        use clap::builder::PossibleValue;
+        match self {
+            Format::Table => PossibleValue::new("table").help("a table for people"),
+            Format::Wide => PossibleValue::new("wide").help("the table with more columns"),
+            Format::Json => PossibleValue::new("json")
+                .alias("json=v1")
+                .help("JSON of the current version; `json=v1` asks for version 1 by name"),
+            Format::Tsv => PossibleValue::new("tsv").help("tab-separated values after a header"),
+            Format::Names => PossibleValue::new("names").help("one name a line"),
+        }
+    }
+
+    /// The `-o` parser of a verb that writes the formats `offered`.
+    pub fn offered(offered: &'static [Format]) -> clap::builder::ValueParser {
+        use clap::builder::TypedValueParser;
+        let values: Vec<clap::builder::PossibleValue> = offered.iter().map(|f| f.value()).collect();
+        clap::builder::PossibleValuesParser::new(values)
+            .map(move |name: String| {
+                *offered
+                    .iter()
+                    .find(|f| f.value().matches(&name, false))
+                    .expect("clap took only an offered format")
+            })
+            .into()
+    }
+}
 
 /// Writes `rows` in `format`. JSON is one array: pretty when standalone, one line per frame
 /// under `--watch` (`compact`).
 pub fn rows(out: &mut dyn Write, format: Format, rows: &[Row], compact: bool) -> io::Result<()> {
     match format {
         Format::Json => json_rows(out, "state", rows, compact),
-        Format::Tsv => tsv(out, rows),
-        Format::Table => state_table(out, rows, Utc::now(), &std::collections::HashMap::new()),
+        Format::Tsv => crate::views::rows::tsv(out, rows),
+        Format::Table | Format::Wide | Format::Names => {
+            state_table(out, rows, Utc::now(), &std::collections::HashMap::new())
+        }
     }
-}
-
-fn tsv(out: &mut dyn Write, rows: &[Row]) -> io::Result<()> {
-    writeln!(out, "{}", TSV_COLUMNS.join("\t"))?;
-    for r in rows {
-        let fields = [
-            r.name.clone(),
-            r.state.to_string(),
-            cell(&r.hold),
-            cell(&r.requested_hold),
-            cell(&r.load),
-            cell(&r.cores),
-            cell(&r.ttl_ms),
-            cell(&r.expires_in_ms),
-            cell(&r.error),
-            cell(&r.error_kind),
-        ];
-        writeln!(out, "{}", fields.join("\t"))?;
-    }
-    Ok(())
-}
-
-/// A TSV cell: empty for null; tabs and newlines folded so a cell never splits a row.
-fn cell<T: ToString>(value: &Option<T>) -> String {
-    value
-        .as_ref()
-        .map(|v| v.to_string().replace(['\t', '\n', '\r'], " "))
-        .unwrap_or_default()
 }
 
 /// The presence table of `fleet state`.
@@ -238,7 +243,7 @@ mod tests {
     #[test]
     fn tsv_has_a_header_and_empty_cells_for_null() {
         let mut out = Vec::new();
-        tsv(&mut out, &[row()]).unwrap();
+        crate::views::rows::tsv(&mut out, &[row()]).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
@@ -255,7 +260,7 @@ mod tests {
             error_kind: Some(crate::domain::state::ErrorKind::Outlived),
             ..row()
         };
-        tsv(&mut out, &[outlived]).unwrap();
+        crate::views::rows::tsv(&mut out, &[outlived]).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.ends_with("\theartbeat key outlived its TTL\toutlived\n"),
@@ -272,7 +277,7 @@ mod tests {
         let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
         keys.sort();
         // The TSV's columns and the schema's name (schemas/v1.json), nothing else.
-        let mut want = TSV_COLUMNS.to_vec();
+        let mut want = crate::views::rows::columns::<Row>().to_vec();
         want.push("schema");
         want.sort();
         assert_eq!(keys, want);

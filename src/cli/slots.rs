@@ -6,8 +6,9 @@ use std::io::Write;
 
 use crate::domain::name::GroupName;
 
+use super::output::{Format, TABLE_JSON};
 use super::output::{grid, relative};
-use super::{Ctx, Error, ViewFormat};
+use super::{Ctx, Error};
 use crate::views::{World, slot_rows};
 
 #[derive(Debug, clap::Args)]
@@ -16,8 +17,8 @@ pub struct Args {
     #[arg(value_name = "GROUP")]
     pub group: Option<GroupName>,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ViewFormat::Table)]
-    pub format: ViewFormat,
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = Format::offered(TABLE_JSON))]
+    pub format: Format,
     #[command(flatten)]
     pub watch: super::watch::Watch,
 }

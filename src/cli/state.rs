@@ -18,7 +18,8 @@ pub struct Args {
     #[arg(value_name = "NAME")]
     pub names: Vec<BenchName>,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    #[arg(short = 'o', long = "output", default_value = "table",
+          value_parser = Format::offered(&[Format::Table, Format::Json, Format::Tsv]))]
     pub format: Format,
     #[command(flatten)]
     pub watch: super::watch::Watch,

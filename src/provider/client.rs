@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::views::rows::{AutoscalerGroupRow, AutoscalerInstanceRow, AutoscalerTemplateRow};
 use prost::Message;
-use serde::Serialize;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -91,39 +91,6 @@ fn read(flag: &str, path: &Path) -> Result<Vec<u8>, ClientError> {
         .map_err(|e| ClientError::Invalid(format!("reading {flag} {}: {e}", path.display())))
 }
 
-/// A group as NodeGroups and NodeGroupTargetSize give it.
-#[derive(Clone, Debug, Serialize)]
-pub struct GroupRow {
-    pub id: String,
-    pub min_size: i32,
-    pub max_size: i32,
-    pub target_size: i32,
-}
-
-/// An instance as cluster-autoscaler reads it: an error counts only with a code.
-#[derive(Clone, Debug, Serialize)]
-pub struct InstanceRow {
-    pub id: String,
-    pub state: &'static str,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub error_class: Option<&'static str>,
-}
-
-/// The template Node, decoded.
-#[derive(Clone, Debug, Serialize)]
-pub struct TemplateRow {
-    pub name: String,
-    pub labels: std::collections::BTreeMap<String, String>,
-    pub taints: Vec<String>,
-    pub capacity: std::collections::BTreeMap<String, String>,
-    pub conditions: Vec<String>,
-    /// Whether legacy field 1 carries the same bytes as field 2.
-    pub legacy_field_matches: bool,
-    /// The DRA devices of `resourceSliceBytes`, one `driver/device` each.
-    pub devices: Vec<String>,
-}
-
 /// A connected client.
 pub struct Client {
     inner: CloudProviderClient<Channel>,
@@ -186,7 +153,7 @@ impl Client {
     }
 
     /// NodeGroups, and each group's target size.
-    pub async fn groups(&mut self) -> Result<Vec<GroupRow>, ClientError> {
+    pub async fn groups(&mut self) -> Result<Vec<AutoscalerGroupRow>, ClientError> {
         let groups = self
             .inner
             .node_groups(NodeGroupsRequest {})
@@ -197,7 +164,7 @@ impl Client {
         let mut rows = Vec::new();
         for g in groups {
             let target_size = self.target(&g.id).await?;
-            rows.push(GroupRow {
+            rows.push(AutoscalerGroupRow {
                 id: g.id,
                 min_size: g.min_size,
                 max_size: g.max_size,
@@ -219,7 +186,7 @@ impl Client {
             .target_size)
     }
 
-    pub async fn nodes(&mut self, group: &str) -> Result<Vec<InstanceRow>, ClientError> {
+    pub async fn nodes(&mut self, group: &str) -> Result<Vec<AutoscalerInstanceRow>, ClientError> {
         let instances = self
             .inner
             .node_group_nodes(NodeGroupNodesRequest {
@@ -289,7 +256,7 @@ impl Client {
         Ok(())
     }
 
-    pub async fn template(&mut self, group: &str) -> Result<TemplateRow, ClientError> {
+    pub async fn template(&mut self, group: &str) -> Result<AutoscalerTemplateRow, ClientError> {
         let answer = self
             .inner
             .node_group_template_node_info(NodeGroupTemplateNodeInfoRequest {
@@ -316,7 +283,7 @@ impl Client {
     }
 }
 
-fn instance_row(i: Instance) -> InstanceRow {
+fn instance_row(i: Instance) -> AutoscalerInstanceRow {
     let status = i.status.unwrap_or_default();
     let state = match InstanceState::try_from(status.instance_state) {
         Ok(InstanceState::InstanceRunning) => "running",
@@ -325,7 +292,7 @@ fn instance_row(i: Instance) -> InstanceRow {
         _ => "unspecified",
     };
     let error = status.error_info.filter(|e| !e.error_code.is_empty());
-    InstanceRow {
+    AutoscalerInstanceRow {
         id: i.id,
         state,
         error_code: error.as_ref().map(|e| e.error_code.clone()),
@@ -340,11 +307,11 @@ fn instance_row(i: Instance) -> InstanceRow {
     }
 }
 
-fn template_row(node: &super::k8s::Node, legacy_field_matches: bool) -> TemplateRow {
+fn template_row(node: &super::k8s::Node, legacy_field_matches: bool) -> AutoscalerTemplateRow {
     let meta = node.metadata.clone().unwrap_or_default();
     let spec = node.spec.clone().unwrap_or_default();
     let status = node.status.clone().unwrap_or_default();
-    TemplateRow {
+    AutoscalerTemplateRow {
         name: meta.name.unwrap_or_default(),
         labels: meta.labels,
         taints: spec

@@ -2,7 +2,9 @@
 //! (with the controller's status), every group's claims, every slot's status with each group's
 //! last scaling call, and every slot's BMC reading, in four round trips whatever the number of
 //! groups, and the rows built from them. Rows are built from domain values. Beside them, the energy
-//! report (`energy`) and what a verb or an action runs with and how it fails (`Ctx`, `Error`).
+//! report (`energy`), the rows of the views that are not the world's and the TSV of any row
+//! (`rows`), how times read for people (`time`), and what a verb or an action runs with and how it
+//! fails (`ctx`: `Ctx`, `Error`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -18,6 +20,7 @@ use fleet_redis::conn::Conn;
 
 mod ctx;
 pub mod energy;
+pub mod rows;
 pub mod time;
 
 pub use ctx::{Ctx, Error, request_error};

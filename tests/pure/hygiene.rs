@@ -50,6 +50,40 @@ fn is_test_file(path: &Path) -> bool {
 // SPEC §1: the domain has no I/O, no clock, no environment, no async. The core crate's
 // dependencies hold most of it (no tokio, redis, kube or tonic to call, chrono without its clock),
 // and this holds the rest (std's own I/O, clock and environment).
+// SPEC §4.7: every row a verb writes for programs is a type of the read model (`src/views/`, or
+// the presence decision's own `domain::state::Row`), and `-o` is one type, `cli::output::Format`,
+// each verb offering its formats: rows lived in six rooms behind four format enums.
+#[test]
+fn rows_live_in_the_read_model_behind_one_format() {
+    let mut found = Vec::new();
+    for (path, text) in sources("src") {
+        let shown = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        let code = code(&text);
+        let in_cli = shown.starts_with("src/cli/") || shown == "src/provider/client.rs";
+        if in_cli && shown != "src/cli/output.rs" && code.contains("Serialize)]") {
+            found.push(format!(
+                "{shown} declares a row: move it to src/views/rows.rs"
+            ));
+        }
+        for line in code.lines() {
+            let is_format = line.trim_start().starts_with("pub enum ")
+                && line.contains("Format")
+                && !line.contains("LogFormat");
+            if is_format && shown != "src/cli/output.rs" {
+                found.push(format!(
+                    "{shown}: {} (use cli::output::Format)",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "\n{}", found.join("\n"));
+}
+
 // SPEC.md is read whole by whoever changes fleet: it states rules, and what explains or measures
 // them lives in docs/ (the protocol, the figures), so it stays within a length one reads.
 #[test]

@@ -11,12 +11,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::name::{BenchName, Reason};
 
 /// What `fleet state` says of one bench.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum State {
     /// The bench is there: its key is within its TTL and carries no hold.
     #[serde(rename = "UP")]
@@ -199,7 +199,7 @@ impl Defect {
 
 /// The kind of a row's error (docs/protocol.md §3): what a program tells apart, where the
 /// `error` says it in words. `fleet state -o json` carries it as `error_kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The key holds another type than a string.
@@ -307,8 +307,10 @@ pub fn decide(reading: &Reading, now: DateTime<Utc>) -> Verdict {
     }
 }
 
-/// The row `fleet state` prints for one bench: exactly the fields of SPEC §2.6.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The row `fleet state` prints for one bench: exactly the fields of SPEC §2.6. It is the
+/// decision's own output (the protocol's vectors test it), so it lives here; the read model
+/// writes it as it writes every view's rows (`views::rows`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub name: String,
     pub state: State,
