@@ -221,8 +221,13 @@ impl Serve {
     /// Reads the log until a line contains every one of `words`.
     /// On a timeout it fails showing the last lines it read, so the failure says why.
     pub async fn log(&mut self, words: &[&str]) -> String {
+        self.log_within(words, Duration::from_secs(20)).await
+    }
+
+    /// `log`, waiting at most `bound`: for what waits on another program's clock.
+    pub async fn log_within(&mut self, words: &[&str], bound: Duration) -> String {
         let name = self.name;
-        let found = tokio::time::timeout(Duration::from_secs(20), async {
+        let found = tokio::time::timeout(bound, async {
             while let Some(line) = self.lines.recv().await {
                 self.seen.push(line.clone());
                 if words.iter().all(|w| line.contains(w)) {
@@ -236,7 +241,9 @@ impl Serve {
         match found {
             Ok(Some(line)) => line,
             Ok(None) => panic!("{name} ended before logging {words:?}; its last lines:\n{tail}"),
-            Err(_) => panic!("timed out: {name} to log {words:?}; its last lines:\n{tail}"),
+            Err(_) => panic!(
+                "timed out after {bound:?}: {name} to log {words:?}; its last lines:\n{tail}"
+            ),
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`fixture`]: configuration files built, not written by hand.
 //! - `sentinel`, `cluster`: a private Sentinel setup and a private Redis Cluster on loopback;
 //!   `tls`: a private CA and certificates for their TLS forms.
+//! - [`kube`]: a real Kubernetes control plane on loopback, built from its Go modules.
 //! - [`agent`]: an agent binary run as a machine runs it; [`dist`]: `make dist`'s archives as
 //!   the tests make and install them.
 
@@ -23,6 +24,7 @@ pub mod agent;
 mod cluster;
 pub mod dist;
 pub mod fixture;
+pub mod kube;
 mod sentinel;
 mod tls;
 pub use cluster::{ClusterOptions, RedisCluster, SlotMove};
@@ -65,6 +67,8 @@ pub enum ServerError {
     Sentinel(String),
     #[error("the Redis Cluster: {0}")]
     Cluster(String),
+    #[error("the Kubernetes control plane: {0}")]
+    Kube(String),
 }
 
 /// How to start a server.
