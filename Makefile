@@ -1,8 +1,17 @@
 # The two commands of the quick start: `make up` runs the local stack, `make test` runs the tests.
-.PHONY: up test lint bench deps dist
+.PHONY: up cluster test lint bench deps dist peers
 
 up:
 	scripts/up.sh
+
+# The local stack with a real Kubernetes control plane beside it (scripts/up.sh cluster).
+cluster:
+	scripts/up.sh cluster
+
+# The real peers of the cluster tier, built from their Go modules once per version
+# (scripts/peers.sh prints where).
+peers:
+	scripts/peers.sh
 
 deps:
 	scripts/ensure-deps.sh
@@ -12,8 +21,11 @@ deps:
 # binaries one after the other, eight tests at a time: the tests mostly wait on processes and
 # Redis, not the CPU. Doc tests, which nextest does not run, run apart. fleet-agent's tests then
 # run against fleet built without its features, as machines build the agent: that build, tested.
+# The real cluster's programs are built first (scripts/peers.sh, cached by version): the tests
+# that start one find them through FLEET_PEERS_BIN.
 test: deps
-	@if cargo nextest --version >/dev/null 2>&1; then \
+	@export FLEET_PEERS_BIN=$$(scripts/peers.sh) && \
+	if cargo nextest --version >/dev/null 2>&1; then \
 		set -e; \
 		cargo nextest run --workspace --exclude fleet-agent --all-features; \
 		cargo test --workspace --exclude fleet-agent --all-features --doc; \

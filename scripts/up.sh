@@ -4,12 +4,29 @@
 # and a live view under a banner that stays. Ctrl-C stops all of it, operations in flight and the
 # simulated benches included, leaves no process behind, and exits 0.
 #
+# `scripts/up.sh cluster` (`make cluster`) adds a real Kubernetes control plane on loopback (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, and kwok playing each bench's kubelet:
+# scripts/peers.sh builds them from their Go modules, once), deploy/base's RBAC applied, and fleet
+# serve under its own ServiceAccount with deploy/examples/cluster.yaml: a bench's power-on
+# registers its Node.
+#
 # FLEET_BIN runs a fleet binary already built (the tests do); FLEET_GRPC_ADDR moves the provider
 # off 127.0.0.1:8086; BOOT_DELAY is how long a simulated bench takes to boot (3 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode="${1:-local}"
+case "$mode" in
+  local) config=deploy/examples/fleet.yaml ;;
+  cluster) config=deploy/examples/cluster.yaml ;;
+  *) echo "usage: scripts/up.sh [cluster]" >&2; exit 2 ;;
+esac
 scripts/ensure-deps.sh up
+if [ "$mode" = cluster ]; then
+  peers=$(scripts/peers.sh)
+  # kubectl of the control plane's own release, built beside it.
+  export PATH="$peers:$PATH"
+fi
 if [ -n "${FLEET_BIN:-}" ]; then
   fleet="$FLEET_BIN"
 else
@@ -65,10 +82,34 @@ for _ in $(seq 100); do [ -S "$run/redis.sock" ] && break; sleep 0.1; done
 [ -S "$run/redis.sock" ] || { echo "redis-server did not start; see $run/redis.log" >&2; exit 1; }
 
 export FLEET_REDIS_URL="redis+unix://$run/redis.sock"
+kube_args=()
+if [ "$mode" = cluster ]; then
+  "$peers/k8s-local" stack --dir "$run/kube" >"$run/kube.out" 2>"$run/kube.log" &
+  pids+=($!)
+  disown
+  for _ in $(seq 1800); do grep -q '"ready"' "$run/kube.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q '"ready"' "$run/kube.out" || { echo "the control plane did not start; see $run/kube.log and $run/kube/" >&2; exit 1; }
+  admin="$run/kube/admin.kubeconfig"
+  # deploy/base as an operator applies it; its workloads are this script's processes here.
+  kubectl --kubeconfig "$admin" apply -k deploy/base >/dev/null
+  kubectl --kubeconfig "$admin" -n fleet scale deployment/fleet --replicas=0 >/dev/null
+  kubectl --kubeconfig "$admin" -n fleet scale statefulset --all --replicas=0 >/dev/null
+  server=$(kubectl --kubeconfig "$admin" config view -o jsonpath='{.clusters[0].cluster.server}')
+  token=$(kubectl --kubeconfig "$admin" -n fleet create token fleet --duration 24h)
+  kubectl config --kubeconfig "$run/fleet.kubeconfig" set-cluster local --server "$server" \
+    --certificate-authority "$run/kube/pki/ca.crt" >/dev/null
+  kubectl config --kubeconfig "$run/fleet.kubeconfig" set-credentials fleet --token "$token" >/dev/null
+  kubectl config --kubeconfig "$run/fleet.kubeconfig" set-context fleet --cluster local --user fleet \
+    --namespace fleet >/dev/null
+  kubectl config --kubeconfig "$run/fleet.kubeconfig" use-context fleet >/dev/null
+  # The benches' kubelets register their Nodes with the administrator's credentials.
+  export SIM_KUBECONFIG="$admin"
+  kube_args=(--kubernetes --kubeconfig "$run/fleet.kubeconfig" --kube-namespace fleet)
+fi
 # Operations never see fleet's own FLEET_* variables (the URL may hold a password): the simulated
 # power switch gets the stack's Redis in a variable of its own.
 export SIM_BIN="$fleet" SIM_REDIS="$FLEET_REDIS_URL"
-FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config deploy/examples/fleet.yaml \
+FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config "$config" "${kube_args[@]}" \
   --metrics-addr 127.0.0.1:0 --grpc-addr "$grpc" --blind-grace 3s >"$run/serve.log" 2>&1 &
 serve=$!
 pids+=("$serve")
@@ -86,6 +127,15 @@ In another shell:  export FLEET_REDIS_URL=$FLEET_REDIS_URL
 The first seconds are blind: the store is new (fleet serve --blind-grace shortens it).
 Ctrl-C stops everything.
 MSG
+  if [ "$mode" = cluster ]; then
+    cat <<MSG
+Kubernetes (every bench off, no Node yet):  export KUBECONFIG=$admin PATH=$peers:\$PATH
+  kubectl run wants-sim --image=registry.invalid/any --overrides='{"spec":{"nodeSelector":{"fleet.dev/pool":"sim"}}}'
+  pends: no Node fits. cluster-autoscaler cannot be built here (the Go module proxy refuses
+  k8s.io/autoscaler/cluster-autoscaler), so make its scale-up yourself:
+  $fleet autoscaler --grpc-addr $grpc increase sim 1   # a bench boots, its Node turns Ready, the Pod runs
+MSG
+  fi
 }
 # The banner says "in another shell: fleet claim": it comes once fleet serve has published what
 # the verbs read, so the first command a person types works.

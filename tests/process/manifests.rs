@@ -81,6 +81,10 @@ const NOT_OBJECTS: &[(&str, &str)] = &[
         "cluster-autoscaler's cloud-config: cluster_autoscaler_…",
     ),
     (
+        "examples/cluster.yaml",
+        "a fleet configuration: the_fleet_configurations_…",
+    ),
+    (
         "examples/fleet.yaml",
         "a fleet configuration: the_fleet_configurations_…",
     ),
@@ -1195,6 +1199,10 @@ fn the_driver_examples_load_with_fleets_own_loader_one_driver_each() {
 fn the_fleet_configurations_load_with_fleets_own_loader() {
     // The local stack's, and the overlay's (the ConfigMap's content).
     fleet::config::load(&deploy().join("examples/fleet.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    // `make cluster`'s (which fleet serve takes with --kubernetes).
+    let cluster = fleet::config::load(&deploy().join("examples/cluster.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(cluster.slots.values().all(|s| s.kubernetes_node.is_some()));
     let config = fleet::config::load(&deploy().join("overlays/example/fleet.yaml"))
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(!config.slots.is_empty());
