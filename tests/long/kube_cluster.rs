@@ -321,6 +321,7 @@ async fn a_delete_with_a_stale_resource_version_is_refused() {
 /// Node (the provider ID as fleet reports the instance, the template's labels and capacity) and
 /// the machine beats UP. `$KUBECONFIG_ADMIN` stands for the kubelet's own credentials.
 const BENCH_UP: &str = r#"set -e
+sleep "${BOOT_DELAY:-0}"
 "$KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Node
@@ -339,7 +340,8 @@ EOF
 const BENCH_DOWN: &str = r#""$KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" label node "$FLEET_SLOT" kwok.x-k8s.io/node- >/dev/null
 "#;
 
-fn config(c: &Cluster, server: &RedisServer) -> Fixture {
+/// Groups `sim` (benches whose power-on takes `boot_delay` seconds) and `jobbed` (Job operations).
+fn config(c: &Cluster, server: &RedisServer, boot_delay: u32) -> Fixture {
     let template = Template::new()
         .label("fleet.dev/group", "sim")
         .capacity("cpu", "4")
@@ -359,6 +361,7 @@ fn config(c: &Cluster, server: &RedisServer) -> Fixture {
                 .max(2)
                 .env("BIN", env!("CARGO_BIN_EXE_fleet"))
                 .env("REDIS", server.url())
+                .env("BOOT_DELAY", boot_delay.to_string())
                 .env("KUBECONFIG_ADMIN", c.stack.admin.display().to_string())
                 .env("KUBECTL", c.stack.kubectl_path().display().to_string())
                 .startup(Op::sh(&format!("{BENCH_UP}{BOOTS}")).timeout("60s"))
@@ -380,17 +383,51 @@ fn config(c: &Cluster, server: &RedisServer) -> Fixture {
         .slot(Slot::new("bench-j", "jobbed"))
 }
 
-async fn provider(serve: &mut Serve) -> CloudProviderClient<tonic::transport::Channel> {
+/// The provider's address, from `fleet serve`'s start line.
+async fn grpc_addr(serve: &mut Serve) -> String {
     let line = serve.log(&["fleet serve started"]).await;
-    let addr = line
-        .split_whitespace()
+    line.split_whitespace()
         .find_map(|w| w.strip_prefix("grpc="))
         .expect("the start line names the provider's address")
-        .to_owned();
-    serve.log(&["became the leader"]).await;
+        .to_owned()
+}
+
+async fn connect(addr: &str) -> CloudProviderClient<tonic::transport::Channel> {
     CloudProviderClient::connect(format!("http://{addr}"))
         .await
         .expect("the provider's socket")
+}
+
+/// The leader's provider, as cluster-autoscaler reaches it.
+async fn provider(serve: &mut Serve) -> CloudProviderClient<tonic::transport::Channel> {
+    let addr = grpc_addr(serve).await;
+    serve.log(&["became the leader"]).await;
+    connect(&addr).await
+}
+
+/// `fleet serve --kubernetes` under fleet's identity, passes every 200 ms.
+fn serve(name: &'static str, c: &Cluster, server: &RedisServer, config: &std::path::Path) -> Serve {
+    let kubeconfig = c.fleet.display().to_string();
+    Serve::start(
+        name,
+        server,
+        config,
+        &[
+            "--kubernetes",
+            "--kubeconfig",
+            &kubeconfig,
+            "--kube-namespace",
+            NAMESPACE,
+            "--interval",
+            "200ms",
+            "--lease",
+            "2s",
+            "--blind-grace",
+            "0s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    )
 }
 
 async fn target(p: &mut CloudProviderClient<tonic::transport::Channel>, group: &str) -> i32 {
@@ -423,28 +460,8 @@ async fn fleet_serves_a_real_cluster_under_its_own_identity() {
     let c = Cluster::start();
     let server = fleet_testing::RedisServer::start().expect("redis-server");
     let dir = tempfile::tempdir().unwrap();
-    let path = config(&c, &server).write(dir.path());
-    let kubeconfig = c.fleet.display().to_string();
-    let mut serve = Serve::start(
-        "serve",
-        &server,
-        &path,
-        &[
-            "--kubernetes",
-            "--kubeconfig",
-            &kubeconfig,
-            "--kube-namespace",
-            NAMESPACE,
-            "--interval",
-            "200ms",
-            "--lease",
-            "2s",
-            "--blind-grace",
-            "0s",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ],
-    );
+    let path = config(&c, &server, 0).write(dir.path());
+    let mut serve = serve("serve", &c, &server, &path);
     let mut ca = provider(&mut serve).await;
 
     // Scale from zero: the scheduler finds no Node for the Pod.
@@ -614,4 +631,59 @@ async fn fleet_serves_a_real_cluster_under_its_own_identity() {
     .map(|(r, v)| (r.to_owned(), v.to_owned()))
     .collect();
     assert_eq!(used, granted, "the calls fleet made are exactly the grants");
+}
+
+/// fleet's leader killed while a scale-up's startup runs: the standby leads within its lease, the
+/// startup (a process of its own, which outlives the leader) is not run again, the new leader takes
+/// the claim to ready, the Pod runs, and the target reads the same from the new leader.
+#[tokio::test]
+async fn a_leader_killed_during_a_scale_up_starts_nothing_twice() {
+    let c = Cluster::start();
+    let server = fleet_testing::RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    // A startup slow enough to be in flight when the leader dies.
+    let path = config(&c, &server, 2).write(dir.path());
+    let mut first = serve("fleet-a", &c, &server, &path);
+    let mut ca = provider(&mut first).await;
+    let mut second = serve("fleet-b", &c, &server, &path);
+    let standby = grpc_addr(&mut second).await;
+
+    c.stack.apply(WORKLOAD);
+    ca.node_group_increase_size(NodeGroupIncreaseSizeRequest {
+        delta: 1,
+        id: "sim".into(),
+    })
+    .await
+    .expect("IncreaseSize");
+    first.log(&["starting machine"]).await;
+    first.signal("-KILL");
+    second
+        .log_within(&["became the leader"], Duration::from_secs(30))
+        .await;
+    let mut ca = connect(&standby).await;
+    assert_eq!(
+        target(&mut ca, "sim").await,
+        1,
+        "the target the old leader took"
+    );
+    let ready = second.log(&["claim moved", "to=ready"]).await;
+    let (phase, _) = until("the Pod Running", Duration::from_secs(60), || {
+        pod_phase(&c).filter(|(phase, _)| phase == "Running")
+    })
+    .await;
+    assert_eq!(phase, "Running", "{ready}");
+    let lines = second.stop().await;
+    let starts = first
+        .drain()
+        .iter()
+        .chain(lines.iter())
+        .filter(|l| l.contains("starting machine"))
+        .count();
+    assert_eq!(starts, 1, "one startup across both leaders");
+    let nodes = c.get(&["nodes", "-l", "fleet.dev/group=sim"]).unwrap();
+    assert_eq!(
+        nodes["items"].as_array().unwrap().len(),
+        1,
+        "one bench powered on"
+    );
 }
