@@ -387,6 +387,13 @@ mod tests {
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(63), "]".repeat(63));
         let deeper = format!("{{\"a\":{}1{}}}", "[".repeat(64), "]".repeat(64));
         assert!(members(&deep).is_ok(), "64 deep, the object counting");
+        // Objects in objects count as arrays do.
+        let objects = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+        assert!(members(&objects(64)).is_ok(), "64 objects deep");
+        assert_eq!(
+            members(&objects(65)),
+            Err("nested deeper than 64".to_owned())
+        );
         for (text, why) in [
             ("", "not a JSON object"),
             ("[1]", "not a JSON object"),
