@@ -62,9 +62,15 @@ cleanup() {
     done
     [ "$found" = 0 ] && break
   done
-  # Gone before their directory is: SIGKILL is delivered at once, the exit a moment later.
+  # Gone before their directory is: SIGKILL is delivered at once, the exit a moment later. A
+  # zombie has exited (its files are closed); this shell reaps it only once the trap returns, so
+  # `kill -0`, which a zombie answers, would wait out its whole bound for each of them.
   for pid in "${pids[@]}"; do
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    for _ in $(seq 100); do
+      state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+      if [ -z "$state" ] || [ "$state" = Z ]; then break; fi
+      sleep 0.05
+    done
   done
   rm -rf "$run"
   printf '\nfleet local stack stopped; nothing is left running.\n'

@@ -51,10 +51,18 @@ const FOREIGN: &str = "example.com/owned-by-someone-else";
 struct Cluster {
     stack: KubeStack,
     fleet: PathBuf,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+/// One control plane at a time in this process: `cargo test` runs this tier's tests on eight
+/// threads, and four control planes starting beside the chaos tests on two cores slowed those past
+/// their bounds (nextest, a process a test, limits them by its `kube` test group instead).
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
     fn start() -> Cluster {
+        // A test that failed holding it poisons nothing another needs.
+        let one_at_a_time = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
         let stack = KubeStack::start().expect("the real control plane (scripts/peers.sh)");
         let base = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base");
         stack.kubectl_ok(&["apply", "-k", base]);
@@ -71,7 +79,11 @@ impl Cluster {
         ]);
         stack.apply(&node_yaml("worker-0", "fleet.dev/role: worker", "", ""));
         let fleet = stack.identity(NAMESPACE, "fleet");
-        Cluster { stack, fleet }
+        Cluster {
+            stack,
+            fleet,
+            _one_at_a_time: one_at_a_time,
+        }
     }
 
     /// `kubectl get` of one object as JSON, `None` when it does not exist.
