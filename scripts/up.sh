@@ -63,8 +63,8 @@ cleanup() {
     [ "$found" = 0 ] && break
   done
   # Gone before their directory is: SIGKILL is delivered at once, the exit a moment later. A
-  # zombie has exited (its files are closed); this shell reaps it only once the trap returns, so
-  # `kill -0`, which a zombie answers, would wait out its whole bound for each of them.
+  # zombie has exited (its files are closed), and this shell may reap it only once the trap
+  # returns: `kill -0`, which a zombie answers, would wait out its whole bound.
   for pid in "${pids[@]}"; do
     for _ in $(seq 100); do
       state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null || true)
@@ -80,10 +80,7 @@ cleanup() {
 trap 'cleanup 0' INT TERM
 trap 'cleanup $?' EXIT
 
-# The stack's daemons run in sessions of their own: Ctrl-C reaches only this script, whose trap
-# stops them all. Without that, the terminal's SIGINT also reached fleet serve and Redis, which
-# stop on it, and the view could see fleet serve gone before the trap ran (exit 1, not 0).
-setsid redis-server --port 0 --unixsocket "$run/redis.sock" --unixsocketperm 700 --dir "$run" \
+redis-server --port 0 --unixsocket "$run/redis.sock" --unixsocketperm 700 --dir "$run" \
   --save "" --appendonly yes --appendfsync everysec --daemonize no --logfile "$run/redis.log" &
 pids+=($!)
 disown
@@ -93,7 +90,7 @@ for _ in $(seq 100); do [ -S "$run/redis.sock" ] && break; sleep 0.1; done
 export FLEET_REDIS_URL="redis+unix://$run/redis.sock"
 kube_args=()
 if [ "$mode" = cluster ]; then
-  setsid "$peers/k8s-local" stack --dir "$run/kube" >"$run/kube.out" 2>"$run/kube.log" &
+  "$peers/k8s-local" stack --dir "$run/kube" >"$run/kube.out" 2>"$run/kube.log" &
   pids+=($!)
   disown
   for _ in $(seq 1800); do grep -q '"ready"' "$run/kube.out" 2>/dev/null && break; sleep 0.1; done
@@ -118,7 +115,7 @@ fi
 # Operations never see fleet's own FLEET_* variables (the URL may hold a password): the simulated
 # power switch gets the stack's Redis in a variable of its own.
 export SIM_BIN="$fleet" SIM_REDIS="$FLEET_REDIS_URL"
-FLEET_LOG="${FLEET_LOG:-info}" setsid "$fleet" serve --config "$config" "${kube_args[@]}" \
+FLEET_LOG="${FLEET_LOG:-info}" "$fleet" serve --config "$config" "${kube_args[@]}" \
   --metrics-addr 127.0.0.1:0 --grpc-addr "$grpc" --blind-grace 3s >"$run/serve.log" 2>&1 &
 serve=$!
 pids+=("$serve")

@@ -117,10 +117,15 @@ impl Terminal {
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
         // SAFETY: between fork and exec, only async-signal-safe calls: a session of its own whose
-        // controlling terminal is the pseudo-terminal, as a login shell's would be.
+        // controlling terminal is the pseudo-terminal, as a login shell's would be, and SIGINT
+        // handled as a terminal's shell has it (a test run started in the background of a
+        // script inherits it ignored, and a shell cannot trap a signal ignored at its start).
         unsafe {
             cmd.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                if libc::setsid() < 0
+                    || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0
+                    || libc::signal(libc::SIGINT, libc::SIG_DFL) == libc::SIG_ERR
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -206,10 +211,17 @@ impl Terminal {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
             }
-            assert!(
-                stopping.elapsed() < Duration::from_secs(20),
-                "up.sh did not stop"
-            );
+            if stopping.elapsed() > Duration::from_secs(20) {
+                let text = self.text();
+                panic!(
+                    "up.sh did not stop within 20 s of Ctrl-C; the stack's processes: {:#?}\nthe \
+                     screen's end:\n{}",
+                    carrying(&marker),
+                    text.chars()
+                        .skip(text.chars().count().saturating_sub(3_000))
+                        .collect::<String>()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         };
         assert_eq!(status.code(), Some(0), "{}", self.text());
