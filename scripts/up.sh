@@ -130,8 +130,6 @@ In another shell:  export FLEET_REDIS_URL=$FLEET_REDIS_URL
                    $fleet claim sim-01 --wait     # ask for a machine; watch it boot below
                    $fleet cancel <claim>          # give it back
                    $fleet autoscaler --grpc-addr $grpc increase sim 2   # as cluster-autoscaler
-The first seconds are blind: the store is new (fleet serve --blind-grace shortens it).
-Ctrl-C stops everything.
 MSG
   if [ "$mode" = cluster ]; then
     cat <<MSG
@@ -142,6 +140,11 @@ Kubernetes (every bench off, no Node yet):  export KUBECONFIG=$admin PATH=$peers
   $fleet autoscaler --grpc-addr $grpc increase sim 1   # a bench boots, its Node turns Ready, the Pod runs
 MSG
   fi
+  # Last, whatever the mode: a reader of the screen knows the banner is whole when it sees it.
+  cat <<MSG
+The first seconds are blind: the store is new (fleet serve --blind-grace shortens it).
+Ctrl-C stops everything.
+MSG
 }
 # The banner says "in another shell: fleet claim": it comes once fleet serve has published what
 # the verbs read, so the first command a person types works.
