@@ -241,6 +241,22 @@ fn reference_agent(args: &[&str]) -> tokio::process::Child {
         .expect("python3 runs (scripts/ensure-deps.sh installs it)")
 }
 
+/// The reference agent beating `name` twice, 1.5 s apart, each beat counting a minute: room for
+/// the test to act between the two.
+fn two_beats(url: &str, name: &str) -> tokio::process::Child {
+    reference_agent(&[
+        "agent",
+        url,
+        name,
+        "--ttl",
+        "60000",
+        "--interval",
+        "1500",
+        "--beats",
+        "2",
+    ])
+}
+
 /// Waits until `check` holds, looking again every 10 ms, within `bounded`'s bound.
 async fn until<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
     bounded(what, async {
@@ -257,17 +273,7 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn
 async fn the_python_agent_carries_a_hold_asked_between_its_beats_at_once() {
     let server = server();
     let url = server.url();
-    let mut agent = reference_agent(&[
-        "agent",
-        &url,
-        "py-1",
-        "--ttl",
-        "60000",
-        "--interval",
-        "1500",
-        "--beats",
-        "2",
-    ]);
+    let mut agent = two_beats(&url, "py-1");
     let s = &server;
     until("the first beat", || async move {
         raw::<i64>(s, &["EXISTS", "{fleet}:bench:py-1"]).await == 1
@@ -294,17 +300,7 @@ async fn the_python_agent_carries_a_hold_asked_between_its_beats_at_once() {
 async fn the_python_agent_announces_at_once_a_key_deleted_behind_it() {
     let server = server();
     let url = server.url();
-    let mut agent = reference_agent(&[
-        "agent",
-        &url,
-        "py-2",
-        "--ttl",
-        "60000",
-        "--interval",
-        "1500",
-        "--beats",
-        "2",
-    ]);
+    let mut agent = two_beats(&url, "py-2");
     let s = &server;
     // The first beat announced itself (no key before it).
     until("the first beat's announcement", || async move {

@@ -38,6 +38,19 @@ fn code(text: &str) -> &str {
     text.split("#[cfg(test)]").next().unwrap_or(text)
 }
 
+/// `path` as the repository names it (relative to its root), for messages and comparisons.
+fn shown(path: &Path) -> String {
+    path.strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Code the code rules read: not a test module, not a Lua script.
+fn is_rust_code(path: &Path) -> bool {
+    !is_test_file(path) && path.extension().is_none_or(|e| e != "lua")
+}
+
 /// A file that is itself a test module (`mod tests;` and what it includes).
 fn is_test_file(path: &Path) -> bool {
     let inner = path
@@ -57,11 +70,7 @@ fn is_test_file(path: &Path) -> bool {
 fn rows_live_in_the_read_model_behind_one_format() {
     let mut found = Vec::new();
     for (path, text) in sources("src") {
-        let shown = path
-            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
+        let shown = shown(&path);
         let code = code(&text);
         let in_cli = shown.starts_with("src/cli/") || shown == "src/provider/client.rs";
         if in_cli && shown != "src/cli/output.rs" && code.contains("Serialize)]") {
@@ -334,11 +343,7 @@ fn every_file_fleet_is_given_is_read_through_the_bounded_reader() {
             if is_test_file(&path) {
                 continue;
             }
-            let inner = path
-                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
+            let inner = shown(&path);
             if inner == "crates/fleet-redis/src/file.rs" {
                 continue;
             }
@@ -601,11 +606,7 @@ struct Import {
 
 impl Import {
     fn place(&self) -> String {
-        let file = self
-            .file
-            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-            .unwrap_or(&self.file);
-        format!("{}:{}", file.display(), self.line)
+        format!("{}:{}", shown(&self.file), self.line)
     }
 }
 
@@ -1165,14 +1166,10 @@ fn parameters_end(rest: &str, after: usize) -> Option<usize> {
 fn long_files_and_functions_say_why() {
     let mut unexplained = Vec::new();
     for (path, text) in product_sources() {
-        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+        if !is_rust_code(&path) {
             continue;
         }
-        let shown = path
-            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+        let shown = shown(&path);
         let lines: Vec<&str> = text.lines().collect();
         let length = code(&text).lines().count();
         if length > FILE_LINES && !lines.iter().take(20).any(|l| l.starts_with("//! Long:")) {
@@ -1238,7 +1235,7 @@ fn a_module_of_four_or_more_submodules_maps_them_all() {
     let mut all = product_sources();
     all.extend(sources("crates/fleet-testing/src"));
     for (path, text) in all {
-        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+        if !is_rust_code(&path) {
             continue;
         }
         let submodules: Vec<&str> = code(&text)
@@ -1369,14 +1366,10 @@ fn a_power_driver_is_named_only_in_its_folder_the_registry_and_the_dispatch() {
     assert_eq!(kinds, ["wol", "redfish", "ipmi"]);
     let mut found = Vec::new();
     for (path, text) in sources("src") {
-        if is_test_file(&path) || path.extension().is_some_and(|e| e == "lua") {
+        if !is_rust_code(&path) {
             continue;
         }
-        let inner = path
-            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-            .unwrap_or(&path)
-            .to_string_lossy()
-            .into_owned();
+        let inner = shown(&path);
         let code = without_tests(&blank_comments_and_literals(&text));
         let identifiers: Vec<String> = code
             .split(|c: char| !(c.is_alphanumeric() || c == '_'))

@@ -107,12 +107,13 @@ impl KubeStack {
                 )));
             }
         };
+        let ready: serde_json::Value = serde_json::from_str(&ready).map_err(|e| {
+            ServerError::Kube(format!("the stack's ready line is no JSON ({e}): {ready}"))
+        })?;
         let field = |name: &str| -> Result<String, ServerError> {
-            let at = ready.find(&format!("\"{name}\":\"")).ok_or_else(|| {
+            ready[name].as_str().map(str::to_owned).ok_or_else(|| {
                 ServerError::Kube(format!("the stack's ready line lacks {name}: {ready}"))
-            })?;
-            let rest = &ready[at + name.len() + 4..];
-            Ok(rest[..rest.find('"').unwrap_or(rest.len())].to_owned())
+            })
         };
         Ok(KubeStack {
             server: field("server")?,
@@ -158,12 +159,27 @@ impl KubeStack {
 
     /// Applies `yaml` as the administrator.
     pub fn apply(&self, yaml: &str) {
-        let path = self
-            .dir
-            .path()
-            .join(format!("apply-{}.yaml", std::process::id()));
-        std::fs::write(&path, yaml).expect("writing the manifest");
-        self.kubectl_ok(&["apply", "-f", &path.display().to_string()]);
+        use std::io::Write;
+        let mut child = Command::new(self.kubectl_path())
+            .arg("--kubeconfig")
+            .arg(&self.admin)
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl beside k8s-local (scripts/peers.sh links it)");
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin
+            .write_all(yaml.as_bytes())
+            .expect("writing the manifest");
+        drop(stdin);
+        let o = child.wait_with_output().expect("kubectl apply");
+        assert!(
+            o.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     /// A kubeconfig that authenticates as the ServiceAccount `namespace/name`, with a token the
